@@ -1,0 +1,322 @@
+//! Configuration: one `Config` read from TOML, with every default written in
+//! the shipped `config.toml` (embedded in the binary as [`DEFAULT_TOML`]).
+//!
+//! Configuration flows one way: the binary reads a file (or the embedded
+//! defaults), applies command-line overrides, calls [`Config::validate`] and
+//! hands the result to [`crate::run`]. Nothing below reads the environment.
+//! Unknown keys are refused, and every error names the key at fault.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::taskq::SchedulerConfig;
+
+/// The shipped `config.toml`: every key with its default and a comment.
+pub const DEFAULT_TOML: &str = include_str!("../config.toml");
+
+/// The whole broker configuration. Missing sections and keys take their
+/// defaults; unknown ones are errors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`: the HTTP/WebSocket listener.
+    pub server: ServerConfig,
+    /// `[scheduler]`: the resource task queues' worker pool.
+    pub scheduler: SchedulerConfig,
+    /// `[store]`: where and how the sled database lives.
+    pub store: StoreConfig,
+    /// `[log]`: what the binary logs and how.
+    pub log: LogConfig,
+}
+
+/// `[server]` settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on; port 0 picks a free port (the bound address is
+    /// logged).
+    pub bind: SocketAddr,
+    /// HTTP worker threads; 0 means one per CPU core.
+    pub http_workers: usize,
+    /// Most simultaneous connections per HTTP worker.
+    pub max_connections: usize,
+    /// Seconds a graceful shutdown waits for in-flight requests.
+    pub shutdown_timeout_s: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            http_workers: 0,
+            max_connections: 25_000,
+            shutdown_timeout_s: 10,
+        }
+    }
+}
+
+/// `[store]` settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Directory of the sled database; created if missing.
+    pub data_dir: PathBuf,
+    /// sled page cache in MiB. sled's real memory use can be several times
+    /// this, so it is set explicitly.
+    pub cache_capacity_mb: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            data_dir: PathBuf::from("wharf-data"),
+            cache_capacity_mb: 64,
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// `[log]` settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A tracing filter: a level (`info`) or directives
+    /// (`wharf=debug,actix_web=warn`). `RUST_LOG` overrides it.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// A configuration that cannot be used. Every variant names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong
+    /// type.
+    #[error("{key}: {reason}")]
+    Parse {
+        /// Dotted path of the key (`scheduler.quantum`), or `(document)`.
+        key: String,
+        /// The parser's explanation.
+        reason: String,
+    },
+    /// A value parsed but is out of range.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// Dotted path of the key.
+        key: String,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Parses TOML text; missing keys take their defaults.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] naming the key for syntax errors, unknown keys
+    /// and wrong types. Values are not range-checked: call [`validate`](Self::validate).
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let key = if path == "." || path.is_empty() {
+                "(document)".to_owned()
+            } else {
+                path
+            };
+            let inner = e.into_inner();
+            // toml's own message carries a source excerpt; keep the first
+            // line of the explanation and the line/column if it has one.
+            let reason = inner.message().trim().to_owned();
+            let reason = match inner.span() {
+                Some(span) => format!("{reason} (at {})", line_col(text, span.start)),
+                None => reason,
+            };
+            ConfigError::Parse { key, reason }
+        })
+    }
+
+    /// The embedded defaults (the shipped `config.toml`).
+    ///
+    /// # Errors
+    /// Only if the embedded file were broken, which a test rules out.
+    pub fn embedded() -> Result<Config, ConfigError> {
+        Config::from_toml(DEFAULT_TOML)
+    }
+
+    /// Reads and parses a file.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] or [`ConfigError::Parse`].
+    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_toml(&text)
+    }
+
+    /// Checks ranges and relations, naming the first bad key.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if self.server.http_workers > 1024 {
+            return Err(invalid("server.http_workers", "must be at most 1024"));
+        }
+        if self.server.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
+        if self.server.shutdown_timeout_s > 3600 {
+            return Err(invalid(
+                "server.shutdown_timeout_s",
+                "must be at most 3600",
+            ));
+        }
+        self.scheduler.validate().map_err(|e| ConfigError::Invalid {
+            key: format!("scheduler.{}", e.key),
+            reason: e.reason,
+        })?;
+        if self.store.data_dir.as_os_str().is_empty() {
+            return Err(invalid("store.data_dir", "must not be empty"));
+        }
+        if self.store.cache_capacity_mb == 0 {
+            return Err(invalid("store.cache_capacity_mb", "must be at least 1"));
+        }
+        if self.store.cache_capacity_mb > 1 << 20 {
+            return Err(invalid(
+                "store.cache_capacity_mb",
+                "must be at most 1048576 (1 TiB)",
+            ));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            return Err(ConfigError::Invalid {
+                key: "log.level".into(),
+                reason: format!("not a tracing filter: {e}"),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    format!("line {line}, column {col}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_config_parses_validates_and_equals_the_code_defaults() {
+        let shipped = Config::from_toml(DEFAULT_TOML).expect("shipped config.toml parses");
+        shipped.validate().expect("shipped config.toml validates");
+        assert_eq!(shipped, Config::default(), "config.toml and Default drifted");
+    }
+
+    #[test]
+    fn empty_document_is_all_defaults() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn partial_section_keeps_other_defaults() {
+        let c = Config::from_toml("[scheduler]\nquantum = 7\n").unwrap();
+        assert_eq!(c.scheduler.quantum, 7);
+        assert_eq!(c.scheduler.capture_threshold, 10);
+        assert_eq!(c.server, ServerConfig::default());
+    }
+
+    #[test]
+    fn unknown_key_is_refused_by_name() {
+        let err = Config::from_toml("[scheduler]\nquantom = 7\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("quantom"), "{text}");
+        assert!(text.contains("scheduler"), "{text}");
+    }
+
+    #[test]
+    fn unknown_section_is_refused_by_name() {
+        let err = Config::from_toml("[sever]\nbind = \"1.2.3.4:1\"\n").unwrap_err();
+        assert!(err.to_string().contains("sever"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let err = Config::from_toml("[scheduler]\nquantum = \"lots\"\n").unwrap_err();
+        match err {
+            ConfigError::Parse { key, reason } => {
+                assert_eq!(key, "scheduler.quantum");
+                assert!(reason.contains("line 2"), "{reason}");
+            }
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_address_names_the_key() {
+        let err = Config::from_toml("[server]\nbind = \"localhost\"\n").unwrap_err();
+        assert!(err.to_string().starts_with("server.bind"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_key() {
+        let cases = [
+            ("[scheduler]\nquantum = 0\n", "scheduler.quantum"),
+            ("[scheduler]\ncapture_threshold = 0\n", "scheduler.capture_threshold"),
+            ("[scheduler]\nworkers = 5000\n", "scheduler.workers"),
+            ("[store]\ncache_capacity_mb = 0\n", "store.cache_capacity_mb"),
+            ("[store]\ndata_dir = \"\"\n", "store.data_dir"),
+            ("[server]\nmax_connections = 0\n", "server.max_connections"),
+            ("[log]\nlevel = \"wharf=loud\"\n", "log.level"),
+        ];
+        for (toml, key) in cases {
+            let config = Config::from_toml(toml).unwrap();
+            let err = config.validate().unwrap_err();
+            assert!(err.to_string().starts_with(key), "{toml:?} gave {err}");
+        }
+    }
+
+    #[test]
+    fn bad_enum_value_names_the_key() {
+        let err = Config::from_toml("[log]\nformat = \"xml\"\n").unwrap_err();
+        assert!(err.to_string().starts_with("log.format"), "{err}");
+    }
+}

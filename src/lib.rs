@@ -1,0 +1,47 @@
+//! # Wharf
+//!
+//! A message broker on actix: topics and durable queues over WebSocket and
+//! HTTP, persisted to sled. Run it as the `wharf` binary or embed it in an
+//! actix-web app.
+//!
+//! # Layout
+//!
+//! - [`taskq`]: the non-blocking resource task queue every topic and queue
+//!   owns its state through, and its worker pool. Knows nothing of messages.
+//! - [`config`]: the TOML configuration, its defaults (the shipped
+//!   `config.toml`, embedded) and its validation.
+//! - [`store`]: persistence on sled; the only module that knows sled.
+//! - [`transport`]: actix-web routes (`/health` so far) and the mapping of
+//!   errors to HTTP responses.
+//! - [`run`]: serve on a listener until a shutdown future completes.
+//!
+//! The binary (`src/main.rs`) only parses the command line, loads the
+//! config, installs logging and signal handling, and calls [`run`].
+
+#![deny(missing_docs)]
+
+pub mod config;
+mod server;
+pub mod store;
+pub mod taskq;
+pub mod transport;
+
+pub use config::Config;
+pub use server::run;
+
+/// Why the broker could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration was refused.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] config::ConfigError),
+    /// The store could not be opened or synced.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The task queue workers could not start.
+    #[error(transparent)]
+    Scheduler(#[from] taskq::SchedulerError),
+    /// Binding, accepting or serving failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,132 @@
+//! The `wharf` binary: parse the command line, load and check the config,
+//! install logging and signal handling, and run the broker.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use wharf::config::{Config, DEFAULT_TOML, LogFormat};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Exit status for a refused configuration or command line.
+const EXIT_CONFIG: u8 = 2;
+
+#[derive(Parser)]
+#[command(name = "wharf", version, about = "A message broker on actix and sled")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker until SIGINT or SIGTERM.
+    Serve {
+        /// A config file; without it the embedded defaults are used.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Listen address, overriding `server.bind` (port 0: any free port).
+        #[arg(long, value_name = "ADDR")]
+        bind: Option<SocketAddr>,
+        /// Data directory, overriding `store.data_dir`.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+    /// Print the default configuration (the shipped config.toml).
+    Config,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Config => {
+            print!("{DEFAULT_TOML}");
+            ExitCode::SUCCESS
+        }
+        Command::Serve {
+            config,
+            bind,
+            data_dir,
+        } => serve(config, bind, data_dir),
+    }
+}
+
+fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathBuf>) -> ExitCode {
+    let loaded = match &path {
+        Some(path) => Config::from_file(path),
+        None => Config::embedded(),
+    };
+    let mut config = match loaded {
+        Ok(config) => config,
+        Err(e) => return config_error(&e),
+    };
+    if let Some(bind) = bind {
+        config.server.bind = bind;
+    }
+    if let Some(dir) = data_dir {
+        config.store.data_dir = dir;
+    }
+    if let Err(e) = config.validate() {
+        return config_error(&e);
+    }
+    init_logging(&config);
+
+    let listener = match TcpListener::bind(config.server.bind) {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!(addr = %config.server.bind, "cannot bind: {e}");
+            eprintln!("wharf: cannot bind {}: {e}", config.server.bind);
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = actix_rt::System::new().block_on(wharf::run(listener, config, shutdown_signal()));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("wharf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn config_error(e: &wharf::config::ConfigError) -> ExitCode {
+    eprintln!("wharf: invalid configuration: {e}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+fn init_logging(config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    // RUST_LOG wins over the config file, as operators expect.
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Completes on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use actix_rt::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the broker");
+            let _ = actix_rt::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = actix_rt::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("signal received");
+}

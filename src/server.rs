@@ -1,0 +1,104 @@
+//! Running the broker: open the store, start the task-queue workers, serve
+//! HTTP on a listener the caller bound, and shut down in order when the
+//! caller's shutdown future completes.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, web};
+
+use crate::config::Config;
+use crate::store::Store;
+use crate::taskq::Scheduler;
+use crate::transport::{self, Health};
+use crate::Error;
+
+/// Serves the broker on `listener` until `shutdown` completes, then stops
+/// gracefully: stop accepting, let in-flight requests finish (up to
+/// `server.shutdown_timeout_s`), stop the task-queue workers, and sync the
+/// store to disk.
+///
+/// Must be called inside an actix system (`#[actix_web::main]`,
+/// `actix_rt::System::new().block_on(..)`). Installs no signal handler:
+/// the caller decides what `shutdown` is. Bind `127.0.0.1:0` to get a free
+/// port; the bound address is logged as `listening on ADDR`.
+///
+/// # Errors
+/// An invalid config, a store that will not open, a scheduler that cannot
+/// start, or an I/O error from the listener.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> Result<(), wharf::Error> {
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # drop(stop);
+/// wharf::run(listener, wharf::Config::default(), async {
+///     let _ = stopped.await;
+/// })
+/// .await
+/// # }
+/// ```
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + 'static,
+) -> Result<(), Error> {
+    config.validate()?;
+    let store_config = config.store.clone();
+    let store = web::block(move || Store::open(&store_config))
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+    let mut scheduler = Scheduler::new(&config.scheduler)?;
+
+    let addr = listener.local_addr()?;
+    let health = web::Data::new(Health::new());
+    let workers = if config.server.http_workers == 0 {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        config.server.http_workers
+    };
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(health.clone())
+            .configure(transport::routes)
+            .default_service(web::to(transport::not_found))
+    })
+    .workers(workers)
+    .max_connections(config.server.max_connections)
+    .shutdown_timeout(config.server.shutdown_timeout_s)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    tracing::info!(
+        %addr,
+        store = %store.path().display(),
+        http_workers = workers,
+        taskq_workers = scheduler.stats().workers,
+        "listening on {addr}"
+    );
+
+    let handle = server.handle();
+    actix_rt::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new connections, finishing in-flight work");
+        handle.stop(true).await;
+    });
+    let served = server.await;
+
+    let timeout = Duration::from_secs(config.server.shutdown_timeout_s.max(1));
+    let (workers_done, synced) = web::block(move || {
+        let done = scheduler.shutdown(timeout);
+        (done, store.sync())
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+    if !workers_done {
+        tracing::warn!("some task queue workers did not finish before the deadline");
+    }
+    served?;
+    synced?;
+    tracing::info!("stopped");
+    Ok(())
+}

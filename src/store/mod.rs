@@ -1,0 +1,256 @@
+//! Persistence on sled. The only module that knows sled: everything above
+//! it sees [`Store`] and [`StoreError`].
+//!
+//! Layout: one tree per record kind, big-endian keys. The `meta` tree holds
+//! the schema version, checked on every open so that a database written by
+//! an incompatible Wharf is refused instead of misread.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::StoreConfig;
+
+/// The on-disk layout version this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+const META_TREE: &str = "meta";
+const SCHEMA_KEY: &[u8] = b"schema_version";
+
+/// Why the store failed. Carries the sled error as its source.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled could not open the database (missing permissions, another
+    /// process holding its lock, corruption).
+    #[error("cannot open the store at {path}: {source}")]
+    Open {
+        /// The data directory.
+        path: PathBuf,
+        /// sled's explanation.
+        #[source]
+        source: sled::Error,
+    },
+    /// The database was written with another schema version.
+    #[error(
+        "the store at {path} has schema version {found}, this build needs {expected}; \
+         use a matching Wharf or another data_dir"
+    )]
+    SchemaMismatch {
+        /// The data directory.
+        path: PathBuf,
+        /// Version on disk.
+        found: u32,
+        /// [`SCHEMA_VERSION`].
+        expected: u32,
+    },
+    /// The schema key exists but is not 4 bytes.
+    #[error("the store at {path} has an unreadable schema version key")]
+    CorruptSchema {
+        /// The data directory.
+        path: PathBuf,
+    },
+    /// A read, write or flush failed.
+    #[error("store {op} failed: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// sled's explanation.
+        #[source]
+        source: sled::Error,
+    },
+    /// Syncing the database files to disk failed.
+    #[error("cannot sync {path} to disk: {source}")]
+    Sync {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The broker's database. Cheap to clone (sled's handles are shared).
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: sled::Db,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (or creates) the database in `config.data_dir` and checks its
+    /// schema version.
+    ///
+    /// # Errors
+    /// [`StoreError::Open`], [`StoreError::SchemaMismatch`],
+    /// [`StoreError::CorruptSchema`], or [`StoreError::Io`].
+    pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        let path = config.data_dir.clone();
+        let db = sled::Config::new()
+            .path(&path)
+            .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024))
+            .open()
+            .map_err(|source| StoreError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        let store = Store { db, path };
+        store.check_schema()?;
+        Ok(store)
+    }
+
+    fn check_schema(&self) -> Result<(), StoreError> {
+        let meta = self
+            .db
+            .open_tree(META_TREE)
+            .map_err(|source| StoreError::Io {
+                op: "open meta tree",
+                source,
+            })?;
+        let found = meta.get(SCHEMA_KEY).map_err(|source| StoreError::Io {
+            op: "read schema version",
+            source,
+        })?;
+        match found {
+            None => {
+                meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
+                    .map_err(|source| StoreError::Io {
+                        op: "write schema version",
+                        source,
+                    })?;
+                self.flush()?;
+                Ok(())
+            }
+            Some(bytes) => {
+                let raw: [u8; 4] =
+                    bytes
+                        .as_ref()
+                        .try_into()
+                        .map_err(|_| StoreError::CorruptSchema {
+                            path: self.path.clone(),
+                        })?;
+                let found = u32::from_be_bytes(raw);
+                if found == SCHEMA_VERSION {
+                    Ok(())
+                } else {
+                    Err(StoreError::SchemaMismatch {
+                        path: self.path.clone(),
+                        found,
+                        expected: SCHEMA_VERSION,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Flushes sled's buffers to the OS; returns the bytes flushed. On
+    /// Linux sled uses `sync_file_range`, not a full fsync (sled issue
+    /// 1452): call [`Store::sync`] where a write must survive power loss.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn flush(&self) -> Result<usize, StoreError> {
+        self.db.flush().map_err(|source| StoreError::Io {
+            op: "flush",
+            source,
+        })
+    }
+
+    /// Flushes, then fsyncs every file of the database and its directory.
+    /// Used at shutdown so that what was written is on disk when the
+    /// process exits.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] or [`StoreError::Sync`].
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.flush()?;
+        sync_dir(&self.path)
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes the database occupies on disk, as sled reports it.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        self.db.size_on_disk().map_err(|source| StoreError::Io {
+            op: "size_on_disk",
+            source,
+        })
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    let sync_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| StoreError::Sync { path, source }
+    };
+    let entries = std::fs::read_dir(dir).map_err(sync_err(dir))?;
+    for entry in entries {
+        let entry = entry.map_err(sync_err(dir))?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(sync_err(&path))?;
+        if kind.is_dir() {
+            sync_dir(&path)?;
+        } else if kind.is_file() {
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(sync_err(&path))?;
+        }
+    }
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(sync_err(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path) -> StoreConfig {
+        StoreConfig {
+            data_dir: dir.join("db"),
+            cache_capacity_mb: 8,
+        }
+    }
+
+    #[test]
+    fn open_writes_schema_and_reopens() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&config(tmp.path())).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let again = Store::open(&config(tmp.path())).unwrap();
+        assert!(again.size_on_disk().unwrap() > 0);
+    }
+
+    #[test]
+    fn other_schema_version_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(&config(tmp.path())).unwrap();
+            let meta = store.db.open_tree(META_TREE).unwrap();
+            meta.insert(SCHEMA_KEY, &99u32.to_be_bytes()).unwrap();
+            store.flush().unwrap();
+        }
+        match Store::open(&config(tmp.path())) {
+            Err(StoreError::SchemaMismatch {
+                found: 99,
+                expected: SCHEMA_VERSION,
+                ..
+            }) => {}
+            other => panic!("expected a schema mismatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn second_open_of_a_locked_dir_fails_cleanly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let _first = Store::open(&config(tmp.path())).unwrap();
+        match Store::open(&config(tmp.path())) {
+            Err(StoreError::Open { .. }) => {}
+            other => panic!("expected an open error, got {other:?}"),
+        }
+    }
+}

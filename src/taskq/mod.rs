@@ -1,0 +1,278 @@
+//! The resource task queue: the way every topic and queue in Wharf owns and
+//! changes its state. It knows nothing of messages.
+//!
+//! A [`TaskQueue<S>`] owns a state `S`. [`TaskQueue::submit`] hands it a
+//! closure `FnOnce(&mut S) -> R` and returns a [`TaskFuture<R>`]:
+//!
+//! - if the resource is idle, the submitting thread runs the task at once,
+//!   inline, and the future is already complete (two atomic operations, no
+//!   allocation);
+//! - if another thread is running the resource, the task is queued (one
+//!   allocation) and the submitter returns at once without blocking;
+//! - the running thread keeps draining queued tasks, in order, up to the
+//!   capture threshold; past it, it hands the resource to a [`Scheduler`]
+//!   worker and returns. Workers drain a `quantum` at a time, then requeue
+//!   the resource behind the others.
+//!
+//! Exactly one thread runs a resource at a time, no lock is held while a task
+//! runs, and within a lane tasks run in submission order. [`Priority::High`]
+//! tasks run before queued normal ones.
+//!
+//! # Panics in tasks
+//! A task that panics resolves its future to [`TaskError::Panicked`]; the
+//! resource and its other tasks carry on. Whatever the task changed before
+//! it panicked stays changed, so tasks must be atomic by construction:
+//! validate everything first, then mutate.
+//!
+//! # Examples
+//! ```
+//! use wharf::taskq::{Scheduler, SchedulerConfig, TaskQueue};
+//!
+//! let scheduler = Scheduler::new(&SchedulerConfig::default()).unwrap();
+//! let counter = TaskQueue::new(0u64, &scheduler);
+//! let mut done = counter.submit(|n| {
+//!     *n += 1;
+//!     *n
+//! });
+//! // Idle resource: the task already ran on this thread.
+//! assert_eq!(done.try_take(), Some(Ok(1)));
+//! ```
+
+mod claim;
+mod pool;
+mod sync;
+mod task;
+
+#[cfg(all(test, feature = "loom"))]
+mod loom_tests;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+pub use claim::Priority;
+pub use pool::{Scheduler, SchedulerConfig, SchedulerConfigError, SchedulerError, SchedulerStats};
+pub use task::{TaskError, TaskFuture};
+
+use claim::{Core, Entry, Pending};
+use pool::{PoolShared, Schedulable};
+use task::{JobRef, run_contained};
+
+/// A resource: its state and its non-blocking task queue. Cheap to clone;
+/// clones share the same resource.
+pub struct TaskQueue<S> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S> Clone for TaskQueue<S> {
+    fn clone(&self) -> Self {
+        TaskQueue {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<S> {
+    core: Core<S, JobRef<S>>,
+    pool: Arc<PoolShared>,
+    counters: Counters,
+}
+
+/// Per-resource counters. The run counters are written only by the claim
+/// holder (one thread at a time, ordered by the claim), so they are updated
+/// with a plain load and store rather than a locked add.
+#[derive(Default)]
+struct Counters {
+    inline_runs: AtomicU64,
+    worker_runs: AtomicU64,
+    panics: AtomicU64,
+    handoffs: AtomicU64,
+    high_water: AtomicUsize,
+}
+
+#[inline]
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+/// A snapshot of one resource's counters, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueStats {
+    /// Tasks run by a submitting thread (its own, or others' it drained).
+    pub inline_runs: u64,
+    /// Tasks run by a scheduler worker.
+    pub worker_runs: u64,
+    /// Tasks that panicked.
+    pub panics: u64,
+    /// Times the resource was handed to a worker past the capture threshold.
+    pub handoffs: u64,
+    /// Most tasks ever counted at once (running plus queued).
+    pub depth_high_water: usize,
+    /// Tasks counted now (running plus queued).
+    pub depth: usize,
+}
+
+impl<S: Send + 'static> TaskQueue<S> {
+    /// Creates a resource owning `state`, handing busy work to `scheduler`.
+    pub fn new(state: S, scheduler: &Scheduler) -> Self {
+        TaskQueue {
+            inner: Arc::new(Inner {
+                core: Core::new(state),
+                pool: scheduler.shared().clone(),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// Submits a task in the normal lane. See the [module docs](self).
+    #[inline]
+    pub fn submit<F, R>(&self, f: F) -> TaskFuture<R>
+    where
+        F: FnOnce(&mut S) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.submit_with(Priority::Normal, f)
+    }
+
+    /// Submits a task that runs ahead of queued normal tasks. It never
+    /// interrupts the task that is running.
+    #[inline]
+    pub fn submit_high<F, R>(&self, f: F) -> TaskFuture<R>
+    where
+        F: FnOnce(&mut S) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.submit_with(Priority::High, f)
+    }
+
+    /// Submits a task in the given lane.
+    #[inline]
+    pub fn submit_with<F, R>(&self, priority: Priority, f: F) -> TaskFuture<R>
+    where
+        F: FnOnce(&mut S) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let inner = &*self.inner;
+        match inner.core.enter() {
+            Entry::Claimed(mut running) => {
+                let result = running.with_state(|state| run_contained(state, f));
+                let c = &inner.counters;
+                bump(&c.inline_runs, 1);
+                if result.is_err() {
+                    bump(&c.panics, 1);
+                }
+                if let Some(pending) = running.finish() {
+                    self.inner.drain_captured(pending);
+                }
+                TaskFuture::ready(result)
+            }
+            Entry::Busy { depth } => {
+                inner.counters.high_water.fetch_max(depth, Ordering::Relaxed);
+                let (job, future) = JobRef::new(f);
+                inner.core.push(job, priority);
+                future
+            }
+        }
+    }
+
+    /// A snapshot of this resource's counters.
+    pub fn stats(&self) -> QueueStats {
+        let c = &self.inner.counters;
+        QueueStats {
+            inline_runs: c.inline_runs.load(Ordering::Relaxed),
+            worker_runs: c.worker_runs.load(Ordering::Relaxed),
+            panics: c.panics.load(Ordering::Relaxed),
+            handoffs: c.handoffs.load(Ordering::Relaxed),
+            depth_high_water: c.high_water.load(Ordering::Relaxed),
+            depth: self.inner.core.depth(),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for TaskQueue<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskQueue")
+            .field("depth", &self.inner.core.depth())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + 'static> Inner<S> {
+    /// Runs `budget` queued tasks under the claim; returns the claim if more
+    /// remain. Keeps the run counters.
+    #[inline]
+    fn drain<'a>(
+        &'a self,
+        pending: Pending<'a, S, JobRef<S>>,
+        budget: usize,
+        on_worker: bool,
+    ) -> Option<Pending<'a, S, JobRef<S>>> {
+        let mut panics = 0;
+        let (ran, rest) = pending.drain(budget, |state, job| {
+            if job.run(state) {
+                panics += 1;
+            }
+        });
+        let c = &self.counters;
+        bump(
+            if on_worker {
+                &c.worker_runs
+            } else {
+                &c.inline_runs
+            },
+            ran as u64,
+        );
+        if panics > 0 {
+            bump(&c.panics, panics);
+        }
+        rest
+    }
+
+    /// The submitting thread ran its own task and found others queued: drain
+    /// up to the capture threshold, then hand the resource to a worker.
+    fn drain_captured(self: &Arc<Self>, pending: Pending<'_, S, JobRef<S>>) {
+        let budget = self.pool.capture_threshold.saturating_sub(1);
+        let Some(pending) = self.drain(pending, budget, false) else {
+            return;
+        };
+        pending.into_raw();
+        bump(&self.counters.handoffs, 1);
+        match self.pool.schedule(self.clone()) {
+            Ok(()) => {
+                self.pool.counters.handoffs.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_shut_down) => {
+                // SAFETY: we gave the claim up just above and the pool did
+                // not take it.
+                let pending = unsafe { self.core.resume() };
+                let rest = self.drain(pending, usize::MAX, false);
+                debug_assert!(rest.is_none());
+            }
+        }
+    }
+}
+
+impl<S: Send + 'static> Schedulable for Inner<S> {
+    fn run_on_worker(self: Arc<Self>) {
+        // SAFETY: a resource is in the run queue only after its claim holder
+        // gave the claim up with `into_raw` and scheduled it, once.
+        let pending = unsafe { self.core.resume() };
+        let Some(pending) = self.drain(pending, self.pool.quantum, true) else {
+            return;
+        };
+        pending.into_raw();
+        match self.pool.schedule(self.clone()) {
+            Ok(()) => {
+                self.pool.counters.requeues.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_shut_down) => {
+                // SAFETY: as above; the pool did not take the claim.
+                let pending = unsafe { self.core.resume() };
+                let rest = self.drain(pending, usize::MAX, true);
+                debug_assert!(rest.is_none());
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The one place where errors become HTTP responses: a status and a JSON
+//! body `{"error":{"code":"...","message":"..."}}`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use serde::Serialize;
+
+/// An error answered over HTTP: a status, a stable machine-readable code
+/// and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    /// HTTP status to answer with.
+    pub status: StatusCode,
+    /// Stable snake_case code clients can match on.
+    pub code: &'static str,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(Body {
+            error: Inner {
+                code: self.code,
+                message: &self.message,
+            },
+        })
+    }
+}
+
+impl actix_web::Responder for ApiError {
+    type Body = actix_web::body::BoxBody;
+
+    fn respond_to(self, _req: &HttpRequest) -> HttpResponse<Self::Body> {
+        self.error_response()
+    }
+}
+
+pub(crate) async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: "not_found",
+        message: "no such route".into(),
+    }
+}
+
+pub(crate) async fn method_not_allowed(req: HttpRequest) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "method_not_allowed",
+        message: format!("{} is not allowed on {}", req.method(), req.path()),
+    }
+}
