@@ -83,14 +83,27 @@ impl Store {
     /// [`StoreError::CorruptSchema`], or [`StoreError::Io`].
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
         let path = config.data_dir.clone();
-        let db = sled::Config::new()
+        let sled_config = sled::Config::new()
             .path(&path)
-            .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024))
-            .open()
-            .map_err(|source| StoreError::Open {
-                path: path.clone(),
-                source,
-            })?;
+            .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024));
+        // sled releases its file lock from a background thread after the
+        // last handle drops, so a reopen in the same process can briefly
+        // find it held; a lock held by another process stays held.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let db = loop {
+            match sled_config.open() {
+                Ok(db) => break db,
+                Err(e) if is_lock_error(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(source) => {
+                    return Err(StoreError::Open {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        };
         let store = Store { db, path };
         store.check_schema()?;
         Ok(store)
@@ -179,6 +192,13 @@ impl Store {
             source,
         })
     }
+}
+
+/// How long [`Store::open`] waits for sled's file lock to be released.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
+
+fn is_lock_error(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {

@@ -1,0 +1,344 @@
+//! Behaviour of the resource task queue under real threads.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, mpsc};
+use std::thread;
+use std::time::Duration;
+
+use common::{LONG, wait, wait_until};
+use wharf::taskq::{Priority, Scheduler, SchedulerConfig, TaskError, TaskQueue};
+
+fn scheduler(capture_threshold: usize, quantum: usize, workers: usize) -> Scheduler {
+    Scheduler::new(&SchedulerConfig {
+        capture_threshold,
+        quantum,
+        workers,
+    })
+    .expect("scheduler starts")
+}
+
+fn thread_name() -> String {
+    thread::current().name().unwrap_or("").to_owned()
+}
+
+/// Runs a task inline on a new thread that blocks inside the resource until
+/// the returned sender fires (or is dropped). Returns once the task has
+/// started, so the resource is busy; the join handle yields whether the
+/// thread's `submit` returned.
+fn hold<S: Send + 'static>(q: &TaskQueue<S>) -> (mpsc::Sender<()>, thread::JoinHandle<String>) {
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let q = q.clone();
+    let handle = thread::Builder::new()
+        .name("holder".into())
+        .spawn(move || {
+            let mut fut = q.submit(move |_| {
+                started_tx.send(()).unwrap();
+                let _ = gate_rx.recv_timeout(LONG);
+                thread_name()
+            });
+            fut.try_take().expect("ran inline").expect("no panic")
+        })
+        .unwrap();
+    started_rx.recv_timeout(LONG).expect("holder task started");
+    (gate_tx, handle)
+}
+
+#[test]
+fn idle_resource_runs_the_task_inline_on_the_submitter() {
+    let s = scheduler(10, 64, 2);
+    let q = TaskQueue::new(0u32, &s);
+    let me = thread::current().id();
+    let mut fut = q.submit(|n| {
+        *n += 1;
+        thread::current().id()
+    });
+    assert!(fut.is_complete(), "an idle resource completes the future at once");
+    assert_eq!(fut.try_take(), Some(Ok(me)));
+    let stats = q.stats();
+    assert_eq!(stats.inline_runs, 1);
+    assert_eq!(stats.worker_runs, 0);
+    assert_eq!(stats.depth, 0);
+}
+
+#[test]
+fn many_submitters_exact_total_and_each_submitter_in_order() {
+    const THREADS: usize = 4;
+    const PER: usize = 5_000;
+    let s = scheduler(3, 5, 2);
+    let q = TaskQueue::new(Vec::<(usize, usize)>::with_capacity(THREADS * PER), &s);
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let q = q.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                barrier.wait();
+                let mut futures = Vec::with_capacity(PER);
+                for i in 0..PER {
+                    let fut = q.submit(move |log| {
+                        log.push((t, i));
+                        log.len()
+                    });
+                    // Await every 7th; drop the others (fire and forget).
+                    if i % 7 == 0 {
+                        futures.push(fut);
+                    }
+                }
+                for fut in futures {
+                    let pos = wait(fut, LONG).expect("completes").expect("no panic");
+                    assert!(pos >= 1 && pos <= THREADS * PER);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let log = wait(q.submit(|log| log.clone()), LONG).unwrap().unwrap();
+    assert_eq!(log.len(), THREADS * PER, "every task ran exactly once");
+    for t in 0..THREADS {
+        let seqs: Vec<usize> = log.iter().filter(|(w, _)| *w == t).map(|(_, i)| *i).collect();
+        assert_eq!(seqs, (0..PER).collect::<Vec<_>>(), "submitter {t} out of order");
+    }
+    let st = q.stats();
+    assert_eq!(st.inline_runs + st.worker_runs, (THREADS * PER + 1) as u64);
+    assert!(st.depth_high_water > 1, "the test never contended: {st:?}");
+}
+
+#[test]
+fn exactly_one_thread_runs_a_resource_at_a_time() {
+    const THREADS: usize = 4;
+    const PER: usize = 20_000;
+    struct State {
+        inside: Arc<AtomicBool>,
+        violations: usize,
+        runs: usize,
+    }
+    let inside = Arc::new(AtomicBool::new(false));
+    let s = scheduler(2, 3, 2);
+    let q = TaskQueue::new(
+        State {
+            inside: inside.clone(),
+            violations: 0,
+            runs: 0,
+        },
+        &s,
+    );
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let q = q.clone();
+            thread::spawn(move || {
+                for _ in 0..PER {
+                    drop(q.submit(|st: &mut State| {
+                        if st.inside.swap(true, Ordering::SeqCst) {
+                            st.violations += 1;
+                        }
+                        for _ in 0..20 {
+                            std::hint::spin_loop();
+                        }
+                        st.runs += 1;
+                        st.inside.store(false, Ordering::SeqCst);
+                    }));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let (violations, runs) = wait(q.submit(|st| (st.violations, st.runs)), LONG)
+        .unwrap()
+        .unwrap();
+    assert_eq!(violations, 0, "two threads were inside the resource at once");
+    assert_eq!(runs, THREADS * PER);
+    assert!(q.stats().worker_runs > 0, "contention never reached the workers");
+    assert!(s.stats().handoffs > 0);
+}
+
+#[test]
+fn past_the_threshold_a_worker_continues_while_the_submitter_returns() {
+    let s = scheduler(4, 1000, 1);
+    let q = TaskQueue::new(Vec::<(usize, String)>::new(), &s);
+    let holder_returned = Arc::new(AtomicBool::new(false));
+    let (gate, holder) = hold(&q);
+    let returned = holder_returned.clone();
+    let holder = thread::spawn(move || {
+        let name = holder.join().unwrap();
+        returned.store(true, Ordering::SeqCst);
+        name
+    });
+    let mut futures = Vec::new();
+    for i in 0..10 {
+        let returned = holder_returned.clone();
+        futures.push(q.submit(move |log| {
+            // Task 7 runs only once the captured submitter is back in its
+            // caller: proof that work continued elsewhere.
+            let saw_return = i != 7 || wait_until(LONG, || returned.load(Ordering::SeqCst));
+            log.push((i, thread_name()));
+            saw_return
+        }));
+    }
+    gate.send(()).unwrap();
+    for (i, fut) in futures.into_iter().enumerate() {
+        assert_eq!(wait(fut, LONG), Some(Ok(true)), "task {i}");
+    }
+    assert_eq!(holder.join().unwrap(), "holder");
+    let log = wait(q.submit(|log| log.clone()), LONG).unwrap().unwrap();
+    let order: Vec<usize> = log.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>());
+    for (i, name) in &log {
+        if *i < 3 {
+            assert_eq!(name, "holder", "task {i} is within the capture threshold");
+        } else {
+            assert!(name.starts_with("wharf-taskq-"), "task {i} ran on {name:?}");
+        }
+    }
+    let st = q.stats();
+    assert_eq!(st.handoffs, 1);
+    assert_eq!(st.worker_runs, 7);
+}
+
+#[test]
+fn high_priority_tasks_overtake_queued_normal_ones() {
+    let s = scheduler(100, 100, 1);
+    let q = TaskQueue::new(Vec::<&'static str>::new(), &s);
+    let (gate, holder) = hold(&q);
+    let mut futures = Vec::new();
+    for name in ["n0", "n1", "n2"] {
+        futures.push(q.submit(move |log| log.push(name)));
+    }
+    futures.push(q.submit_high(|log| log.push("h0")));
+    futures.push(q.submit_with(Priority::High, |log| log.push("h1")));
+    futures.push(q.submit(|log| log.push("n3")));
+    gate.send(()).unwrap();
+    holder.join().unwrap();
+    for fut in futures {
+        wait(fut, LONG).unwrap().unwrap();
+    }
+    let log = wait(q.submit(|log| log.clone()), LONG).unwrap().unwrap();
+    assert_eq!(log, ["h0", "h1", "n0", "n1", "n2", "n3"]);
+}
+
+#[test]
+fn a_panicking_task_is_contained() {
+    let s = scheduler(2, 2, 1);
+    let q = TaskQueue::new(0u64, &s);
+
+    // Inline.
+    let mut fut = q.submit(|_: &mut u64| -> u64 { panic!("boom inline") });
+    match fut.try_take() {
+        Some(Err(TaskError::Panicked(msg))) => assert!(msg.contains("boom inline"), "{msg}"),
+        other => panic!("expected a contained panic, got {other:?}"),
+    }
+    assert_eq!(wait(q.submit(|n| {
+        *n += 1;
+        *n
+    }), LONG), Some(Ok(1)));
+
+    // Queued, run by a worker among other tasks.
+    let (gate, holder) = hold(&q);
+    let mut futures = Vec::new();
+    for i in 0..10u64 {
+        futures.push(q.submit(move |n| {
+            if i == 5 {
+                panic!("boom {i}");
+            }
+            *n += 1;
+            *n
+        }));
+    }
+    gate.send(()).unwrap();
+    holder.join().unwrap();
+    let results: Vec<_> = futures
+        .into_iter()
+        .map(|f| wait(f, LONG).expect("completes"))
+        .collect();
+    for (i, r) in results.iter().enumerate() {
+        if i == 5 {
+            assert_eq!(r, &Err(TaskError::Panicked("boom 5".into())));
+        } else {
+            assert!(r.is_ok(), "task {i}: {r:?}");
+        }
+    }
+    assert_eq!(wait(q.submit(|n| *n), LONG), Some(Ok(10)));
+    assert_eq!(q.stats().panics, 2);
+    assert_eq!(q.stats().depth, 0);
+}
+
+#[test]
+fn a_worker_requeues_a_hot_resource_after_its_quantum() {
+    // One worker, quantum 2. Resource X is handed off first with 40 tasks,
+    // then Y with 5. With a quantum, Y finishes long before X; without one,
+    // the worker would run all of X first.
+    let s = scheduler(1, 2, 1);
+    let seq = Arc::new(AtomicUsize::new(0));
+    let x = TaskQueue::new(Vec::<usize>::new(), &s);
+    let y = TaskQueue::new(Vec::<usize>::new(), &s);
+    let (gate_x, holder_x) = hold(&x);
+    let (gate_y, holder_y) = hold(&y);
+    let x_on_worker = Arc::new(AtomicBool::new(false));
+    for i in 0..40 {
+        let seq = seq.clone();
+        let y = y.clone();
+        let x_on_worker = x_on_worker.clone();
+        drop(x.submit(move |log| {
+            if i == 0 {
+                x_on_worker.store(true, Ordering::SeqCst);
+            }
+            if i == 1 {
+                // Y must be in the run queue before X's first quantum ends.
+                assert!(wait_until(LONG, || y.stats().handoffs == 1));
+            }
+            log.push(seq.fetch_add(1, Ordering::SeqCst));
+        }));
+    }
+    for _ in 0..5 {
+        let seq = seq.clone();
+        drop(y.submit(move |log| log.push(seq.fetch_add(1, Ordering::SeqCst))));
+    }
+    gate_x.send(()).unwrap();
+    holder_x.join().unwrap();
+    assert!(wait_until(LONG, || x_on_worker.load(Ordering::SeqCst)));
+    gate_y.send(()).unwrap();
+    holder_y.join().unwrap();
+    let xs = wait(x.submit(|l| l.clone()), LONG).unwrap().unwrap();
+    let ys = wait(y.submit(|l| l.clone()), LONG).unwrap().unwrap();
+    assert_eq!((xs.len(), ys.len()), (40, 5));
+    let y_last = *ys.iter().max().unwrap();
+    let x_last = *xs.iter().max().unwrap();
+    assert!(y_last < 20, "Y waited behind X: Y's last ran at {y_last}, X's at {x_last}");
+    assert!(s.stats().requeues > 0);
+}
+
+#[test]
+fn after_scheduler_shutdown_the_running_thread_drains_everything() {
+    let mut s = scheduler(2, 2, 1);
+    let q = TaskQueue::new(Vec::<String>::new(), &s);
+    assert!(s.shutdown(Duration::from_secs(5)));
+    let (gate, holder) = hold(&q);
+    let futures: Vec<_> = (0..50).map(|_| q.submit(|log| log.push(thread_name()))).collect();
+    gate.send(()).unwrap();
+    holder.join().unwrap();
+    for fut in futures {
+        wait(fut, LONG).unwrap().unwrap();
+    }
+    let log = wait(q.submit(|l| l.clone()), LONG).unwrap().unwrap();
+    assert_eq!(log.len(), 50);
+    assert!(log.iter().all(|n| n == "holder"), "no worker after shutdown");
+}
+
+#[test]
+fn dropped_futures_do_not_cancel_their_tasks() {
+    let s = scheduler(1, 1, 1);
+    let q = TaskQueue::new(0usize, &s);
+    let (gate, holder) = hold(&q);
+    for _ in 0..100 {
+        drop(q.submit(|n| *n += 1));
+    }
+    gate.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(wait(q.submit(|n| *n), LONG), Some(Ok(100)));
+}
