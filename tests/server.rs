@@ -1,0 +1,261 @@
+//! The server and the binary, over real sockets on loopback.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::http;
+use wharf::Config;
+use wharf::transport::HealthReport;
+
+fn test_config(dir: &std::path::Path) -> Config {
+    let mut config = Config::default();
+    config.store.data_dir = dir.join("data");
+    config.store.cache_capacity_mb = 8;
+    config.server.http_workers = 1;
+    config.scheduler.workers = 1;
+    config.server.shutdown_timeout_s = 2;
+    config
+}
+
+/// Runs the broker in-process on an ephemeral port; returns its address, a
+/// trigger for shutdown and the thread that yields `run`'s result.
+fn start_in_process(
+    config: Config,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    thread::JoinHandle<Result<(), wharf::Error>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = thread::spawn(move || {
+        actix_rt::System::new().block_on(wharf::run(listener, config, async {
+            let _ = stop_rx.await;
+        }))
+    });
+    (addr, stop_tx, handle)
+}
+
+fn join_within<T>(handle: thread::JoinHandle<T>, timeout: Duration) -> T {
+    let deadline = Instant::now() + timeout;
+    while !handle.is_finished() {
+        assert!(Instant::now() < deadline, "did not stop within {timeout:?}");
+        thread::sleep(Duration::from_millis(10));
+    }
+    handle.join().unwrap()
+}
+
+#[test]
+fn health_reports_version_uptime_and_instance() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (addr, stop, handle) = start_in_process(test_config(tmp.path()));
+    let (status, body) = http(addr, "GET", "/health", "");
+    assert_eq!(status, 200, "{body}");
+    let report: HealthReport = serde_json::from_str(&body).unwrap();
+    assert_eq!(report.status, "ok");
+    assert_eq!(report.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(report.instance.get_version_num(), 7);
+    thread::sleep(Duration::from_millis(30));
+    let (_, again) = http(addr, "GET", "/health", "");
+    let later: HealthReport = serde_json::from_str(&again).unwrap();
+    assert!(later.uptime_ms >= report.uptime_ms + 20, "{report:?} then {later:?}");
+    assert_eq!(later.instance, report.instance);
+
+    stop.send(()).unwrap();
+    join_within(handle, Duration::from_secs(10)).expect("clean shutdown");
+    assert!(TcpListener::bind(addr).is_ok() || std::net::TcpStream::connect(addr).is_err());
+}
+
+#[test]
+fn unknown_routes_and_methods_answer_json_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (addr, stop, handle) = start_in_process(test_config(tmp.path()));
+    let (status, body) = http(addr, "GET", "/nope", "");
+    assert_eq!(status, 404);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "not_found");
+    let (status, body) = http(addr, "POST", "/health", "{}");
+    assert_eq!(status, 405);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "method_not_allowed");
+    assert!(v["error"]["message"].as_str().unwrap().contains("POST"));
+    // The server still answers after errors.
+    assert_eq!(http(addr, "GET", "/health", "").0, 200);
+    stop.send(()).unwrap();
+    join_within(handle, Duration::from_secs(10)).unwrap();
+}
+
+#[test]
+fn run_refuses_an_invalid_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = test_config(tmp.path());
+    config.scheduler.quantum = 0;
+    let (_addr, _stop, handle) = start_in_process(config);
+    match join_within(handle, Duration::from_secs(10)) {
+        Err(wharf::Error::Config(e)) => assert!(e.to_string().contains("scheduler.quantum")),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+/// The `wharf` binary as a child process, with its stderr read line by line.
+struct Broker {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Broker {
+    fn spawn(args: &[&str]) -> Broker {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start wharf");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Broker { child, lines }
+    }
+
+    /// Waits for the "listening on ADDR" log line and returns ADDR.
+    fn address(&self) -> SocketAddr {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).expect("a 'listening on' line");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap();
+                return addr.parse().expect("an address after 'listening on'");
+            }
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("wharf did not exit within {timeout:?}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stderr_rest(&self) -> String {
+        let mut out = String::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn binary_serves_on_an_ephemeral_port_and_stops_on_sigterm_and_sigint() {
+    for sig in ["TERM", "INT"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let mut broker = Broker::spawn(&[
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ]);
+        let addr = broker.address();
+        assert_ne!(addr.port(), 0);
+        let (status, body) = http(addr, "GET", "/health", "");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(env!("CARGO_PKG_VERSION")));
+        broker.signal(sig);
+        let status = broker.wait_exit(Duration::from_secs(20));
+        assert_eq!(status.code(), Some(0), "SIG{sig}: {}", broker.stderr_rest());
+        assert!(data.join("db").exists(), "the store was created in --data-dir");
+    }
+}
+
+#[test]
+fn binary_refuses_bad_config_with_exit_status_2_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[scheduler]\nquantom = 3\n", "quantom"),
+        ("[scheduler]\nquantum = 0\n", "scheduler.quantum"),
+        ("[server]\nbind = \"nowhere\"\n", "server.bind"),
+        ("[store]\ncache_capacity_mb = \"big\"\n", "store.cache_capacity_mb"),
+    ];
+    for (i, (toml, key)) in cases.iter().enumerate() {
+        let path = tmp.path().join(format!("bad{i}.toml"));
+        std::fs::write(&path, toml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{toml:?}: {stderr}");
+        assert!(stderr.contains(key), "{toml:?}: {stderr}");
+    }
+    let missing = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--config", "/nonexistent/wharf.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn binary_prints_the_embedded_defaults() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .arg("config")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(printed, wharf::config::DEFAULT_TOML);
+    assert_eq!(Config::from_toml(&printed).unwrap(), Config::default());
+}
+
+#[test]
+fn binary_reports_a_port_in_use_and_exits_nonzero() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--bind", &addr, "--data-dir"])
+        .arg(tmp.path().join("d"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot bind"));
+}
