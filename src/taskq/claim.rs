@@ -71,6 +71,10 @@ pub(crate) struct Running<'a, S, J> {
 #[must_use = "a pending claim must be drained or handed off"]
 pub(crate) struct Pending<'a, S, J> {
     core: &'a Core<S, J>,
+    /// Counted tasks known not to have run yet (at least 1). The holder may
+    /// run this many before it must look at the counter again, so the
+    /// counter is decremented once per batch, not once per task.
+    known: usize,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -110,14 +114,19 @@ impl<S, J> Core<S, J> {
         }
     }
 
-    /// Releases one finished task; returns the claim if more are counted.
+    /// Releases `n` finished tasks; returns the claim if more are counted.
     #[inline]
-    fn finish_one(&self) -> Option<Pending<'_, S, J>> {
-        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+    fn finish(&self, n: usize) -> Option<Pending<'_, S, J>> {
+        // AcqRel: releasing our state writes to the next holder (who sees
+        // the counter reach 0 then count up), and acquiring the pushes of
+        // the tasks we are about to pop.
+        let prev = self.count.fetch_sub(n, Ordering::AcqRel);
+        if prev == n {
             None
         } else {
             Some(Pending {
                 core: self,
+                known: prev - n,
                 _not_send: PhantomData,
             })
         }
@@ -148,6 +157,8 @@ impl<S, J> Core<S, J> {
     pub(crate) unsafe fn resume(&self) -> Pending<'_, S, J> {
         Pending {
             core: self,
+            // A handed-off claim always has at least one counted task.
+            known: 1,
             _not_send: PhantomData,
         }
     }
@@ -170,32 +181,38 @@ impl<'a, S, J> Running<'a, S, J> {
     /// Ends the inline task; returns the claim if other tasks are waiting.
     #[inline]
     pub(crate) fn finish(self) -> Option<Pending<'a, S, J>> {
-        self.core.finish_one()
+        self.core.finish(1)
     }
 }
 
 impl<'a, S, J> Pending<'a, S, J> {
-    /// Runs up to `budget` queued tasks in lane order with `run`. Returns how
-    /// many ran, and the claim if tasks remain counted after the budget.
+    /// Runs up to `budget` (at least 1) queued tasks in lane order with
+    /// `run`. Returns how many ran, and the claim if tasks remain counted
+    /// after the budget. Tasks run in batches of those already counted; the
+    /// counter is decremented once per batch.
     pub(crate) fn drain(
         self,
         budget: usize,
         mut run: impl FnMut(&mut S, J),
     ) -> (usize, Option<Pending<'a, S, J>>) {
         let core = self.core;
+        let mut known = self.known;
         let mut ran = 0;
-        while ran < budget {
-            let job = core.pop_counted();
-            // SAFETY: the claim is held (we are a `Pending`), so access to
-            // the state is exclusive.
-            core.state.with_mut(|state| run(unsafe { &mut *state }, job));
-            ran += 1;
-            match core.finish_one() {
+        loop {
+            let batch = known.min(budget.saturating_sub(ran).max(1));
+            for _ in 0..batch {
+                let job = core.pop_counted();
+                // SAFETY: the claim is held (we are a `Pending`), so access
+                // to the state is exclusive.
+                core.state.with_mut(|state| run(unsafe { &mut *state }, job));
+            }
+            ran += batch;
+            match core.finish(batch) {
                 None => return (ran, None),
-                Some(_same_claim) => {}
+                Some(next) if ran >= budget => return (ran, Some(next)),
+                Some(next) => known = next.known,
             }
         }
-        (ran, Some(self))
     }
 
     /// Gives up the claim value so that another thread can [`Core::resume`]

@@ -55,7 +55,7 @@ pub use task::{TaskError, TaskFuture};
 
 use claim::{Core, Entry, Pending};
 use pool::{PoolShared, Schedulable};
-use task::{JobRef, run_contained};
+use task::{Job, JobRef, report_detached_panic, run_contained};
 
 /// A resource: its state and its non-blocking task queue. Cheap to clone;
 /// clones share the same resource.
@@ -72,7 +72,7 @@ impl<S> Clone for TaskQueue<S> {
 }
 
 struct Inner<S> {
-    core: Core<S, JobRef<S>>,
+    core: Core<S, Job<S>>,
     pool: Arc<PoolShared>,
     counters: Counters,
 }
@@ -154,25 +154,39 @@ impl<S: Send + 'static> TaskQueue<S> {
         F: FnOnce(&mut S) -> R + Send + 'static,
         R: Send + 'static,
     {
-        let inner = &*self.inner;
-        match inner.core.enter() {
+        match self.inner.core.enter() {
             Entry::Claimed(mut running) => {
                 let result = running.with_state(|state| run_contained(state, f));
-                let c = &inner.counters;
-                bump(&c.inline_runs, 1);
-                if result.is_err() {
-                    bump(&c.panics, 1);
-                }
-                if let Some(pending) = running.finish() {
-                    self.inner.drain_captured(pending);
-                }
+                self.inner.after_inline(running, result.is_err());
                 TaskFuture::ready(result)
             }
             Entry::Busy { depth } => {
-                inner.counters.high_water.fetch_max(depth, Ordering::Relaxed);
                 let (job, future) = JobRef::new(f);
-                inner.core.push(job, priority);
+                self.inner.queue(depth, Job::Task(job), priority);
                 future
+            }
+        }
+    }
+
+    /// Submits a fire-and-forget task: no future, no result slot, and no
+    /// allocation for a closure that captures nothing. Cheaper than
+    /// dropping the future of [`submit`](Self::submit) when nobody waits.
+    /// A panic is counted and logged, since no one receives it.
+    #[inline]
+    pub fn execute<F>(&self, priority: Priority, f: F)
+    where
+        F: FnOnce(&mut S) + Send + 'static,
+    {
+        match self.inner.core.enter() {
+            Entry::Claimed(mut running) => {
+                let result = running.with_state(|state| run_contained(state, f));
+                if let Err(e) = &result {
+                    report_detached_panic(e);
+                }
+                self.inner.after_inline(running, result.is_err());
+            }
+            Entry::Busy { depth } => {
+                self.inner.queue(depth, Job::Detached(Box::new(f)), priority);
             }
         }
     }
@@ -200,15 +214,35 @@ impl<S> std::fmt::Debug for TaskQueue<S> {
 }
 
 impl<S: Send + 'static> Inner<S> {
+    /// The submitter ran its task inline: count it, and drain what others
+    /// queued meanwhile.
+    #[inline]
+    fn after_inline(self: &Arc<Self>, running: claim::Running<'_, S, Job<S>>, panicked: bool) {
+        bump(&self.counters.inline_runs, 1);
+        if panicked {
+            bump(&self.counters.panics, 1);
+        }
+        if let Some(pending) = running.finish() {
+            self.drain_captured(pending);
+        }
+    }
+
+    /// Queues a job that `enter` counted as busy.
+    #[inline]
+    fn queue(&self, depth: usize, job: Job<S>, priority: Priority) {
+        self.counters.high_water.fetch_max(depth, Ordering::Relaxed);
+        self.core.push(job, priority);
+    }
+
     /// Runs `budget` queued tasks under the claim; returns the claim if more
     /// remain. Keeps the run counters.
     #[inline]
     fn drain<'a>(
         &'a self,
-        pending: Pending<'a, S, JobRef<S>>,
+        pending: Pending<'a, S, Job<S>>,
         budget: usize,
         on_worker: bool,
-    ) -> Option<Pending<'a, S, JobRef<S>>> {
+    ) -> Option<Pending<'a, S, Job<S>>> {
         let mut panics = 0;
         let (ran, rest) = pending.drain(budget, |state, job| {
             if job.run(state) {
@@ -232,7 +266,7 @@ impl<S: Send + 'static> Inner<S> {
 
     /// The submitting thread ran its own task and found others queued: drain
     /// up to the capture threshold, then hand the resource to a worker.
-    fn drain_captured(self: &Arc<Self>, pending: Pending<'_, S, JobRef<S>>) {
+    fn drain_captured(self: &Arc<Self>, pending: Pending<'_, S, Job<S>>) {
         let budget = self.pool.capture_threshold.saturating_sub(1);
         let Some(pending) = self.drain(pending, budget, false) else {
             return;

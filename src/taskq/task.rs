@@ -51,7 +51,7 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
 }
 
 /// The job side of a queued task, as the lane sees it.
-pub(crate) trait Job<S>: Send + Sync {
+pub(crate) trait Runnable<S>: Send + Sync {
     /// Runs the task on the state and completes its future. Returns whether
     /// it panicked. Called at most once, by the claim holder.
     fn run(&self, state: &mut S) -> bool;
@@ -100,7 +100,7 @@ impl<F, R> TaskCell<F, R> {
     }
 }
 
-impl<S, F, R> Job<S> for TaskCell<F, R>
+impl<S, F, R> Runnable<S> for TaskCell<F, R>
 where
     F: FnOnce(&mut S) -> R + Send,
     R: Send,
@@ -141,9 +141,41 @@ impl<F: Send, R: Send> Completion<R> for TaskCell<F, R> {
     }
 }
 
+/// What a lane holds: a task whose caller awaits a result, or a detached
+/// one (from [`TaskQueue::execute`](super::TaskQueue::execute)) whose
+/// closure is boxed alone, with no result slot or waker.
+pub(crate) enum Job<S> {
+    /// A task with a [`TaskFuture`].
+    Task(JobRef<S>),
+    /// A fire-and-forget task. Zero-sized closures are not even allocated.
+    Detached(Box<dyn FnOnce(&mut S) + Send>),
+}
+
+impl<S> Job<S> {
+    /// Runs the job; returns whether it panicked.
+    #[inline]
+    pub(crate) fn run(self, state: &mut S) -> bool {
+        match self {
+            Job::Task(task) => task.run(state),
+            Job::Detached(f) => match run_contained(state, f) {
+                Ok(()) => false,
+                Err(e) => {
+                    report_detached_panic(&e);
+                    true
+                }
+            },
+        }
+    }
+}
+
+/// A detached task has no future to carry its panic, so it is logged.
+pub(crate) fn report_detached_panic(e: &TaskError) {
+    tracing::error!("detached task: {e}");
+}
+
 /// The unique handle a lane holds on a queued task. Dropping it without
 /// running the task cancels the task, so its future never hangs.
-pub(crate) struct JobRef<S>(Arc<dyn Job<S>>);
+pub(crate) struct JobRef<S>(Arc<dyn Runnable<S>>);
 
 impl<S> JobRef<S> {
     /// Boxes `f` into one allocation shared by the job and its future.
