@@ -111,12 +111,17 @@ fn wait_for(done: &AtomicU64, target: u64) {
     }
 }
 
+/// The scheduler under test: 2 workers and the default threshold and
+/// quantum; `XW`, `XT` and `XQ` in the environment override workers,
+/// capture threshold and quantum for exploring. No depth bound: the
+/// fire-and-forget runs queue far ahead of the runner on purpose.
 fn config() -> SchedulerConfig {
     let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     SchedulerConfig {
         workers: env("XW", 2),
         capture_threshold: env("XT", 10),
         quantum: env("XQ", 64),
+        max_depth: usize::MAX,
     }
 }
 
@@ -245,6 +250,7 @@ fn two_submitters(c: &mut Criterion) {
                     q2.execute(Priority::Normal, |r: &mut Res| {
                         r.op();
                     })
+                    .unwrap()
                 },
                 |n| wait_queue(&q, n),
             )

@@ -302,6 +302,7 @@ mod tests {
             ("[scheduler]\nquantum = 0\n", "scheduler.quantum"),
             ("[scheduler]\ncapture_threshold = 0\n", "scheduler.capture_threshold"),
             ("[scheduler]\nworkers = 5000\n", "scheduler.workers"),
+            ("[scheduler]\nmax_depth = 0\n", "scheduler.max_depth"),
             ("[store]\ncache_capacity_mb = 0\n", "store.cache_capacity_mb"),
             ("[store]\ndata_dir = \"\"\n", "store.data_dir"),
             ("[server]\nmax_connections = 0\n", "server.max_connections"),

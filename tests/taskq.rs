@@ -15,6 +15,7 @@ fn scheduler(capture_threshold: usize, quantum: usize, workers: usize) -> Schedu
         capture_threshold,
         quantum,
         workers,
+        ..SchedulerConfig::default()
     })
     .expect("scheduler starts")
 }
@@ -352,4 +353,57 @@ fn dropped_futures_do_not_cancel_their_tasks() {
     gate.send(()).unwrap();
     holder.join().unwrap();
     assert_eq!(wait(q.submit(|n| *n), LONG), Some(Ok(100)));
+}
+
+#[test]
+fn a_resource_past_max_depth_refuses_instead_of_queueing() {
+    let s = Scheduler::new(&SchedulerConfig {
+        max_depth: 5,
+        workers: 1,
+        ..SchedulerConfig::default()
+    })
+    .unwrap();
+    let q = TaskQueue::new(0usize, &s);
+    let (gate, holder) = hold(&q);
+    // The holder's task counts as 1: four more fit.
+    let accepted: Vec<_> = (0..4).map(|_| q.submit(|n| *n += 1)).collect();
+    let mut refused = q.submit(|n| *n += 1);
+    assert_eq!(
+        refused.try_take(),
+        Some(Err(TaskError::Overloaded { depth: 5 }))
+    );
+    assert_eq!(
+        q.execute(Priority::High, |n| *n += 100),
+        Err(TaskError::Overloaded { depth: 5 })
+    );
+    assert_eq!(q.stats().refused, 2);
+    gate.send(()).unwrap();
+    holder.join().unwrap();
+    for fut in accepted {
+        wait(fut, LONG).unwrap().unwrap();
+    }
+    // Drained: accepted again, and nothing refused ever ran.
+    assert_eq!(q.execute(Priority::Normal, |n| *n += 1), Ok(()));
+    assert_eq!(wait(q.submit(|n| *n), LONG), Some(Ok(5)));
+}
+
+#[test]
+fn detached_tasks_run_in_order_with_submitted_ones() {
+    let s = scheduler(2, 2, 1);
+    let q = TaskQueue::new(Vec::<u32>::new(), &s);
+    let (gate, holder) = hold(&q);
+    for i in 0..20u32 {
+        if i % 2 == 0 {
+            q.execute(Priority::Normal, move |log| log.push(i)).unwrap();
+        } else {
+            drop(q.submit(move |log| log.push(i)));
+        }
+    }
+    // A panicking detached task is contained and counted.
+    q.execute(Priority::Normal, |_| panic!("detached boom")).unwrap();
+    gate.send(()).unwrap();
+    holder.join().unwrap();
+    let log = wait(q.submit(|l| l.clone()), LONG).unwrap().unwrap();
+    assert_eq!(log, (0..20).collect::<Vec<_>>());
+    assert!(wait_until(LONG, || q.stats().panics == 1));
 }

@@ -14,6 +14,10 @@
 //!   worker and returns. Workers drain a `quantum` at a time, then requeue
 //!   the resource behind the others.
 //!
+//! A resource holds at most `max_depth` counted tasks; past it submissions
+//! fail at once with [`TaskError::Overloaded`], so no queue grows without
+//! bound.
+//!
 //! Exactly one thread runs a resource at a time, no lock is held while a task
 //! runs, and within a lane tasks run in submission order. [`Priority::High`]
 //! tasks run before queued normal ones.
@@ -87,6 +91,8 @@ struct Counters {
     panics: AtomicU64,
     handoffs: AtomicU64,
     high_water: AtomicUsize,
+    /// Written by submitters (any thread), so a real atomic add.
+    refused: AtomicU64,
 }
 
 #[inline]
@@ -112,6 +118,8 @@ pub struct QueueStats {
     pub depth_high_water: usize,
     /// Tasks counted now (running plus queued).
     pub depth: usize,
+    /// Submissions refused because the resource was `max_depth` deep.
+    pub refused: u64,
 }
 
 impl<S: Send + 'static> TaskQueue<S> {
@@ -154,6 +162,9 @@ impl<S: Send + 'static> TaskQueue<S> {
         F: FnOnce(&mut S) -> R + Send + 'static,
         R: Send + 'static,
     {
+        if let Err(e) = self.inner.admit() {
+            return TaskFuture::ready(Err(e));
+        }
         match self.inner.core.enter() {
             Entry::Claimed(mut running) => {
                 let result = running.with_state(|state| run_contained(state, f));
@@ -172,11 +183,16 @@ impl<S: Send + 'static> TaskQueue<S> {
     /// allocation for a closure that captures nothing. Cheaper than
     /// dropping the future of [`submit`](Self::submit) when nobody waits.
     /// A panic is counted and logged, since no one receives it.
+    ///
+    /// # Errors
+    /// [`TaskError::Overloaded`] if the resource has `max_depth` tasks
+    /// counted; the task is dropped without running.
     #[inline]
-    pub fn execute<F>(&self, priority: Priority, f: F)
+    pub fn execute<F>(&self, priority: Priority, f: F) -> Result<(), TaskError>
     where
         F: FnOnce(&mut S) + Send + 'static,
     {
+        self.inner.admit()?;
         match self.inner.core.enter() {
             Entry::Claimed(mut running) => {
                 let result = running.with_state(|state| run_contained(state, f));
@@ -189,6 +205,7 @@ impl<S: Send + 'static> TaskQueue<S> {
                 self.inner.queue(depth, Job::Detached(Box::new(f)), priority);
             }
         }
+        Ok(())
     }
 
     /// A snapshot of this resource's counters.
@@ -201,6 +218,7 @@ impl<S: Send + 'static> TaskQueue<S> {
             handoffs: c.handoffs.load(Ordering::Relaxed),
             depth_high_water: c.high_water.load(Ordering::Relaxed),
             depth: self.inner.core.depth(),
+            refused: c.refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -214,6 +232,18 @@ impl<S> std::fmt::Debug for TaskQueue<S> {
 }
 
 impl<S: Send + 'static> Inner<S> {
+    /// Refuses a submission to a resource already `max_depth` deep.
+    #[inline]
+    fn admit(&self) -> Result<(), TaskError> {
+        let depth = self.core.depth();
+        if depth >= self.pool.max_depth {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            Err(TaskError::Overloaded { depth })
+        } else {
+            Ok(())
+        }
+    }
+
     /// The submitter ran its task inline: count it, and drain what others
     /// queued meanwhile.
     #[inline]

@@ -36,6 +36,11 @@ pub struct SchedulerConfig {
     pub quantum: usize,
     /// Worker threads; 0 means one per CPU core.
     pub workers: usize,
+    /// Most tasks one resource may have counted (running plus queued).
+    /// Past it, submissions fail with [`TaskError::Overloaded`](super::TaskError)
+    /// instead of growing the queue without bound. Checked before counting,
+    /// so concurrent submitters may overshoot it by their number.
+    pub max_depth: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -44,6 +49,7 @@ impl Default for SchedulerConfig {
             capture_threshold: 10,
             quantum: 64,
             workers: 0,
+            max_depth: 100_000,
         }
     }
 }
@@ -65,7 +71,7 @@ impl SchedulerConfig {
     /// Checks the values, naming the first bad key.
     ///
     /// # Errors
-    /// A zero threshold or quantum, or more than [`Self::MAX_WORKERS`] workers.
+    /// A zero threshold, quantum or max depth, or more than [`Self::MAX_WORKERS`] workers.
     pub fn validate(&self) -> Result<(), SchedulerConfigError> {
         if self.capture_threshold == 0 {
             return Err(SchedulerConfigError {
@@ -76,6 +82,12 @@ impl SchedulerConfig {
         if self.quantum == 0 {
             return Err(SchedulerConfigError {
                 key: "quantum",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.max_depth == 0 {
+            return Err(SchedulerConfigError {
+                key: "max_depth",
                 reason: "must be at least 1".into(),
             });
         }
@@ -113,6 +125,7 @@ pub(crate) struct PoolShared {
     run_queue: RwLock<Option<Sender<Arc<dyn Schedulable>>>>,
     pub(crate) capture_threshold: usize,
     pub(crate) quantum: usize,
+    pub(crate) max_depth: usize,
     pub(crate) counters: PoolCounters,
 }
 
@@ -171,6 +184,7 @@ impl Scheduler {
             run_queue: RwLock::new(Some(tx)),
             capture_threshold: config.capture_threshold,
             quantum: config.quantum,
+            max_depth: config.max_depth,
             counters: PoolCounters::default(),
         });
         let mut scheduler = Scheduler {

@@ -29,6 +29,13 @@ pub enum TaskError {
     /// down (a scheduler shut down while the resource still had work).
     #[error("task cancelled before it ran")]
     Cancelled,
+    /// The resource already had `max_depth` tasks counted; the task was not
+    /// queued. The caller should slow down or fail its own request.
+    #[error("resource overloaded: {depth} tasks already queued")]
+    Overloaded {
+        /// Tasks counted when the submission was refused.
+        depth: usize,
+    },
 }
 
 /// Runs `f` on `state`, turning a panic into [`TaskError::Panicked`].
