@@ -90,15 +90,16 @@ impl Handler<Op> for CounterActor {
 
 type Reply = tokio::sync::oneshot::Sender<u64>;
 
-fn tokio_resource(mut rx: tokio::sync::mpsc::UnboundedReceiver<Option<Reply>>, done: Arc<AtomicU64>) -> impl Future<Output = ()> {
-    async move {
-        let mut res = Res::default();
-        while let Some(reply) = rx.recv().await {
-            let n = res.op();
-            done.store(n, Ordering::Release);
-            if let Some(reply) = reply {
-                let _ = reply.send(n);
-            }
+async fn tokio_resource(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Option<Reply>>,
+    done: Arc<AtomicU64>,
+) {
+    let mut res = Res::default();
+    while let Some(reply) = rx.recv().await {
+        let n = res.op();
+        done.store(n, Ordering::Release);
+        if let Some(reply) = reply {
+            let _ = reply.send(n);
         }
     }
 }
@@ -116,7 +117,12 @@ fn wait_for(done: &AtomicU64, target: u64) {
 /// capture threshold and quantum for exploring. No depth bound: the
 /// fire-and-forget runs queue far ahead of the runner on purpose.
 fn config() -> SchedulerConfig {
-    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
     SchedulerConfig {
         workers: env("XW", 2),
         capture_threshold: env("XT", 10),
@@ -141,7 +147,9 @@ fn uncontended(c: &mut Criterion) {
     });
 
     let pm = parking_lot::Mutex::new(Res::default());
-    g.bench_function("b_parking_lot_mutex", |b| b.iter(|| black_box(pm.lock().op())));
+    g.bench_function("b_parking_lot_mutex", |b| {
+        b.iter(|| black_box(pm.lock().op()))
+    });
 
     g.bench_function("c_actix_send_await", |b| {
         b.iter_custom(|iters| {
@@ -162,7 +170,9 @@ fn uncontended(c: &mut Criterion) {
 
     g.bench_function("d_tokio_mpsc_oneshot", |b| {
         b.iter_custom(|iters| {
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
             rt.block_on(async move {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 tokio::spawn(tokio_resource(rx, Arc::default()));
@@ -185,7 +195,11 @@ fn two_submitters(c: &mut Criterion) {
     let mut g = c.benchmark_group("two_submitters_fire_and_forget");
     g.throughput(Throughput::Elements(2));
 
-    fn run_two(iters: u64, submit: impl Fn() + Send + Sync + 'static, wait_all: impl FnOnce(u64)) -> Duration {
+    fn run_two(
+        iters: u64,
+        submit: impl Fn() + Send + Sync + 'static,
+        wait_all: impl FnOnce(u64),
+    ) -> Duration {
         let submit = Arc::new(submit);
         let barrier = Arc::new(Barrier::new(3));
         let threads: Vec<_> = (0..2)
@@ -261,11 +275,13 @@ fn two_submitters(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let m = Arc::new(std::sync::Mutex::new(Res::default()));
             let m2 = m.clone();
-            run_two(iters, move || {
-                black_box(m2.lock().unwrap().op());
-            }, |n| {
-                assert_eq!(m.lock().unwrap().count, n)
-            })
+            run_two(
+                iters,
+                move || {
+                    black_box(m2.lock().unwrap().op());
+                },
+                |n| assert_eq!(m.lock().unwrap().count, n),
+            )
         })
     });
 
@@ -273,11 +289,13 @@ fn two_submitters(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let m = Arc::new(parking_lot::Mutex::new(Res::default()));
             let m2 = m.clone();
-            run_two(iters, move || {
-                black_box(m2.lock().op());
-            }, |n| {
-                assert_eq!(m.lock().count, n)
-            })
+            run_two(
+                iters,
+                move || {
+                    black_box(m2.lock().op());
+                },
+                |n| assert_eq!(m.lock().count, n),
+            )
         })
     });
 
@@ -312,11 +330,17 @@ fn two_submitters(c: &mut Criterion) {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             let d = done.clone();
             let runtime = thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
                 rt.block_on(tokio_resource(rx, d));
             });
             let tx2 = tx.clone();
-            let elapsed = run_two(iters, move || tx2.send(None).unwrap(), |n| wait_for(&done, n));
+            let elapsed = run_two(
+                iters,
+                move || tx2.send(None).unwrap(),
+                |n| wait_for(&done, n),
+            );
             drop(tx);
             runtime.join().unwrap();
             elapsed

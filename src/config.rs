@@ -202,15 +202,14 @@ impl Config {
             return Err(invalid("server.max_connections", "must be at least 1"));
         }
         if self.server.shutdown_timeout_s > 3600 {
-            return Err(invalid(
-                "server.shutdown_timeout_s",
-                "must be at most 3600",
-            ));
+            return Err(invalid("server.shutdown_timeout_s", "must be at most 3600"));
         }
-        self.scheduler.validate().map_err(|e| ConfigError::Invalid {
-            key: format!("scheduler.{}", e.key),
-            reason: e.reason,
-        })?;
+        self.scheduler
+            .validate()
+            .map_err(|e| ConfigError::Invalid {
+                key: format!("scheduler.{}", e.key),
+                reason: e.reason,
+            })?;
         if self.store.data_dir.as_os_str().is_empty() {
             return Err(invalid("store.data_dir", "must not be empty"));
         }
@@ -248,7 +247,11 @@ mod tests {
     fn shipped_config_parses_validates_and_equals_the_code_defaults() {
         let shipped = Config::from_toml(DEFAULT_TOML).expect("shipped config.toml parses");
         shipped.validate().expect("shipped config.toml validates");
-        assert_eq!(shipped, Config::default(), "config.toml and Default drifted");
+        assert_eq!(
+            shipped,
+            Config::default(),
+            "config.toml and Default drifted"
+        );
     }
 
     #[test]
@@ -300,10 +303,16 @@ mod tests {
     fn out_of_range_values_name_the_key() {
         let cases = [
             ("[scheduler]\nquantum = 0\n", "scheduler.quantum"),
-            ("[scheduler]\ncapture_threshold = 0\n", "scheduler.capture_threshold"),
+            (
+                "[scheduler]\ncapture_threshold = 0\n",
+                "scheduler.capture_threshold",
+            ),
             ("[scheduler]\nworkers = 5000\n", "scheduler.workers"),
             ("[scheduler]\nmax_depth = 0\n", "scheduler.max_depth"),
-            ("[store]\ncache_capacity_mb = 0\n", "store.cache_capacity_mb"),
+            (
+                "[store]\ncache_capacity_mb = 0\n",
+                "store.cache_capacity_mb",
+            ),
             ("[store]\ndata_dir = \"\"\n", "store.data_dir"),
             ("[server]\nmax_connections = 0\n", "server.max_connections"),
             ("[log]\nlevel = \"wharf=loud\"\n", "log.level"),

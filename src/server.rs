@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
 
+use crate::Error;
 use crate::config::Config;
 use crate::store::Store;
 use crate::taskq::Scheduler;
 use crate::transport::{self, Health};
-use crate::Error;
 
 /// Serves the broker on `listener` until `shutdown` completes, then stops
 /// gracefully: stop accepting, let in-flight requests finish (up to

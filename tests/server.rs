@@ -65,7 +65,10 @@ fn health_reports_version_uptime_and_instance() {
     thread::sleep(Duration::from_millis(30));
     let (_, again) = http(addr, "GET", "/health", "");
     let later: HealthReport = serde_json::from_str(&again).unwrap();
-    assert!(later.uptime_ms >= report.uptime_ms + 20, "{report:?} then {later:?}");
+    assert!(
+        later.uptime_ms >= report.uptime_ms + 20,
+        "{report:?} then {later:?}"
+    );
     assert_eq!(later.instance, report.instance);
 
     stop.send(()).unwrap();
@@ -136,7 +139,10 @@ impl Broker {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).expect("a 'listening on' line");
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .expect("a 'listening on' line");
             if let Some(rest) = line.split("listening on ").nth(1) {
                 let addr = rest.split_whitespace().next().unwrap();
                 return addr.parse().expect("an address after 'listening on'");
@@ -203,7 +209,10 @@ fn binary_serves_on_an_ephemeral_port_and_stops_on_sigterm_and_sigint() {
         broker.signal(sig);
         let status = broker.wait_exit(Duration::from_secs(20));
         assert_eq!(status.code(), Some(0), "SIG{sig}: {}", broker.stderr_rest());
-        assert!(data.join("db").exists(), "the store was created in --data-dir");
+        assert!(
+            data.join("db").exists(),
+            "the store was created in --data-dir"
+        );
     }
 }
 
@@ -214,7 +223,10 @@ fn binary_refuses_bad_config_with_exit_status_2_naming_the_key() {
         ("[scheduler]\nquantom = 3\n", "quantom"),
         ("[scheduler]\nquantum = 0\n", "scheduler.quantum"),
         ("[server]\nbind = \"nowhere\"\n", "server.bind"),
-        ("[store]\ncache_capacity_mb = \"big\"\n", "store.cache_capacity_mb"),
+        (
+            "[store]\ncache_capacity_mb = \"big\"\n",
+            "store.cache_capacity_mb",
+        ),
     ];
     for (i, (toml, key)) in cases.iter().enumerate() {
         let path = tmp.path().join(format!("bad{i}.toml"));

@@ -56,7 +56,10 @@ fn idle_resource_runs_the_task_inline_on_the_submitter() {
         *n += 1;
         thread::current().id()
     });
-    assert!(fut.is_complete(), "an idle resource completes the future at once");
+    assert!(
+        fut.is_complete(),
+        "an idle resource completes the future at once"
+    );
     assert_eq!(fut.try_take(), Some(Ok(me)));
     let stats = q.stats();
     assert_eq!(stats.inline_runs, 1);
@@ -90,7 +93,7 @@ fn many_submitters_exact_total_and_each_submitter_in_order() {
                 }
                 for fut in futures {
                     let pos = wait(fut, LONG).expect("completes").expect("no panic");
-                    assert!(pos >= 1 && pos <= THREADS * PER);
+                    assert!((1..=THREADS * PER).contains(&pos));
                 }
             })
         })
@@ -101,8 +104,16 @@ fn many_submitters_exact_total_and_each_submitter_in_order() {
     let log = wait(q.submit(|log| log.clone()), LONG).unwrap().unwrap();
     assert_eq!(log.len(), THREADS * PER, "every task ran exactly once");
     for t in 0..THREADS {
-        let seqs: Vec<usize> = log.iter().filter(|(w, _)| *w == t).map(|(_, i)| *i).collect();
-        assert_eq!(seqs, (0..PER).collect::<Vec<_>>(), "submitter {t} out of order");
+        let seqs: Vec<usize> = log
+            .iter()
+            .filter(|(w, _)| *w == t)
+            .map(|(_, i)| *i)
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..PER).collect::<Vec<_>>(),
+            "submitter {t} out of order"
+        );
     }
     let total = (THREADS * PER + 1) as u64;
     // Counters are written after a drain returns: wait for the last one.
@@ -158,9 +169,15 @@ fn exactly_one_thread_runs_a_resource_at_a_time() {
     let (violations, runs) = wait(q.submit(|st| (st.violations, st.runs)), LONG)
         .unwrap()
         .unwrap();
-    assert_eq!(violations, 0, "two threads were inside the resource at once");
+    assert_eq!(
+        violations, 0,
+        "two threads were inside the resource at once"
+    );
     assert_eq!(runs, THREADS * PER);
-    assert!(q.stats().worker_runs > 0, "contention never reached the workers");
+    assert!(
+        q.stats().worker_runs > 0,
+        "contention never reached the workers"
+    );
     assert!(s.stats().handoffs > 0);
 }
 
@@ -245,10 +262,16 @@ fn a_panicking_task_is_contained() {
         Some(Err(TaskError::Panicked(msg))) => assert!(msg.contains("boom inline"), "{msg}"),
         other => panic!("expected a contained panic, got {other:?}"),
     }
-    assert_eq!(wait(q.submit(|n| {
-        *n += 1;
-        *n
-    }), LONG), Some(Ok(1)));
+    assert_eq!(
+        wait(
+            q.submit(|n| {
+                *n += 1;
+                *n
+            }),
+            LONG
+        ),
+        Some(Ok(1))
+    );
 
     // Queued, run by a worker among other tasks.
     let (gate, holder) = hold(&q);
@@ -321,7 +344,10 @@ fn a_worker_requeues_a_hot_resource_after_its_quantum() {
     assert_eq!((xs.len(), ys.len()), (40, 5));
     let y_last = *ys.iter().max().unwrap();
     let x_last = *xs.iter().max().unwrap();
-    assert!(y_last < 20, "Y waited behind X: Y's last ran at {y_last}, X's at {x_last}");
+    assert!(
+        y_last < 20,
+        "Y waited behind X: Y's last ran at {y_last}, X's at {x_last}"
+    );
     assert!(s.stats().requeues > 0);
 }
 
@@ -331,7 +357,9 @@ fn after_scheduler_shutdown_the_running_thread_drains_everything() {
     let q = TaskQueue::new(Vec::<String>::new(), &s);
     assert!(s.shutdown(Duration::from_secs(5)));
     let (gate, holder) = hold(&q);
-    let futures: Vec<_> = (0..50).map(|_| q.submit(|log| log.push(thread_name()))).collect();
+    let futures: Vec<_> = (0..50)
+        .map(|_| q.submit(|log| log.push(thread_name())))
+        .collect();
     gate.send(()).unwrap();
     holder.join().unwrap();
     for fut in futures {
@@ -339,7 +367,10 @@ fn after_scheduler_shutdown_the_running_thread_drains_everything() {
     }
     let log = wait(q.submit(|l| l.clone()), LONG).unwrap().unwrap();
     assert_eq!(log.len(), 50);
-    assert!(log.iter().all(|n| n == "holder"), "no worker after shutdown");
+    assert!(
+        log.iter().all(|n| n == "holder"),
+        "no worker after shutdown"
+    );
 }
 
 #[test]
@@ -400,7 +431,8 @@ fn detached_tasks_run_in_order_with_submitted_ones() {
         }
     }
     // A panicking detached task is contained and counted.
-    q.execute(Priority::Normal, |_| panic!("detached boom")).unwrap();
+    q.execute(Priority::Normal, |_| panic!("detached boom"))
+        .unwrap();
     gate.send(()).unwrap();
     holder.join().unwrap();
     let log = wait(q.submit(|l| l.clone()), LONG).unwrap().unwrap();

@@ -204,7 +204,8 @@ impl<'a, S, J> Pending<'a, S, J> {
                 let job = core.pop_counted();
                 // SAFETY: the claim is held (we are a `Pending`), so access
                 // to the state is exclusive.
-                core.state.with_mut(|state| run(unsafe { &mut *state }, job));
+                core.state
+                    .with_mut(|state| run(unsafe { &mut *state }, job));
             }
             ran += batch;
             match core.finish(batch) {
@@ -218,6 +219,7 @@ impl<'a, S, J> Pending<'a, S, J> {
     /// Gives up the claim value so that another thread can [`Core::resume`]
     /// it; the claim itself stays held (the counter is untouched).
     pub(crate) fn into_raw(self) {
-        std::mem::forget(self);
+        // `Pending` has no destructor: consuming it is all it takes.
+        let Pending { .. } = self;
     }
 }

@@ -66,10 +66,22 @@ fn check_final(core: &TestCore, submitters: usize, per: usize) {
         Entry::Busy { depth } => panic!("resource still busy after joins (depth {depth})"),
     }
     let log = log.lock().unwrap().clone();
-    assert_eq!(log.len(), submitters * per, "every task ran exactly once: {log:?}");
+    assert_eq!(
+        log.len(),
+        submitters * per,
+        "every task ran exactly once: {log:?}"
+    );
     for who in 0..submitters {
-        let seqs: Vec<usize> = log.iter().filter(|(w, _)| *w == who).map(|(_, s)| *s).collect();
-        assert_eq!(seqs, (0..per).collect::<Vec<_>>(), "submitter {who} order in {log:?}");
+        let seqs: Vec<usize> = log
+            .iter()
+            .filter(|(w, _)| *w == who)
+            .map(|(_, s)| *s)
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..per).collect::<Vec<_>>(),
+            "submitter {who} order in {log:?}"
+        );
     }
 }
 

@@ -202,7 +202,8 @@ impl<S: Send + 'static> TaskQueue<S> {
                 self.inner.after_inline(running, result.is_err());
             }
             Entry::Busy { depth } => {
-                self.inner.queue(depth, Job::Detached(Box::new(f)), priority);
+                self.inner
+                    .queue(depth, Job::Detached(Box::new(f)), priority);
             }
         }
         Ok(())
