@@ -74,6 +74,8 @@ fn many_submitters_exact_total_and_each_submitter_in_order() {
     let s = scheduler(3, 5, 2);
     let q = TaskQueue::new(Vec::<(usize, usize)>::with_capacity(THREADS * PER), &s);
     let barrier = Arc::new(Barrier::new(THREADS));
+    // Start busy so that every submitter meets a queue at least once.
+    let (gate, holder) = hold(&q);
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
             let q = q.clone();
@@ -98,6 +100,9 @@ fn many_submitters_exact_total_and_each_submitter_in_order() {
             })
         })
         .collect();
+    assert!(wait_until(LONG, || q.stats().depth > THREADS));
+    gate.send(()).unwrap();
+    holder.join().unwrap();
     for h in handles {
         h.join().unwrap();
     }
@@ -115,7 +120,7 @@ fn many_submitters_exact_total_and_each_submitter_in_order() {
             "submitter {t} out of order"
         );
     }
-    let total = (THREADS * PER + 1) as u64;
+    let total = (THREADS * PER + 2) as u64;
     // Counters are written after a drain returns: wait for the last one.
     assert!(wait_until(LONG, || {
         let st = q.stats();
@@ -144,6 +149,8 @@ fn exactly_one_thread_runs_a_resource_at_a_time() {
         },
         &s,
     );
+    // Start busy so that the hand-off path is certain to run.
+    let (gate, holder) = hold(&q);
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
             let q = q.clone();
@@ -163,6 +170,9 @@ fn exactly_one_thread_runs_a_resource_at_a_time() {
             })
         })
         .collect();
+    assert!(wait_until(LONG, || q.stats().depth > THREADS));
+    gate.send(()).unwrap();
+    holder.join().unwrap();
     for h in handles {
         h.join().unwrap();
     }
