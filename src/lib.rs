@@ -10,6 +10,8 @@
 //!   owns its state through, and its worker pool. Knows nothing of messages.
 //! - [`config`]: the TOML configuration, its defaults (the shipped
 //!   `config.toml`, embedded) and its validation.
+//! - [`routing`]: topic names, filters and the filter trie.
+//! - [`protocol`]: frame types and codecs, pure (no I/O).
 //! - [`store`]: persistence on sled; the only module that knows sled.
 //! - [`transport`]: actix-web routes (`/health` so far) and the mapping of
 //!   errors to HTTP responses.
@@ -21,6 +23,8 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod protocol;
+pub mod routing;
 mod server;
 pub mod store;
 pub mod taskq;

@@ -1,0 +1,317 @@
+//! Encoding and decoding of native frames as JSON (WebSocket text frames)
+//! and bincode (binary frames). Pure: bytes in, values out, no I/O.
+//!
+//! The hot path, a `message` to many subscribers, is split in two: a
+//! per-subscription prefix computed once at subscribe time, and a body
+//! encoded once per publish and format. Prefix followed by body is exactly
+//! the encoding of the whole frame (a test holds both codecs to that).
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use super::frame::{ClientFrame, Encoding, ErrorCode, Headers, ServerFrame, payload_to_json};
+
+/// Largest frame the bincode decoder will allocate for; `max_frame` may not
+/// exceed it.
+pub const MAX_DECODE_BYTES: usize = 16 << 20;
+
+/// The two encodings of the native protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// JSON in WebSocket text frames.
+    Json,
+    /// bincode in WebSocket binary frames.
+    Bincode,
+}
+
+/// A frame that could not be decoded, with the error code to answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct DecodeError {
+    /// The `error` frame's code.
+    pub code: ErrorCode,
+    /// Detail for people.
+    pub message: String,
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_DECODE_BYTES>()
+}
+
+/// Decodes a client frame.
+///
+/// # Errors
+/// A [`DecodeError`] whose code says what was wrong.
+pub fn decode_client(format: Format, data: &[u8]) -> Result<ClientFrame, DecodeError> {
+    decode(format, data)
+}
+
+/// Decodes a server frame (for clients).
+///
+/// # Errors
+/// A [`DecodeError`] whose code says what was wrong.
+pub fn decode_server(format: Format, data: &[u8]) -> Result<ServerFrame, DecodeError> {
+    decode(format, data)
+}
+
+fn decode<T>(format: Format, data: &[u8]) -> Result<T, DecodeError>
+where
+    T: serde::de::DeserializeOwned + bincode::Decode<()>,
+{
+    match format {
+        Format::Json => serde_json::from_slice(data).map_err(json_error),
+        Format::Bincode => {
+            let (frame, used) =
+                bincode::decode_from_slice(data, bincode_config()).map_err(bincode_error)?;
+            if used != data.len() {
+                return Err(DecodeError {
+                    code: ErrorCode::Malformed,
+                    message: format!("{} trailing bytes after the frame", data.len() - used),
+                });
+            }
+            Ok(frame)
+        }
+    }
+}
+
+fn json_error(e: serde_json::Error) -> DecodeError {
+    use serde_json::error::Category;
+    let message = e.to_string();
+    let code = match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => ErrorCode::Malformed,
+        Category::Data => {
+            if message.contains("expected internally tagged enum") {
+                ErrorCode::Malformed
+            } else if message.starts_with("unknown variant") && message.contains("`hello`")
+                || message.starts_with("unknown variant") && message.contains("`welcome`")
+            {
+                ErrorCode::UnknownOp
+            } else if message.starts_with("missing field") {
+                ErrorCode::MissingField
+            } else {
+                ErrorCode::InvalidField
+            }
+        }
+    };
+    DecodeError { code, message }
+}
+
+fn bincode_error(e: bincode::error::DecodeError) -> DecodeError {
+    use bincode::error::DecodeError as E;
+    let code = match &e {
+        E::UnexpectedVariant { type_name, .. }
+            if *type_name == "ClientFrame" || *type_name == "ServerFrame" =>
+        {
+            ErrorCode::UnknownOp
+        }
+        E::UnexpectedVariant { .. } | E::Utf8 { .. } => ErrorCode::InvalidField,
+        _ => ErrorCode::Malformed,
+    };
+    DecodeError {
+        code,
+        message: e.to_string(),
+    }
+}
+
+/// Encodes a client frame.
+pub fn encode_client(format: Format, frame: &ClientFrame) -> Vec<u8> {
+    encode(format, frame)
+}
+
+/// Encodes a server frame.
+pub fn encode_server(format: Format, frame: &ServerFrame) -> Vec<u8> {
+    encode(format, frame)
+}
+
+fn encode<T: Serialize + bincode::Encode>(format: Format, frame: &T) -> Vec<u8> {
+    match format {
+        // Serialising these types to a Vec cannot fail: every map key is
+        // a string and no Serialize impl returns an error.
+        Format::Json => serde_json::to_vec(frame).unwrap_or_default(),
+        Format::Bincode => bincode::encode_to_vec(frame, bincode_config()).unwrap_or_default(),
+    }
+}
+
+/// The start of every `message` frame for one subscription: computed once,
+/// when the subscription is made.
+pub fn message_prefix(format: Format, sub: &str) -> Bytes {
+    match format {
+        Format::Json => {
+            let mut out = Vec::with_capacity(24 + sub.len());
+            out.extend_from_slice(br#"{"op":"message","sub":"#);
+            // A &str always serialises.
+            serde_json::to_writer(&mut out, sub).unwrap_or_default();
+            out.push(b',');
+            out.into()
+        }
+        Format::Bincode => {
+            // The variant index of ServerFrame::Message, then the `sub` field.
+            let mut out =
+                bincode::encode_to_vec(MESSAGE_VARIANT, bincode_config()).unwrap_or_default();
+            out.extend(bincode::encode_to_vec(sub, bincode_config()).unwrap_or_default());
+            out.into()
+        }
+    }
+}
+
+/// Index of `ServerFrame::Message` in declaration order (bincode's tag).
+const MESSAGE_VARIANT: u32 = 1;
+
+/// The rest of a `message` frame, shared by every subscriber of one publish.
+pub fn message_body(
+    format: Format,
+    topic: &str,
+    seq: u64,
+    payload: &[u8],
+    headers: &Headers,
+    retained: bool,
+) -> Bytes {
+    match format {
+        Format::Json => {
+            #[derive(Serialize)]
+            struct Body<'a> {
+                topic: &'a str,
+                seq: u64,
+                payload: &'a str,
+                #[serde(skip_serializing_if = "is_utf8")]
+                encoding: Encoding,
+                #[serde(skip_serializing_if = "Headers::is_empty")]
+                headers: &'a Headers,
+                #[serde(skip_serializing_if = "std::ops::Not::not")]
+                retained: bool,
+            }
+            fn is_utf8(e: &Encoding) -> bool {
+                *e == Encoding::Utf8
+            }
+            let (text, encoding) = payload_to_json(payload);
+            let body = Body {
+                topic,
+                seq,
+                payload: &text,
+                encoding,
+                headers,
+                retained,
+            };
+            let mut out = serde_json::to_vec(&body).unwrap_or_default();
+            // Drop the object's opening brace: the prefix opened it.
+            out.remove(0);
+            out.into()
+        }
+        Format::Bincode => {
+            #[derive(bincode::Encode)]
+            struct Body<'a> {
+                topic: &'a str,
+                seq: u64,
+                payload: &'a [u8],
+                headers: &'a Headers,
+                retained: bool,
+            }
+            bincode::encode_to_vec(
+                Body {
+                    topic,
+                    seq,
+                    payload,
+                    headers,
+                    retained,
+                },
+                bincode_config(),
+            )
+            .unwrap_or_default()
+            .into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::frame::*;
+
+    fn message(payload: &[u8], headers: Headers, retained: bool) -> Message {
+        Message {
+            sub: "s\"1".into(),
+            topic: "a/b".into(),
+            seq: 300,
+            payload: payload.to_vec(),
+            headers,
+            retained,
+        }
+    }
+
+    #[test]
+    fn prefix_and_body_are_the_whole_message_frame() {
+        let mut h = Headers::new();
+        h.insert("k".into(), "v".into());
+        for format in [Format::Json, Format::Bincode] {
+            for m in [
+                message(b"hello", Headers::new(), false),
+                message(&[0xff, 0, 1], h.clone(), true),
+                message(b"", h.clone(), false),
+            ] {
+                let mut parts = message_prefix(format, &m.sub).to_vec();
+                parts.extend_from_slice(&message_body(
+                    format, &m.topic, m.seq, &m.payload, &m.headers, m.retained,
+                ));
+                let frame = ServerFrame::Message(m.clone());
+                assert_eq!(decode_server(format, &parts).unwrap(), frame, "{format:?}");
+                if format == Format::Bincode {
+                    assert_eq!(parts, encode_server(format, &frame));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn json_error_codes() {
+        let cases: &[(&str, ErrorCode)] = &[
+            ("{", ErrorCode::Malformed),
+            ("not json", ErrorCode::Malformed),
+            ("42", ErrorCode::Malformed),
+            (r#"{"topic":"a"}"#, ErrorCode::MissingField),
+            (r#"{"op":"jump"}"#, ErrorCode::UnknownOp),
+            (r#"{"op":"publish","payload":"x"}"#, ErrorCode::MissingField),
+            (
+                r#"{"op":"publish","topic":5,"payload":"x"}"#,
+                ErrorCode::InvalidField,
+            ),
+            (
+                r#"{"op":"publish","topic":"a","payload":"x","priority":"max"}"#,
+                ErrorCode::InvalidField,
+            ),
+            (
+                r#"{"op":"publish","topic":"a","payload":"%%","encoding":"base64"}"#,
+                ErrorCode::InvalidField,
+            ),
+            (
+                r#"{"op":"subscribe","id":"1","filter":"a","color":"red"}"#,
+                ErrorCode::InvalidField,
+            ),
+        ];
+        for (text, code) in cases {
+            let err = decode_client(Format::Json, text.as_bytes()).unwrap_err();
+            assert_eq!(err.code, *code, "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn bincode_error_codes() {
+        assert_eq!(
+            decode_client(Format::Bincode, &[]).unwrap_err().code,
+            ErrorCode::Malformed
+        );
+        assert_eq!(
+            decode_client(Format::Bincode, &[99]).unwrap_err().code,
+            ErrorCode::UnknownOp
+        );
+        let mut ok = encode_client(Format::Bincode, &ClientFrame::Ping(Ping { rid: Some(1) }));
+        ok.push(0);
+        assert_eq!(
+            decode_client(Format::Bincode, &ok).unwrap_err().code,
+            ErrorCode::Malformed
+        );
+        // A length prefix claiming far more than the limit is refused
+        // without allocating it.
+        let huge = [3u8, 0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
+        assert!(decode_client(Format::Bincode, &huge).is_err());
+    }
+}

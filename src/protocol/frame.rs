@@ -1,0 +1,447 @@
+//! The native protocol's frames: what a client sends ([`ClientFrame`]) and
+//! what the server sends ([`ServerFrame`]). One type per frame, shared by the
+//! JSON and bincode encodings. proto/native.md is their specification.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+/// Protocol version this server speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Message headers: string keys to string values, ordered for stable
+/// encoding.
+pub type Headers = BTreeMap<String, String>;
+
+/// A frame from client to server. JSON: an object whose `op` names the
+/// variant in snake_case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ClientFrame {
+    /// Identifies the client; optional, but must come first if sent.
+    Hello(Hello),
+    /// Subscribes to a topic filter.
+    Subscribe(Subscribe),
+    /// Ends a subscription.
+    Unsubscribe(Unsubscribe),
+    /// Publishes a message to a topic.
+    Publish(Publish),
+    /// Asks for a `pong`.
+    Ping(Ping),
+    /// Closes the session, optionally after what is queued is delivered.
+    Close(Close),
+}
+
+/// `hello`: who the client is.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    /// Client id; the server makes one up when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// An auth token (checked once authentication exists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Protocol version the client speaks; defaults to the server's.
+    #[serde(default = "default_version")]
+    pub version: u32,
+}
+
+fn default_version() -> u32 {
+    PROTOCOL_VERSION
+}
+
+/// `subscribe`: receive messages published to topics matching `filter`,
+/// tagged with the subscription id `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Subscribe {
+    /// The client's name for this subscription, unique in the session.
+    pub id: String,
+    /// Topic filter, with `+` and `#` wildcards.
+    pub filter: String,
+    /// Request id: when present, success is confirmed by a `receipt` and a
+    /// failure's `error` carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// `unsubscribe`: end subscription `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Unsubscribe {
+    /// The subscription id given to `subscribe`.
+    pub id: String,
+    /// Request id, as for `subscribe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// Which outbound lane a message takes at each subscriber.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    bincode::Encode,
+    bincode::Decode,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// The ordinary lane.
+    #[default]
+    Normal,
+    /// Delivered ahead of queued normal messages.
+    High,
+}
+
+/// `publish`: a message to a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(try_from = "json::Publish", into = "json::Publish")]
+pub struct Publish {
+    /// Topic name (no wildcards).
+    pub topic: String,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// Message headers.
+    pub headers: Headers,
+    /// Keep as the topic's retained message (an empty payload clears it).
+    pub retain: bool,
+    /// Lane at the subscribers.
+    pub priority: Priority,
+    /// Request id: when present, the server answers with a `receipt` once
+    /// the message has been handed to every current subscriber.
+    pub rid: Option<u64>,
+}
+
+/// `ping`: the server answers `pong` with the same `rid`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Ping {
+    /// Echoed in the `pong`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// `close`: end the session.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Close {
+    /// Deliver what is already queued for this session before closing.
+    #[serde(default)]
+    pub drain: bool,
+}
+
+/// A frame from server to client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// Answers the connection (or `hello`): the session and its limits.
+    Welcome(Welcome),
+    /// A message for one of the session's subscriptions.
+    Message(Message),
+    /// Confirms a request that carried a `rid`.
+    Receipt(Receipt),
+    /// A request failed, or the client broke a rule; the session goes on
+    /// unless a close follows.
+    Error(ErrorFrame),
+    /// Answers `ping`.
+    Pong(Ping),
+    /// Messages were dropped because the session read too slowly.
+    Dropped(Dropped),
+}
+
+/// `welcome`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Welcome {
+    /// Server-chosen session id (a UUID).
+    pub session: String,
+    /// The client id in force (given in `hello`, or made up).
+    pub client_id: String,
+    /// Protocol version spoken.
+    pub version: u32,
+    /// Limits that apply to this session.
+    pub limits: Limits,
+}
+
+/// Limits a client must respect, told in `welcome`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest WebSocket frame accepted, in bytes; larger closes with 1009.
+    pub max_frame: u64,
+    /// Largest message payload accepted, in bytes.
+    pub max_payload: u64,
+    /// Bytes the server buffers for this session before its slow-consumer
+    /// policy applies.
+    pub outbound_limit: u64,
+    /// Frames per second the session may send (burst allowed).
+    pub rate_per_s: u64,
+}
+
+/// `message`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(try_from = "json::Message", into = "json::Message")]
+pub struct Message {
+    /// The subscription this delivery is for.
+    pub sub: String,
+    /// The topic it was published to.
+    pub topic: String,
+    /// The topic's publish sequence number (per topic, from 1; starts over
+    /// when the topic is created again).
+    pub seq: u64,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// Message headers.
+    pub headers: Headers,
+    /// Whether this is the retained message, sent on subscribe.
+    pub retained: bool,
+}
+
+/// `receipt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    /// The request id confirmed.
+    pub rid: u64,
+}
+
+/// `dropped`: how many messages the slow-consumer policy dropped since the
+/// last notice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Dropped {
+    /// Messages dropped.
+    pub count: u64,
+}
+
+/// `error`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorFrame {
+    /// What went wrong, for programs.
+    pub code: ErrorCode,
+    /// What went wrong, for people.
+    pub message: String,
+    /// The request id this answers, when the request had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// Error codes of the `error` frame. Stable: clients match on them.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    bincode::Encode,
+    bincode::Decode,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not JSON / not bincode, or truncated.
+    Malformed,
+    /// `op` names no operation.
+    UnknownOp,
+    /// A required field is absent.
+    MissingField,
+    /// A field has the wrong type or an invalid value, or is unknown.
+    InvalidField,
+    /// A topic name is invalid (empty, wildcard, NUL, too long).
+    InvalidTopic,
+    /// A topic filter is invalid.
+    InvalidFilter,
+    /// The payload is larger than `max_payload`.
+    PayloadTooLarge,
+    /// The session sends faster than `rate_per_s`; persisting closes it.
+    RateLimited,
+    /// `hello` came after other frames, or twice.
+    UnexpectedHello,
+    /// The protocol version is not spoken here.
+    UnsupportedVersion,
+    /// The subscription id is already in use in this session.
+    DuplicateSubscription,
+    /// No subscription has this id in this session.
+    UnknownSubscription,
+    /// The session has too many subscriptions.
+    TooManySubscriptions,
+    /// The broker is too busy for this request right now.
+    Overloaded,
+    /// A text frame in a binary session or the reverse is fine; this is a
+    /// frame kind the protocol does not use (continuation misuse).
+    UnsupportedFrame,
+    /// A server-side failure.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The snake_case name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Malformed => "malformed",
+            ErrorCode::UnknownOp => "unknown_op",
+            ErrorCode::MissingField => "missing_field",
+            ErrorCode::InvalidField => "invalid_field",
+            ErrorCode::InvalidTopic => "invalid_topic",
+            ErrorCode::InvalidFilter => "invalid_filter",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::UnexpectedHello => "unexpected_hello",
+            ErrorCode::UnsupportedVersion => "unsupported_version",
+            ErrorCode::DuplicateSubscription => "duplicate_subscription",
+            ErrorCode::UnknownSubscription => "unknown_subscription",
+            ErrorCode::TooManySubscriptions => "too_many_subscriptions",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::UnsupportedFrame => "unsupported_frame",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// How a JSON `payload` string is to be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// The string is the payload (UTF-8).
+    #[default]
+    Utf8,
+    /// The string is the payload in standard base64.
+    Base64,
+}
+
+/// Payload text for JSON: UTF-8 as is, anything else in base64.
+pub(crate) fn payload_to_json(payload: &[u8]) -> (std::borrow::Cow<'_, str>, Encoding) {
+    match std::str::from_utf8(payload) {
+        Ok(s) => (s.into(), Encoding::Utf8),
+        Err(_) => (BASE64.encode(payload).into(), Encoding::Base64),
+    }
+}
+
+/// The JSON shapes of frames whose payload is text or base64.
+pub(crate) mod json {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Publish {
+        pub topic: String,
+        pub payload: String,
+        #[serde(default, skip_serializing_if = "is_utf8")]
+        pub encoding: Encoding,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub headers: Headers,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub retain: bool,
+        #[serde(default, skip_serializing_if = "is_normal")]
+        pub priority: Priority,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rid: Option<u64>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Message {
+        pub sub: String,
+        pub topic: String,
+        pub seq: u64,
+        pub payload: String,
+        #[serde(default, skip_serializing_if = "is_utf8")]
+        pub encoding: Encoding,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub headers: Headers,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub retained: bool,
+    }
+
+    fn is_utf8(e: &Encoding) -> bool {
+        *e == Encoding::Utf8
+    }
+
+    fn is_normal(p: &Priority) -> bool {
+        *p == Priority::Normal
+    }
+
+    pub(crate) fn decode_payload(text: String, encoding: Encoding) -> Result<Vec<u8>, String> {
+        match encoding {
+            Encoding::Utf8 => Ok(text.into_bytes()),
+            Encoding::Base64 => BASE64
+                .decode(text.as_bytes())
+                .map_err(|e| format!("payload is not valid base64: {e}")),
+        }
+    }
+
+    impl TryFrom<Publish> for super::Publish {
+        type Error = String;
+        fn try_from(p: Publish) -> Result<Self, String> {
+            Ok(super::Publish {
+                payload: decode_payload(p.payload, p.encoding)?,
+                topic: p.topic,
+                headers: p.headers,
+                retain: p.retain,
+                priority: p.priority,
+                rid: p.rid,
+            })
+        }
+    }
+
+    impl From<super::Publish> for Publish {
+        fn from(p: super::Publish) -> Self {
+            let (payload, encoding) = payload_to_json(&p.payload);
+            Publish {
+                payload: payload.into_owned(),
+                encoding,
+                topic: p.topic,
+                headers: p.headers,
+                retain: p.retain,
+                priority: p.priority,
+                rid: p.rid,
+            }
+        }
+    }
+
+    impl TryFrom<Message> for super::Message {
+        type Error = String;
+        fn try_from(m: Message) -> Result<Self, String> {
+            Ok(super::Message {
+                payload: decode_payload(m.payload, m.encoding)?,
+                sub: m.sub,
+                topic: m.topic,
+                seq: m.seq,
+                headers: m.headers,
+                retained: m.retained,
+            })
+        }
+    }
+
+    impl From<super::Message> for Message {
+        fn from(m: super::Message) -> Self {
+            let (payload, encoding) = payload_to_json(&m.payload);
+            Message {
+                payload: payload.into_owned(),
+                encoding,
+                sub: m.sub,
+                topic: m.topic,
+                seq: m.seq,
+                headers: m.headers,
+                retained: m.retained,
+            }
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Wire protocols, pure: frame types and codecs, no I/O, nothing from actix,
+//! sled or tokio. Each decoder returns a typed error for bad input and
+//! never panics (property tests feed it arbitrary bytes).
+//!
+//! - [`frame`]: the native protocol's frames (proto/native.md).
+//! - [`codec`]: their JSON and bincode encodings.
+
+pub mod codec;
+pub mod frame;
+
+pub use codec::{DecodeError, Format, decode_client, decode_server, encode_client, encode_server};
+pub use frame::{ClientFrame, ErrorCode, ServerFrame};
