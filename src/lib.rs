@@ -10,6 +10,7 @@
 //!   owns its state through, and its worker pool. Knows nothing of messages.
 //! - [`config`]: the TOML configuration, its defaults (the shipped
 //!   `config.toml`, embedded) and its validation.
+//! - [`broker`]: topics as task-queue resources, the registry, fan-out.
 //! - [`routing`]: topic names, filters and the filter trie.
 //! - [`protocol`]: frame types and codecs, pure (no I/O).
 //! - [`store`]: persistence on sled; the only module that knows sled.
@@ -22,6 +23,7 @@
 
 #![deny(missing_docs)]
 
+pub mod broker;
 pub mod config;
 pub mod protocol;
 pub mod routing;

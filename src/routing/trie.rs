@@ -98,26 +98,32 @@ impl<V: PartialEq> FilterTrie<V> {
     /// Removes `value` from under `filter`; returns whether it was there.
     /// Empty branches are pruned.
     pub fn remove(&mut self, filter: &str, value: &V) -> bool {
+        self.remove_by(filter, |v| v == value)
+    }
+
+    /// Removes the first value under `filter` for which `pred` holds;
+    /// returns whether one was. Empty branches are pruned.
+    pub fn remove_by(&mut self, filter: &str, pred: impl Fn(&V) -> bool) -> bool {
         let levels: Vec<&str> = filter.split('/').collect();
-        let removed = Self::remove_at(&mut self.root, &levels, value);
+        let removed = Self::remove_at(&mut self.root, &levels, &pred);
         if removed {
             self.len -= 1;
         }
         removed
     }
 
-    fn remove_at(node: &mut Node<V>, levels: &[&str], value: &V) -> bool {
+    fn remove_at(node: &mut Node<V>, levels: &[&str], pred: &impl Fn(&V) -> bool) -> bool {
         let Some((&level, rest)) = levels.split_first() else {
-            return Self::take(&mut node.here, value);
+            return Self::take(&mut node.here, pred);
         };
         if level == "#" && rest.is_empty() {
-            return Self::take(&mut node.hash, value);
+            return Self::take(&mut node.hash, pred);
         }
         if level == "+" {
             let Some(child) = node.plus.as_deref_mut() else {
                 return false;
             };
-            let removed = Self::remove_at(child, rest, value);
+            let removed = Self::remove_at(child, rest, pred);
             if child.is_empty() {
                 node.plus = None;
             }
@@ -126,7 +132,7 @@ impl<V: PartialEq> FilterTrie<V> {
             let Some(child) = node.children.get_mut(level) else {
                 return false;
             };
-            let removed = Self::remove_at(child, rest, value);
+            let removed = Self::remove_at(child, rest, pred);
             if child.is_empty() {
                 node.children.remove(level);
             }
@@ -134,8 +140,8 @@ impl<V: PartialEq> FilterTrie<V> {
         }
     }
 
-    fn take(list: &mut Vec<V>, value: &V) -> bool {
-        match list.iter().position(|v| v == value) {
+    fn take(list: &mut Vec<V>, pred: &impl Fn(&V) -> bool) -> bool {
+        match list.iter().position(pred) {
             Some(i) => {
                 list.swap_remove(i);
                 true

@@ -54,7 +54,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use claim::Priority;
-pub use pool::{Scheduler, SchedulerConfig, SchedulerConfigError, SchedulerError, SchedulerStats};
+pub use pool::{
+    Scheduler, SchedulerConfig, SchedulerConfigError, SchedulerError, SchedulerHandle,
+    SchedulerStats,
+};
 pub use task::{TaskError, TaskFuture};
 
 use claim::{Core, Entry, Pending};
@@ -124,11 +127,11 @@ pub struct QueueStats {
 
 impl<S: Send + 'static> TaskQueue<S> {
     /// Creates a resource owning `state`, handing busy work to `scheduler`.
-    pub fn new(state: S, scheduler: &Scheduler) -> Self {
+    pub fn new(state: S, scheduler: &SchedulerHandle) -> Self {
         TaskQueue {
             inner: Arc::new(Inner {
                 core: Core::new(state),
-                pool: scheduler.shared().clone(),
+                pool: scheduler.shared.clone(),
                 counters: Counters::default(),
             }),
         }
@@ -207,6 +210,11 @@ impl<S: Send + 'static> TaskQueue<S> {
             }
         }
         Ok(())
+    }
+
+    /// Whether two handles refer to the same resource.
+    pub fn same(&self, other: &TaskQueue<S>) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// A snapshot of this resource's counters.

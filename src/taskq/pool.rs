@@ -159,11 +159,28 @@ pub struct SchedulerStats {
     pub workers: usize,
 }
 
+/// A cheap, cloneable reference to a scheduler, for code that creates
+/// resources at run time (a registry creating topics from many threads).
+/// It does not keep the workers alive: after the owning [`Scheduler`] shuts
+/// down, resources made from it are drained by their submitters.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    pub(crate) shared: Arc<PoolShared>,
+}
+
+impl std::fmt::Debug for SchedulerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerHandle").finish_non_exhaustive()
+    }
+}
+
 /// The worker pool behind every [`TaskQueue`](super::TaskQueue) created from
 /// it. Owning handle: dropping it (or calling [`Scheduler::shutdown`]) stops
-/// the workers after they finish the resources already handed to them.
+/// the workers after they finish the resources already handed to them. It
+/// dereferences to a [`SchedulerHandle`], so `TaskQueue::new(s, &scheduler)`
+/// works with either.
 pub struct Scheduler {
-    shared: Arc<PoolShared>,
+    handle: SchedulerHandle,
     threads: Vec<JoinHandle<()>>,
     exited: Receiver<()>,
     workers: usize,
@@ -188,7 +205,7 @@ impl Scheduler {
             counters: PoolCounters::default(),
         });
         let mut scheduler = Scheduler {
-            shared,
+            handle: SchedulerHandle { shared },
             threads: Vec::with_capacity(workers),
             exited,
             workers,
@@ -211,15 +228,16 @@ impl Scheduler {
         Ok(scheduler)
     }
 
-    pub(crate) fn shared(&self) -> &Arc<PoolShared> {
-        &self.shared
+    /// A cloneable handle for creating resources elsewhere.
+    pub fn handle(&self) -> SchedulerHandle {
+        self.handle.clone()
     }
 
     /// Current counters.
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
-            handoffs: self.shared.counters.handoffs.load(Ordering::Relaxed),
-            requeues: self.shared.counters.requeues.load(Ordering::Relaxed),
+            handoffs: self.handle.shared.counters.handoffs.load(Ordering::Relaxed),
+            requeues: self.handle.shared.counters.requeues.load(Ordering::Relaxed),
             workers: self.workers,
         }
     }
@@ -230,7 +248,7 @@ impl Scheduler {
     /// time (the ones that did not are left detached).
     pub fn shutdown(&mut self, timeout: Duration) -> bool {
         {
-            let mut guard = match self.shared.run_queue.write() {
+            let mut guard = match self.handle.shared.run_queue.write() {
                 Ok(g) => g,
                 Err(poisoned) => poisoned.into_inner(),
             };
@@ -261,6 +279,14 @@ impl Scheduler {
             self.threads.clear();
         }
         all
+    }
+}
+
+impl std::ops::Deref for Scheduler {
+    type Target = SchedulerHandle;
+
+    fn deref(&self) -> &SchedulerHandle {
+        &self.handle
     }
 }
 

@@ -1,0 +1,295 @@
+//! The broker core: topics as resources, and the registry that finds them.
+//!
+//! Each topic is a [`TaskQueue`] owning a `TopicState` (its subscriptions,
+//! retained message and sequence number); publish, subscribe and
+//! unsubscribe are tasks on it, so one publisher's messages reach every
+//! subscriber in the order they were published. The registry maps names to
+//! topics and keeps wildcard subscriptions in a [`FilterTrie`]: a topic
+//! copies the matching wildcard subscriptions when it is created, and a new
+//! wildcard subscription is added to every existing matching topic. Both
+//! happen under the registry's lock, so no topic misses a subscription.
+//!
+//! Publishing needs only a read lock to find the topic; fan-out happens in
+//! the topic's task and never copies the payload.
+
+mod message;
+mod sink;
+mod topic;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+pub use message::{ENCODING_SLOTS, Published};
+pub use sink::{Delivery, Sink, Subscription};
+pub use topic::PublishOutcome;
+
+use crate::protocol::frame::{Headers, Priority};
+use crate::routing::{self, FilterTrie, TopicError};
+use crate::taskq::{SchedulerHandle, TaskError, TaskQueue};
+use topic::{Gone, TopicState};
+
+type Topic = TaskQueue<TopicState>;
+
+/// Why a broker operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BrokerError {
+    /// The topic name is not valid.
+    #[error("invalid topic: {0}")]
+    InvalidTopic(TopicError),
+    /// The filter is not valid.
+    #[error("invalid filter: {0}")]
+    InvalidFilter(TopicError),
+    /// The topic's task queue refused or lost the task.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// The topic was removed and re-created under the operation more times
+    /// than it retries; try again.
+    #[error("topic is being removed and re-created; try again")]
+    Contended,
+}
+
+/// A message to publish.
+#[derive(Debug, Clone, Default)]
+pub struct Publish {
+    /// Topic name, without wildcards.
+    pub topic: String,
+    /// Payload bytes (shared, not copied, by the fan-out).
+    pub payload: Bytes,
+    /// Headers.
+    pub headers: Headers,
+    /// Keep as the topic's retained message; an empty payload clears it.
+    pub retain: bool,
+    /// Lane at the subscribers.
+    pub priority: Priority,
+}
+
+/// The broker: cheap to clone, shared by every connection.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    scheduler: SchedulerHandle,
+    registry: RwLock<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    topics: HashMap<Arc<str>, Topic>,
+    wildcards: FilterTrie<Subscription>,
+}
+
+/// Counts for metrics and the admin API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BrokerStats {
+    /// Topics that exist now.
+    pub topics: usize,
+    /// Wildcard subscriptions.
+    pub wildcard_subscriptions: usize,
+}
+
+/// A retry bound for a task that keeps finding its topic removed; each
+/// retry creates the topic afresh, so more than one is already unusual.
+const GONE_RETRIES: usize = 8;
+
+impl Broker {
+    /// A broker whose topics run on `scheduler`'s workers.
+    pub fn new(scheduler: SchedulerHandle) -> Self {
+        Broker {
+            inner: Arc::new(Inner {
+                scheduler,
+                registry: RwLock::new(Registry::default()),
+            }),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Registry> {
+        self.inner
+            .registry
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Registry> {
+        self.inner
+            .registry
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The topic named `name`, created (with its matching wildcard
+    /// subscriptions) if `create` and it does not exist.
+    fn topic(&self, name: &str, create: bool) -> Option<Topic> {
+        if let Some(t) = self.read().topics.get(name) {
+            return Some(t.clone());
+        }
+        let mut reg = self.write();
+        if let Some(t) = reg.topics.get(name) {
+            return Some(t.clone());
+        }
+        let mut subs = Vec::new();
+        reg.wildcards.for_each_match(name, |s| subs.push(s.clone()));
+        if !create && subs.is_empty() {
+            return None;
+        }
+        let name: Arc<str> = name.into();
+        let topic = TaskQueue::new(TopicState::new(name.clone(), subs), &self.inner.scheduler);
+        reg.topics.insert(name, topic.clone());
+        Some(topic)
+    }
+
+    /// Publishes a message: stamps it with the topic's next sequence number,
+    /// keeps it if retained, and queues it for every matching subscription.
+    /// A publish to a topic nobody subscribes to and that keeps nothing is
+    /// a no-op.
+    ///
+    /// # Errors
+    /// An invalid topic name, or the topic's queue refusing the task
+    /// (overloaded).
+    pub async fn publish(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
+        routing::validate_topic(&msg.topic).map_err(BrokerError::InvalidTopic)?;
+        for _ in 0..GONE_RETRIES {
+            let Some(topic) = self.topic(&msg.topic, msg.retain) else {
+                return Ok(PublishOutcome::default());
+            };
+            let (payload, headers) = (msg.payload.clone(), msg.headers.clone());
+            let (priority, retain) = (msg.priority, msg.retain);
+            match topic
+                .submit(move |t| t.publish(payload, headers, priority, retain))
+                .await?
+            {
+                Ok(outcome) => return Ok(outcome),
+                Err(Gone) => continue,
+            }
+        }
+        Err(BrokerError::Contended)
+    }
+
+    /// Subscribes `sub` to its filter: on every matching topic, existing or
+    /// created later. Each matching topic's retained message is delivered
+    /// first.
+    ///
+    /// # Errors
+    /// An invalid filter, or a topic queue refusing the task.
+    pub async fn subscribe(&self, sub: Subscription) -> Result<(), BrokerError> {
+        routing::validate_filter(&sub.filter).map_err(BrokerError::InvalidFilter)?;
+        if !routing::is_wildcard(&sub.filter) {
+            return self.subscribe_exact(sub).await;
+        }
+        let matching: Vec<Topic> = {
+            let mut reg = self.write();
+            reg.wildcards.insert(&sub.filter, sub.clone());
+            reg.topics
+                .iter()
+                .filter(|(name, _)| routing::matches(&sub.filter, name))
+                .map(|(_, t)| t.clone())
+                .collect()
+        };
+        for topic in matching {
+            let sub = sub.clone();
+            // A topic removed meanwhile is fine: if it is created again it
+            // copies the subscription from the trie.
+            let _ = topic.submit(move |t| t.subscribe(sub)).await?;
+        }
+        Ok(())
+    }
+
+    async fn subscribe_exact(&self, sub: Subscription) -> Result<(), BrokerError> {
+        for _ in 0..GONE_RETRIES {
+            let Some(topic) = self.topic(&sub.filter, true) else {
+                continue;
+            };
+            let s = sub.clone();
+            match topic.submit(move |t| t.subscribe(s)).await? {
+                Ok(()) => return Ok(()),
+                Err(Gone) => continue,
+            }
+        }
+        Err(BrokerError::Contended)
+    }
+
+    /// Ends the subscription `id` of `sink` on `filter`.
+    ///
+    /// # Errors
+    /// A topic queue refusing the task.
+    pub async fn unsubscribe(&self, sink: u64, id: &str, filter: &str) -> Result<(), BrokerError> {
+        let topics: Vec<Topic> = if routing::is_wildcard(filter) {
+            let mut reg = self.write();
+            reg.wildcards
+                .remove_by(filter, |s| s.sink.id() == sink && &*s.id == id);
+            reg.topics
+                .iter()
+                .filter(|(name, _)| routing::matches(filter, name))
+                .map(|(_, t)| t.clone())
+                .collect()
+        } else {
+            self.read()
+                .topics
+                .get(filter)
+                .cloned()
+                .into_iter()
+                .collect()
+        };
+        let id: Arc<str> = id.into();
+        for topic in topics {
+            let id = id.clone();
+            topic.submit(move |t| t.unsubscribe(sink, &id)).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes topics with no subscriptions and no retained message that
+    /// have been unused for `idle`. Returns how many were removed.
+    pub async fn sweep_idle(&self, idle: Duration) -> usize {
+        let Some(cutoff) = Instant::now().checked_sub(idle) else {
+            return 0;
+        };
+        let topics: Vec<(Arc<str>, Topic)> = self
+            .read()
+            .topics
+            .iter()
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        let mut removed = 0;
+        for (name, topic) in topics {
+            if let Ok(true) = topic.submit(move |t| t.remove_if_idle(cutoff)).await {
+                let mut reg = self.write();
+                if reg.topics.get(&name).is_some_and(|t| t.same(&topic)) {
+                    reg.topics.remove(&name);
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
+    /// Current counts.
+    pub fn stats(&self) -> BrokerStats {
+        let reg = self.read();
+        BrokerStats {
+            topics: reg.topics.len(),
+            wildcard_subscriptions: reg.wildcards.len(),
+        }
+    }
+
+    /// Subscriptions, retained flag and last sequence number of a topic.
+    pub async fn topic_info(&self, name: &str) -> Option<(usize, bool, u64)> {
+        let topic = self.read().topics.get(name).cloned()?;
+        topic.submit(|t| t.summary()).await.ok()
+    }
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

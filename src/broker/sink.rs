@@ -1,0 +1,73 @@
+//! Where a subscription's messages go. The broker knows subscribers only as
+//! a [`Sink`] plus an opaque tag, so topics never touch sockets.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::message::Published;
+
+/// What happened to one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Queued for the subscriber.
+    Queued,
+    /// Refused by the subscriber's slow-consumer policy (counted there).
+    Dropped,
+    /// The subscriber is gone; the topic forgets the subscription.
+    Closed,
+}
+
+/// A receiver of messages: a WebSocket session, an embedded actor, a queue.
+/// `deliver` runs inside a topic's task, so it must not block: it queues
+/// and returns.
+pub trait Sink: Send + Sync {
+    /// Unique among live sinks; with the subscription id it identifies a
+    /// subscription.
+    fn id(&self) -> u64;
+    /// Hands `msg` to the sink for the subscription described by `sub`.
+    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery;
+    /// Whether the sink is gone for good (its subscriptions can be dropped).
+    fn is_closed(&self) -> bool;
+}
+
+/// One subscription as topics hold it.
+#[derive(Clone)]
+pub struct Subscription {
+    /// The receiver.
+    pub sink: Arc<dyn Sink>,
+    /// The subscriber's name for this subscription.
+    pub id: Arc<str>,
+    /// The filter subscribed to.
+    pub filter: Arc<str>,
+    /// Opaque bytes the sink attached at subscribe time (a session keeps
+    /// the encoded start of its `message` frames here).
+    pub tag: Bytes,
+    /// Which of a message's cached encodings ([`Published::encoded`]) this
+    /// subscription uses, so each wire format is encoded once per publish.
+    pub encoding: usize,
+}
+
+impl Subscription {
+    fn key(&self) -> (u64, &str) {
+        (self.sink.id(), &self.id)
+    }
+}
+
+impl PartialEq for Subscription {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Subscription {}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("sink", &self.sink.id())
+            .field("id", &self.id)
+            .field("filter", &self.filter)
+            .finish()
+    }
+}

@@ -1,0 +1,148 @@
+//! A topic's state and the tasks that change it. Everything here runs
+//! inside the topic's task queue: one task at a time, never blocking.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::message::Published;
+use super::sink::{Delivery, Subscription};
+use crate::protocol::frame::{Headers, Priority};
+
+/// The state a topic resource owns.
+#[derive(Debug)]
+pub(crate) struct TopicState {
+    pub(crate) name: Arc<str>,
+    /// Exact and wildcard subscriptions matching this topic.
+    subs: Vec<Subscription>,
+    retained: Option<Arc<Published>>,
+    seq: u64,
+    /// Set by the idle sweep just before the registry forgets the topic;
+    /// tasks that find it set tell their caller to look the topic up again.
+    pub(crate) removed: bool,
+    last_active: Instant,
+}
+
+/// A task found the topic already removed: look it up again and retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Gone;
+
+/// What a publish reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishOutcome {
+    /// Subscriptions the message was queued for.
+    pub delivered: usize,
+    /// Subscriptions whose slow-consumer policy dropped it.
+    pub dropped: usize,
+    /// The message's sequence number on its topic (0 if no topic existed
+    /// and nothing was kept).
+    pub seq: u64,
+}
+
+impl TopicState {
+    pub(crate) fn new(name: Arc<str>, subs: Vec<Subscription>) -> Self {
+        TopicState {
+            name,
+            subs,
+            retained: None,
+            seq: 0,
+            removed: false,
+            last_active: Instant::now(),
+        }
+    }
+
+    /// Stamps, retains (or clears) and fans out one message.
+    pub(crate) fn publish(
+        &mut self,
+        payload: Bytes,
+        headers: Headers,
+        priority: Priority,
+        retain: bool,
+    ) -> Result<PublishOutcome, Gone> {
+        if self.removed {
+            return Err(Gone);
+        }
+        self.seq += 1;
+        self.last_active = Instant::now();
+        let msg = Arc::new(Published::new(
+            self.name.clone(),
+            self.seq,
+            payload,
+            headers,
+            priority,
+            false,
+        ));
+        if retain {
+            self.retained = if msg.payload.is_empty() {
+                None
+            } else {
+                Some(Arc::new(msg.as_retained()))
+            };
+        }
+        let mut outcome = PublishOutcome {
+            seq: self.seq,
+            ..PublishOutcome::default()
+        };
+        let mut closed = false;
+        for sub in &self.subs {
+            match sub.sink.deliver(sub, &msg) {
+                Delivery::Queued => outcome.delivered += 1,
+                Delivery::Dropped => outcome.dropped += 1,
+                Delivery::Closed => closed = true,
+            }
+        }
+        if closed {
+            self.forget_closed();
+        }
+        Ok(outcome)
+    }
+
+    /// Adds a subscription (once) and hands it the retained message first.
+    pub(crate) fn subscribe(&mut self, sub: Subscription) -> Result<(), Gone> {
+        if self.removed {
+            return Err(Gone);
+        }
+        self.last_active = Instant::now();
+        if self.subs.contains(&sub) {
+            return Ok(());
+        }
+        if let Some(retained) = &self.retained {
+            if sub.sink.deliver(&sub, retained) == Delivery::Closed {
+                return Ok(());
+            }
+        }
+        self.subs.push(sub);
+        Ok(())
+    }
+
+    /// Removes a subscription if present.
+    pub(crate) fn unsubscribe(&mut self, sink: u64, id: &str) {
+        self.last_active = Instant::now();
+        self.subs.retain(|s| !(s.sink.id() == sink && &*s.id == id));
+    }
+
+    /// Drops subscriptions whose sink said it is closed.
+    fn forget_closed(&mut self) {
+        self.subs.retain(|s| !s.sink.is_closed());
+    }
+
+    /// Marks the topic removed if it is idle (no subscribers, no retained
+    /// message) and was last used before `cutoff`.
+    pub(crate) fn remove_if_idle(&mut self, cutoff: Instant) -> bool {
+        self.forget_closed();
+        if !self.removed
+            && self.subs.is_empty()
+            && self.retained.is_none()
+            && self.last_active <= cutoff
+        {
+            self.removed = true;
+        }
+        self.removed
+    }
+
+    /// Subscriptions and whether a retained message is held.
+    pub(crate) fn summary(&self) -> (usize, bool, u64) {
+        (self.subs.len(), self.retained.is_some(), self.seq)
+    }
+}
