@@ -25,6 +25,10 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[scheduler]`: the resource task queues' worker pool.
     pub scheduler: SchedulerConfig,
+    /// `[session]`: per-connection limits and the slow-consumer policy.
+    pub session: SessionConfig,
+    /// `[topics]`: topic lifetime.
+    pub topics: TopicsConfig,
     /// `[store]`: where and how the sled database lives.
     pub store: StoreConfig,
     /// `[log]`: what the binary logs and how.
@@ -54,6 +58,76 @@ impl Default for ServerConfig {
             max_connections: 25_000,
             shutdown_timeout_s: 10,
         }
+    }
+}
+
+/// What happens to a session whose outbound queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlowConsumer {
+    /// Drop the oldest queued messages to make room, count them, and tell
+    /// the client with a `dropped` notice (at-most-once delivery).
+    #[default]
+    DropOldest,
+    /// Close the connection with 1008 and a reason.
+    Disconnect,
+}
+
+/// `[session]` settings: limits of one WebSocket connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionConfig {
+    /// Largest WebSocket frame accepted, in bytes; larger closes with 1009.
+    pub max_frame: usize,
+    /// Largest message payload accepted, in bytes (at most `max_frame`).
+    pub max_payload: usize,
+    /// Bytes queued for one session before the slow-consumer policy applies.
+    pub outbound_limit: usize,
+    /// `drop_oldest` or `disconnect`.
+    pub slow_consumer: SlowConsumer,
+    /// Frames written per batch before the writer yields to others.
+    pub write_quantum: usize,
+    /// Frames per second a session may send, on average.
+    pub rate_per_s: u32,
+    /// Frames a session may send in a burst above the rate.
+    pub rate_burst: u32,
+    /// Seconds between server pings on a quiet connection.
+    pub ping_interval_s: u64,
+    /// Seconds without any frame from the client before closing (1001).
+    pub idle_timeout_s: u64,
+    /// Most subscriptions one session may hold.
+    pub max_subscriptions: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            max_frame: 1 << 20,
+            max_payload: 1 << 20,
+            outbound_limit: 4 << 20,
+            slow_consumer: SlowConsumer::DropOldest,
+            write_quantum: 64,
+            rate_per_s: 100_000,
+            rate_burst: 100_000,
+            ping_interval_s: 20,
+            idle_timeout_s: 60,
+            max_subscriptions: 1000,
+        }
+    }
+}
+
+/// `[topics]` settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicsConfig {
+    /// Seconds a topic with no subscribers and no retained message lives
+    /// after its last use.
+    pub idle_timeout_s: u64,
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        TopicsConfig { idle_timeout_s: 60 }
     }
 }
 
@@ -210,6 +284,43 @@ impl Config {
                 key: format!("scheduler.{}", e.key),
                 reason: e.reason,
             })?;
+        let session = &self.session;
+        if session.max_frame < 64 || session.max_frame > crate::protocol::codec::MAX_DECODE_BYTES {
+            return Err(invalid(
+                "session.max_frame",
+                "must be between 64 and 16777216 bytes",
+            ));
+        }
+        if session.max_payload == 0 || session.max_payload > session.max_frame {
+            return Err(invalid(
+                "session.max_payload",
+                "must be at least 1 and at most session.max_frame",
+            ));
+        }
+        if session.outbound_limit < session.max_frame {
+            return Err(invalid(
+                "session.outbound_limit",
+                "must be at least session.max_frame",
+            ));
+        }
+        if session.write_quantum == 0 {
+            return Err(invalid("session.write_quantum", "must be at least 1"));
+        }
+        if session.rate_per_s == 0 {
+            return Err(invalid("session.rate_per_s", "must be at least 1"));
+        }
+        if session.ping_interval_s == 0 {
+            return Err(invalid("session.ping_interval_s", "must be at least 1"));
+        }
+        if session.idle_timeout_s <= session.ping_interval_s {
+            return Err(invalid(
+                "session.idle_timeout_s",
+                "must be longer than session.ping_interval_s",
+            ));
+        }
+        if self.topics.idle_timeout_s == 0 {
+            return Err(invalid("topics.idle_timeout_s", "must be at least 1"));
+        }
         if self.store.data_dir.as_os_str().is_empty() {
             return Err(invalid("store.data_dir", "must not be empty"));
         }
@@ -316,6 +427,9 @@ mod tests {
             ("[store]\ndata_dir = \"\"\n", "store.data_dir"),
             ("[server]\nmax_connections = 0\n", "server.max_connections"),
             ("[log]\nlevel = \"wharf=loud\"\n", "log.level"),
+            ("[session]\nmax_payload = 99999999\n", "session.max_payload"),
+            ("[session]\nidle_timeout_s = 5\n", "session.idle_timeout_s"),
+            ("[session]\nmax_frame = 10\n", "session.max_frame"),
         ];
         for (toml, key) in cases {
             let config = Config::from_toml(toml).unwrap();

@@ -13,9 +13,13 @@
 //! - [`broker`]: topics as task-queue resources, the registry, fan-out.
 //! - [`routing`]: topic names, filters and the filter trie.
 //! - [`protocol`]: frame types and codecs, pure (no I/O).
+//! - [`session`]: per-connection state, the bounded two-lane outbound
+//!   queue and its frame writer, the slow-consumer policy, the registry.
 //! - [`store`]: persistence on sled; the only module that knows sled.
 //! - [`transport`]: actix-web routes (`/health` so far) and the mapping of
 //!   errors to HTTP responses.
+//! - `client` (default feature): an async Rust client for the native
+//!   protocol.
 //! - [`run`]: serve on a listener until a shutdown future completes.
 //!
 //! The binary (`src/main.rs`) only parses the command line, loads the
@@ -24,10 +28,13 @@
 #![deny(missing_docs)]
 
 pub mod broker;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod config;
 pub mod protocol;
 pub mod routing;
 mod server;
+pub mod session;
 pub mod store;
 pub mod taskq;
 pub mod transport;

@@ -4,15 +4,18 @@
 
 use std::future::Future;
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
 
 use crate::Error;
+use crate::broker::Broker;
 use crate::config::Config;
+use crate::session::Sessions;
 use crate::store::Store;
 use crate::taskq::Scheduler;
-use crate::transport::{self, Health};
+use crate::transport::{self, AppState, Health};
 
 /// Serves the broker on `listener` until `shutdown` completes, then stops
 /// gracefully: stop accepting, let in-flight requests finish (up to
@@ -54,6 +57,13 @@ pub async fn run(
 
     let addr = listener.local_addr()?;
     let health = web::Data::new(Health::new());
+    let broker = Broker::new(scheduler.handle());
+    let sessions = Sessions::new();
+    let state = web::Data::new(AppState {
+        broker: broker.clone(),
+        sessions: sessions.clone(),
+        config: Arc::new(config.clone()),
+    });
     let workers = if config.server.http_workers == 0 {
         std::thread::available_parallelism().map_or(2, |n| n.get())
     } else {
@@ -62,6 +72,7 @@ pub async fn run(
     let server = HttpServer::new(move || {
         App::new()
             .app_data(health.clone())
+            .app_data(state.clone())
             .configure(transport::routes)
             .default_service(web::to(transport::not_found))
     })
@@ -79,13 +90,34 @@ pub async fn run(
         "listening on {addr}"
     );
 
+    // Topics nobody uses any more are swept on the idle timeout.
+    let idle = Duration::from_secs(config.topics.idle_timeout_s);
+    let sweeper = actix_rt::spawn(async move {
+        let mut tick = actix_rt::time::interval(idle.div_f32(2.0).max(Duration::from_millis(100)));
+        loop {
+            tick.tick().await;
+            let removed = broker.sweep_idle(idle).await;
+            if removed > 0 {
+                tracing::debug!(removed, "idle topics swept");
+            }
+        }
+    });
+
     let handle = server.handle();
+    let closing = sessions.clone();
     actix_rt::spawn(async move {
         shutdown.await;
-        tracing::info!("shutting down: no new connections, finishing in-flight work");
+        tracing::info!(
+            sessions = closing.len(),
+            "shutting down: closing sessions, no new connections, finishing in-flight work"
+        );
+        // Sessions get their queued messages and a 1001 close frame; the
+        // graceful stop below waits for them up to the shutdown timeout.
+        closing.close_all(1001, "server shutting down", true);
         handle.stop(true).await;
     });
     let served = server.await;
+    sweeper.abort();
 
     let timeout = Duration::from_secs(config.server.shutdown_timeout_s.max(1));
     let (workers_done, synced) = web::block(move || {

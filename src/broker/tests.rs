@@ -8,10 +8,13 @@ use crate::taskq::{Scheduler, SchedulerConfig};
 
 static NEXT_SINK: AtomicU64 = AtomicU64::new(1);
 
+/// (subscription id, topic, seq, payload, retained) of one delivery.
+type Got = (String, String, u64, Vec<u8>, bool);
+
 #[derive(Default)]
 struct Recorder {
     id: u64,
-    got: Mutex<Vec<(String, String, u64, Vec<u8>, bool)>>,
+    got: Mutex<Vec<Got>>,
     closed: AtomicBool,
 }
 
@@ -23,7 +26,7 @@ impl Recorder {
         })
     }
 
-    fn take(&self) -> Vec<(String, String, u64, Vec<u8>, bool)> {
+    fn take(&self) -> Vec<Got> {
         std::mem::take(&mut self.got.lock().unwrap())
     }
 

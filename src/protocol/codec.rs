@@ -59,7 +59,17 @@ where
     T: serde::de::DeserializeOwned + bincode::Decode<()>,
 {
     match format {
-        Format::Json => serde_json::from_slice(data).map_err(json_error),
+        Format::Json => {
+            // serde's messages for a top-level array or scalar read like a
+            // field error; a frame that is not an object is malformed.
+            if data.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+                return Err(DecodeError {
+                    code: ErrorCode::Malformed,
+                    message: "a JSON frame must be an object with an \"op\" field".into(),
+                });
+            }
+            serde_json::from_slice(data).map_err(json_error)
+        }
         Format::Bincode => {
             let (frame, used) =
                 bincode::decode_from_slice(data, bincode_config()).map_err(bincode_error)?;

@@ -1,22 +1,63 @@
-//! actix-web routes: what Wharf exposes over HTTP. Handlers turn typed
-//! errors into HTTP statuses with a JSON body in one place ([`ApiError`]).
+//! actix-web routes: what Wharf exposes over HTTP and WebSocket. Handlers
+//! turn typed errors into HTTP statuses with a JSON body in one place
+//! ([`ApiError`]).
 
 mod error;
 mod health;
+mod topics;
+mod ws;
+
+use std::sync::Arc;
 
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
+pub use topics::{HEADER_PREFIX, PublishReply};
 
 use actix_web::web;
 
-/// Mounts Wharf's HTTP routes on an actix `App` or scope. The caller must
-/// have registered a `web::Data<Health>`.
+use crate::broker::Broker;
+use crate::config::Config;
+use crate::session::Sessions;
+
+/// What the routes share: the broker, the live sessions and the config.
+#[derive(Clone)]
+pub struct AppState {
+    /// The broker core.
+    pub broker: Broker,
+    /// Live WebSocket sessions.
+    pub sessions: Sessions,
+    /// The configuration in force.
+    pub config: Arc<Config>,
+}
+
+/// Mounts Wharf's routes on an actix `App` or scope. The caller must have
+/// registered `web::Data<Health>` and `web::Data<AppState>`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/health")
             .route(web::get().to(health::get))
             .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/ws")
+            .route(web::get().to(ws::upgrade))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/sessions")
+            .route(web::get().to(list_sessions))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/topics/{name:.+}")
+            .route(web::post().to(topics::publish))
+            .default_service(web::to(error::method_not_allowed)),
     );
+}
+
+/// `GET /admin/sessions`: every live session with its outbound counters.
+async fn list_sessions(app: web::Data<AppState>) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok().json(app.sessions.list())
 }
 
 /// The answer for paths no route matches: 404 with a JSON error body.

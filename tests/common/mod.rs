@@ -74,3 +74,78 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) ->
         .expect("a status code");
     (status, body.to_owned())
 }
+
+/// A broker running in-process on an ephemeral loopback port, stopped (and
+/// waited for) on drop.
+pub struct TestBroker {
+    pub addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<Result<(), wharf::Error>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestBroker {
+    /// Starts with the defaults, small pools, a temporary store, and
+    /// whatever `tune` changes.
+    pub fn start(tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = wharf::Config::default();
+        config.store.data_dir = dir.path().join("data");
+        config.store.cache_capacity_mb = 8;
+        config.server.http_workers = 2;
+        config.scheduler.workers = 2;
+        config.server.shutdown_timeout_s = 2;
+        tune(&mut config);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = thread::spawn(move || {
+            actix_rt::System::new().block_on(wharf::run(listener, config, async {
+                let _ = stopped.await;
+            }))
+        });
+        TestBroker {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    /// Stops the broker and returns what `run` returned.
+    pub fn stop(mut self) -> Result<(), wharf::Error> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<(), wharf::Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(t) => {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !t.is_finished() {
+                    assert!(Instant::now() < deadline, "broker did not stop");
+                    thread::sleep(Duration::from_millis(10));
+                }
+                t.join().unwrap()
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
+
+/// Runs an async test body on a fresh actix system (the client needs one).
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    actix_rt::System::new().block_on(f)
+}

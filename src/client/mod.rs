@@ -1,0 +1,582 @@
+//! An async Rust client for the native protocol (bincode by default), used
+//! by the tests, the benchmark and the examples.
+//!
+//! It runs on actix's runtime (awc is not `Send`): create and use it inside
+//! an actix system (`#[actix_web::main]`, `actix_rt::System::new()`). A
+//! background task owns the socket; the [`Client`] handle sends commands to
+//! it through a bounded channel. Every wait has a timeout
+//! ([`ClientOptions::timeout`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), wharf::client::ClientError> {
+//! use wharf::client::{Client, ClientOptions};
+//! let client = Client::connect("ws://127.0.0.1:7878/ws", ClientOptions::default()).await?;
+//! let mut temps = client.subscribe("home/+/temperature").await?;
+//! client.publish_confirmed("home/kitchen/temperature", b"21.5".to_vec()).await?;
+//! let msg = temps.recv().await.expect("a message");
+//! assert_eq!(msg.payload, b"21.5");
+//! client.close(true).await?;
+//! # Ok(()) }
+//! ```
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use awc::ws;
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::protocol::codec::{self, Format};
+use crate::protocol::frame::{
+    ClientFrame, Close, ErrorCode, Headers, Hello, Message, Ping, Priority, Publish, ServerFrame,
+    Subscribe, Unsubscribe, Welcome,
+};
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Encoding of frames (bincode unless told otherwise).
+    pub format: Format,
+    /// Client id sent in `hello`; the server makes one up if `None`.
+    pub client_id: Option<String>,
+    /// How long any request waits for its answer.
+    pub timeout: Duration,
+    /// Messages buffered per subscription before the client stops reading
+    /// the socket (and the server's slow-consumer policy takes over).
+    pub subscription_buffer: usize,
+    /// Largest frame accepted from the server.
+    pub max_frame: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            format: Format::Bincode,
+            client_id: None,
+            timeout: Duration::from_secs(10),
+            subscription_buffer: 4096,
+            max_frame: 16 << 20,
+        }
+    }
+}
+
+/// Why a client call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The WebSocket connection could not be made.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The server answered the request with an `error` frame.
+    #[error("server refused: {}: {message}", code.as_str())]
+    Server {
+        /// The error code.
+        code: ErrorCode,
+        /// The server's explanation.
+        message: String,
+    },
+    /// No answer within the timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed,
+}
+
+type Reply = oneshot::Sender<Result<ServerFrame, ClientError>>;
+
+enum Command {
+    Send(ClientFrame),
+    Request {
+        frame: ClientFrame,
+        rid: Option<u64>,
+        reply: Reply,
+    },
+    Subscribe {
+        frame: ClientFrame,
+        id: String,
+        rid: u64,
+        tx: mpsc::Sender<Message>,
+        reply: Reply,
+    },
+    Unsubscribe {
+        frame: ClientFrame,
+        id: String,
+        rid: u64,
+        reply: Reply,
+    },
+    Close {
+        drain: bool,
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// A connection to a Wharf broker. Not `Send`: it lives on the actix thread
+/// that made it.
+pub struct Client {
+    commands: mpsc::Sender<Command>,
+    next: Cell<u64>,
+    options: ClientOptions,
+    welcome: Welcome,
+    errors: mpsc::Receiver<(ErrorCode, String)>,
+    dropped: Rc<Cell<u64>>,
+}
+
+/// The messages of one subscription, in order.
+pub struct Subscription {
+    id: String,
+    rx: mpsc::Receiver<Message>,
+}
+
+impl Subscription {
+    /// The subscription id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The next message; `None` once the connection is closed.
+    pub async fn recv(&mut self) -> Option<Message> {
+        self.rx.recv().await
+    }
+
+    /// The next message if one arrives within `timeout`.
+    pub async fn recv_timeout(&mut self, timeout: Duration) -> Option<Message> {
+        actix_rt::time::timeout(timeout, self.rx.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// A message already received, without waiting.
+    pub fn try_recv(&mut self) -> Option<Message> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl futures_core::Stream for Subscription {
+    type Item = Message;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Message>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Client {
+    /// Connects to `url` (`ws://host:port/ws`), says `hello` and waits for
+    /// `welcome`.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`], [`ClientError::Timeout`], or the server
+    /// refusing the hello.
+    pub async fn connect(url: &str, options: ClientOptions) -> Result<Client, ClientError> {
+        let protocol = match options.format {
+            Format::Json => "wharf.json",
+            Format::Bincode => "wharf.bin",
+        };
+        let connect = awc::Client::builder()
+            .timeout(options.timeout)
+            .finish()
+            .ws(url)
+            .protocols([protocol])
+            .max_frame_size(options.max_frame)
+            .connect();
+        let (_, framed) = actix_rt::time::timeout(options.timeout, connect)
+            .await
+            .map_err(|_| ClientError::Timeout(options.timeout))?
+            .map_err(|e| ClientError::Connect(e.to_string()))?;
+        let (commands, rx) = mpsc::channel(1024);
+        let (err_tx, err_rx) = mpsc::channel(256);
+        let dropped = Rc::new(Cell::new(0));
+        let (hello_tx, hello_rx) = oneshot::channel();
+        actix_rt::spawn(run(framed, rx, options.format, err_tx, dropped.clone()));
+        let frame = ClientFrame::Hello(Hello {
+            client_id: options.client_id.clone(),
+            token: None,
+            version: crate::protocol::frame::PROTOCOL_VERSION,
+        });
+        commands
+            .send(Command::Request {
+                frame,
+                rid: None,
+                reply: hello_tx,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        let welcome = match wait(hello_rx, options.timeout).await? {
+            ServerFrame::Welcome(w) => w,
+            other => {
+                return Err(ClientError::Connect(format!(
+                    "expected welcome, got {other:?}"
+                )));
+            }
+        };
+        Ok(Client {
+            commands,
+            next: Cell::new(1),
+            options,
+            welcome,
+            errors: err_rx,
+            dropped,
+        })
+    }
+
+    fn next_id(&self) -> u64 {
+        let n = self.next.get();
+        self.next.set(n + 1);
+        n
+    }
+
+    /// The server's `welcome`: session id, client id and limits.
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    /// Messages the server reported dropped for this session so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.get()
+    }
+
+    /// The next error the server sent that answered no request.
+    pub async fn next_error(&mut self, timeout: Duration) -> Option<(ErrorCode, String)> {
+        actix_rt::time::timeout(timeout, self.errors.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn request(
+        &self,
+        frame: ClientFrame,
+        rid: Option<u64>,
+    ) -> Result<ServerFrame, ClientError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Request { frame, rid, reply })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        wait(rx, self.options.timeout).await
+    }
+
+    /// Subscribes to a topic filter; confirmed by the server before it
+    /// returns.
+    ///
+    /// # Errors
+    /// The server refusing (invalid filter, too many subscriptions), a
+    /// timeout, or a closed connection.
+    pub async fn subscribe(&self, filter: &str) -> Result<Subscription, ClientError> {
+        let id = format!("s{}", self.next_id());
+        let rid = self.next_id();
+        let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
+        let (reply, answer) = oneshot::channel();
+        let frame = ClientFrame::Subscribe(Subscribe {
+            id: id.clone(),
+            filter: filter.to_owned(),
+            rid: Some(rid),
+        });
+        self.commands
+            .send(Command::Subscribe {
+                frame,
+                id: id.clone(),
+                rid,
+                tx,
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        wait(answer, self.options.timeout).await?;
+        Ok(Subscription { id, rx })
+    }
+
+    /// Ends a subscription.
+    ///
+    /// # Errors
+    /// As [`Client::subscribe`].
+    pub async fn unsubscribe(&self, sub: Subscription) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        let (reply, answer) = oneshot::channel();
+        let frame = ClientFrame::Unsubscribe(Unsubscribe {
+            id: sub.id.clone(),
+            rid: Some(rid),
+        });
+        self.commands
+            .send(Command::Unsubscribe {
+                frame,
+                id: sub.id,
+                rid,
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        wait(answer, self.options.timeout).await.map(|_| ())
+    }
+
+    /// Publishes without waiting for the server (at most once).
+    ///
+    /// # Errors
+    /// [`ClientError::Closed`].
+    pub async fn publish(
+        &self,
+        topic: &str,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<(), ClientError> {
+        self.publish_with(
+            topic,
+            payload.into(),
+            Headers::new(),
+            false,
+            Priority::Normal,
+            false,
+        )
+        .await
+    }
+
+    /// Publishes and waits for the server's receipt: the message was handed
+    /// to every current subscriber.
+    ///
+    /// # Errors
+    /// The server refusing (invalid topic, payload too large), a timeout,
+    /// or a closed connection.
+    pub async fn publish_confirmed(
+        &self,
+        topic: &str,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<(), ClientError> {
+        self.publish_with(
+            topic,
+            payload.into(),
+            Headers::new(),
+            false,
+            Priority::Normal,
+            true,
+        )
+        .await
+    }
+
+    /// Publishes with every option.
+    ///
+    /// # Errors
+    /// As [`Client::publish_confirmed`] when `confirm`, else only
+    /// [`ClientError::Closed`].
+    pub async fn publish_with(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        headers: Headers,
+        retain: bool,
+        priority: Priority,
+        confirm: bool,
+    ) -> Result<(), ClientError> {
+        let rid = confirm.then(|| self.next_id());
+        let frame = ClientFrame::Publish(Publish {
+            topic: topic.to_owned(),
+            payload,
+            headers,
+            retain,
+            priority,
+            rid,
+        });
+        if confirm {
+            self.request(frame, rid).await.map(|_| ())
+        } else {
+            self.commands
+                .send(Command::Send(frame))
+                .await
+                .map_err(|_| ClientError::Closed)
+        }
+    }
+
+    /// Round trip to the server.
+    ///
+    /// # Errors
+    /// A timeout or a closed connection.
+    pub async fn ping(&self) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        self.request(ClientFrame::Ping(Ping { rid: Some(rid) }), Some(rid))
+            .await
+            .map(|_| ())
+    }
+
+    /// Closes the session; with `drain`, the server first delivers what it
+    /// has queued (and this waits for it). Returns when the connection is
+    /// closed.
+    ///
+    /// # Errors
+    /// A timeout.
+    pub async fn close(self, drain: bool) -> Result<(), ClientError> {
+        let (done, rx) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::Close { drain, done })
+            .await
+            .is_err()
+        {
+            return Ok(());
+        }
+        match actix_rt::time::timeout(self.options.timeout, rx).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(ClientError::Timeout(self.options.timeout)),
+        }
+    }
+}
+
+async fn wait(
+    rx: oneshot::Receiver<Result<ServerFrame, ClientError>>,
+    timeout: Duration,
+) -> Result<ServerFrame, ClientError> {
+    match actix_rt::time::timeout(timeout, rx).await {
+        Err(_) => Err(ClientError::Timeout(timeout)),
+        Ok(Err(_)) => Err(ClientError::Closed),
+        Ok(Ok(r)) => r,
+    }
+}
+
+/// The background task: owns the socket, sends commands, dispatches
+/// frames.
+async fn run(
+    mut framed: actix_codec::Framed<awc::BoxedSocket, ws::Codec>,
+    mut commands: mpsc::Receiver<Command>,
+    format: Format,
+    errors: mpsc::Sender<(ErrorCode, String)>,
+    dropped: Rc<Cell<u64>>,
+) {
+    let mut pending: HashMap<u64, Reply> = HashMap::new();
+    let mut hello: Option<Reply> = None;
+    let mut subs: HashMap<String, mpsc::Sender<Message>> = HashMap::new();
+    let mut sub_rids: HashMap<u64, (String, mpsc::Sender<Message>)> = HashMap::new();
+    let mut unsub_rids: HashMap<u64, String> = HashMap::new();
+    let mut closing: Option<oneshot::Sender<()>> = None;
+    let encode = |frame: &ClientFrame| -> ws::Message {
+        let bytes = Bytes::from(codec::encode_client(format, frame));
+        match format {
+            Format::Json => match bytestring::ByteString::try_from(bytes) {
+                Ok(text) => ws::Message::Text(text),
+                Err(_) => ws::Message::Nop,
+            },
+            Format::Bincode => ws::Message::Binary(bytes),
+        }
+    };
+    loop {
+        tokio::select! {
+            cmd = commands.recv(), if closing.is_none() => {
+                let frame = match cmd {
+                    None => {
+                        // Every handle is gone: close, and stop taking commands.
+                        closing = Some(oneshot::channel().0);
+                        ClientFrame::Close(Close { drain: false })
+                    }
+                    Some(Command::Send(frame)) => frame,
+                    Some(Command::Request { frame, rid, reply }) => {
+                        match rid {
+                            Some(rid) => { pending.insert(rid, reply); }
+                            None => hello = Some(reply),
+                        }
+                        frame
+                    }
+                    Some(Command::Subscribe { frame, id, rid, tx, reply }) => {
+                        sub_rids.insert(rid, (id, tx));
+                        pending.insert(rid, reply);
+                        frame
+                    }
+                    Some(Command::Unsubscribe { frame, id, rid, reply }) => {
+                        unsub_rids.insert(rid, id);
+                        pending.insert(rid, reply);
+                        frame
+                    }
+                    Some(Command::Close { drain, done }) => {
+                        closing = Some(done);
+                        ClientFrame::Close(Close { drain })
+                    }
+                };
+                if framed.send(encode(&frame)).await.is_err() {
+                    break;
+                }
+            }
+            incoming = framed.next() => {
+                let data = match incoming {
+                    Some(Ok(ws::Frame::Text(b))) | Some(Ok(ws::Frame::Binary(b))) => b,
+                    Some(Ok(ws::Frame::Ping(b))) => {
+                        if framed.send(ws::Message::Pong(b)).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    Some(Ok(ws::Frame::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(_)) => continue,
+                };
+                let frame = match codec::decode_server(format, &data)
+                    .or_else(|_| codec::decode_server(other(format), &data))
+                {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let _ = errors.try_send((e.code, format!("undecodable server frame: {e}")));
+                        continue;
+                    }
+                };
+                match frame {
+                    ServerFrame::Message(m) => {
+                        if let Some(tx) = subs.get(&m.sub) {
+                            // Waiting here is the backpressure: the socket is
+                            // not read while the application is behind.
+                            let _ = tx.send(m).await;
+                        }
+                    }
+                    ServerFrame::Receipt(r) => {
+                        if let Some((id, tx)) = sub_rids.remove(&r.rid) {
+                            subs.insert(id, tx);
+                        }
+                        if let Some(id) = unsub_rids.remove(&r.rid) {
+                            subs.remove(&id);
+                        }
+                        if let Some(reply) = pending.remove(&r.rid) {
+                            let _ = reply.send(Ok(ServerFrame::Receipt(r)));
+                        }
+                    }
+                    ServerFrame::Pong(p) => {
+                        if let Some(reply) = p.rid.and_then(|rid| pending.remove(&rid)) {
+                            let _ = reply.send(Ok(ServerFrame::Pong(p)));
+                        }
+                    }
+                    ServerFrame::Welcome(w) => {
+                        if let Some(reply) = hello.take() {
+                            let _ = reply.send(Ok(ServerFrame::Welcome(w)));
+                        }
+                    }
+                    ServerFrame::Error(e) => {
+                        let waiting = e.rid.and_then(|rid| {
+                            sub_rids.remove(&rid);
+                            unsub_rids.remove(&rid);
+                            pending.remove(&rid)
+                        });
+                        match waiting.or_else(|| hello.take()) {
+                            Some(reply) => {
+                                let _ = reply.send(Err(ClientError::Server {
+                                    code: e.code,
+                                    message: e.message,
+                                }));
+                            }
+                            None => {
+                                let _ = errors.try_send((e.code, e.message));
+                            }
+                        }
+                    }
+                    ServerFrame::Dropped(d) => dropped.set(dropped.get() + d.count),
+                }
+            }
+        }
+    }
+    if let Some(done) = closing {
+        let _ = done.send(());
+    }
+}
+
+fn other(format: Format) -> Format {
+    match format {
+        Format::Json => Format::Bincode,
+        Format::Bincode => Format::Json,
+    }
+}

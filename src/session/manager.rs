@@ -1,0 +1,133 @@
+//! The registry of live sessions: list them, find one by client id, send a
+//! frame to one, close them all. Used by shutdown, the admin API and
+//! embedding apps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::RwLock;
+use uuid::Uuid;
+
+use super::outbound::{CloseRequest, Lane, Outbound, OutboundStats, PushError};
+use crate::protocol::codec::Format;
+use crate::protocol::frame::ServerFrame;
+
+struct Entry {
+    client_id: String,
+    out: Arc<Outbound>,
+    since: SystemTime,
+}
+
+/// A session as the registry reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SessionInfo {
+    /// Server-chosen id.
+    pub id: Uuid,
+    /// The client's id.
+    pub client_id: String,
+    /// Seconds since the Unix epoch when it connected.
+    pub since_unix_s: u64,
+    /// Its outbound counters.
+    pub outbound: OutboundStats,
+}
+
+/// Live sessions. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Sessions {
+    map: Arc<RwLock<HashMap<Uuid, Entry>>>,
+}
+
+impl Sessions {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn insert(&self, id: Uuid, client_id: String, out: Arc<Outbound>) {
+        self.map.write().insert(
+            id,
+            Entry {
+                client_id,
+                out,
+                since: SystemTime::now(),
+            },
+        );
+    }
+
+    pub(crate) fn set_client_id(&self, id: Uuid, client_id: String) {
+        if let Some(e) = self.map.write().get_mut(&id) {
+            e.client_id = client_id;
+        }
+    }
+
+    pub(crate) fn remove(&self, id: Uuid) {
+        self.map.write().remove(&id);
+    }
+
+    /// Number of live sessions.
+    pub fn len(&self) -> usize {
+        self.map.read().len()
+    }
+
+    /// Whether no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn info(id: Uuid, e: &Entry) -> SessionInfo {
+        SessionInfo {
+            id,
+            client_id: e.client_id.clone(),
+            since_unix_s: e
+                .since
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            outbound: e.out.stats(),
+        }
+    }
+
+    /// Every live session.
+    pub fn list(&self) -> Vec<SessionInfo> {
+        self.map
+            .read()
+            .iter()
+            .map(|(id, e)| Self::info(*id, e))
+            .collect()
+    }
+
+    /// The sessions of a client id (a client may connect more than once).
+    pub fn find_by_client(&self, client_id: &str) -> Vec<SessionInfo> {
+        self.map
+            .read()
+            .iter()
+            .filter(|(_, e)| e.client_id == client_id)
+            .map(|(id, e)| Self::info(*id, e))
+            .collect()
+    }
+
+    /// Sends a frame to one session.
+    ///
+    /// # Errors
+    /// [`PushError::Closed`] if no such session is live, or as
+    /// [`Outbound::push`].
+    pub fn send(&self, id: Uuid, format: Format, frame: &ServerFrame) -> Result<(), PushError> {
+        let out = self.map.read().get(&id).map(|e| e.out.clone());
+        match out {
+            Some(out) => out.push_frame(Lane::High, format, frame),
+            None => Err(PushError::Closed),
+        }
+    }
+
+    /// Asks every session to close (used at shutdown).
+    pub fn close_all(&self, code: u16, reason: &str, drain: bool) {
+        let outs: Vec<Arc<Outbound>> = self.map.read().values().map(|e| e.out.clone()).collect();
+        for out in outs {
+            out.close(CloseRequest {
+                code,
+                reason: reason.to_owned(),
+                drain,
+            });
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! A session's outbound queue: two lanes (high before normal), bounded in
+//! bytes, with the slow-consumer policy applied at the bound; and the
+//! writer that drains it into WebSocket frames, many per write.
+//!
+//! Producers (topic tasks on any thread, the session's own replies) call
+//! [`Outbound::push`], which never blocks. The writer is the HTTP response
+//! body ([`OutboundStream`]): actix polls it when the socket can take more,
+//! so a client that does not read stops the draining, the queue fills, and
+//! the policy (drop oldest, or disconnect) applies to that session alone.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+
+use super::wsframe;
+use crate::broker::{Delivery, Published, Sink, Subscription};
+use crate::config::SlowConsumer;
+use crate::protocol::codec::{self, Format};
+use crate::protocol::frame::{Dropped, Priority, ServerFrame};
+
+/// Which lane a frame waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Written before anything in the normal lane.
+    High,
+    /// Everything else, in order.
+    Normal,
+}
+
+/// One queued WebSocket frame: its opcode and payload in parts (a message's
+/// per-subscription prefix and shared body, so nothing is copied until the
+/// writer lays it into the write buffer).
+#[derive(Debug, Clone)]
+pub struct OutFrame {
+    opcode: u8,
+    head: Bytes,
+    body: Bytes,
+}
+
+impl OutFrame {
+    /// A text (JSON) or binary (bincode) frame, by format.
+    pub fn data(format: Format, head: Bytes, body: Bytes) -> Self {
+        let opcode = match format {
+            Format::Json => wsframe::TEXT,
+            Format::Bincode => wsframe::BINARY,
+        };
+        OutFrame { opcode, head, body }
+    }
+
+    /// A pong answering a WebSocket ping.
+    pub fn pong(payload: Bytes) -> Self {
+        OutFrame {
+            opcode: wsframe::PONG,
+            head: Bytes::new(),
+            body: payload,
+        }
+    }
+
+    /// A WebSocket ping (keep-alive).
+    pub fn ping() -> Self {
+        OutFrame {
+            opcode: wsframe::PING,
+            head: Bytes::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    fn size(&self) -> usize {
+        let len = self.head.len() + self.body.len();
+        len + wsframe::header_len(len)
+    }
+}
+
+/// Why a frame was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    /// The queue was full and the policy dropped this frame (counted).
+    #[error("outbound queue full; frame dropped")]
+    Dropped,
+    /// The session is closing or closed.
+    #[error("session closed")]
+    Closed,
+}
+
+/// How a session is closed: status code, reason, and whether queued frames
+/// go out first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseRequest {
+    /// WebSocket close code.
+    pub code: u16,
+    /// Reason text, for people.
+    pub reason: String,
+    /// Deliver what is queued before the close frame.
+    pub drain: bool,
+}
+
+#[derive(Default)]
+struct State {
+    high: VecDeque<OutFrame>,
+    normal: VecDeque<OutFrame>,
+    bytes: usize,
+    dropped_unreported: u64,
+    close: Option<CloseRequest>,
+    finished: bool,
+    waker: Option<Waker>,
+}
+
+/// Counters of one session's outbound side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OutboundStats {
+    /// Frames queued.
+    pub queued: u64,
+    /// Frames dropped by the slow-consumer policy.
+    pub dropped: u64,
+    /// Bytes waiting now.
+    pub pending_bytes: usize,
+}
+
+/// The handle producers push to. Shared (`Arc`) by the session, the topics
+/// it subscribes to, and the writer.
+pub struct Outbound {
+    id: u64,
+    state: Mutex<State>,
+    limit: usize,
+    policy: SlowConsumer,
+    quantum: usize,
+    /// Format for notices the server sends on its own (`dropped`): the one
+    /// the client last used.
+    notice_format: AtomicU8,
+    queued: AtomicU64,
+    dropped: AtomicU64,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Outbound {
+    /// An empty queue of at most `limit` bytes.
+    pub fn new(limit: usize, policy: SlowConsumer, quantum: usize, format: Format) -> Arc<Self> {
+        Arc::new(Outbound {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(State::default()),
+            limit,
+            policy,
+            quantum: quantum.max(1),
+            notice_format: AtomicU8::new(format_byte(format)),
+            queued: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Queues a frame, applying the slow-consumer policy at the bound.
+    ///
+    /// # Errors
+    /// [`PushError::Dropped`] if the policy dropped it, [`PushError::Closed`]
+    /// if the session is closing (or the policy just closed it).
+    pub fn push(&self, lane: Lane, frame: OutFrame) -> Result<(), PushError> {
+        let size = frame.size();
+        let mut st = self.state.lock();
+        if st.close.is_some() || st.finished {
+            return Err(PushError::Closed);
+        }
+        if st.bytes + size > self.limit {
+            match self.policy {
+                SlowConsumer::DropOldest => {
+                    while st.bytes + size > self.limit {
+                        let Some(old) = st.normal.pop_front() else {
+                            break;
+                        };
+                        st.bytes -= old.size();
+                        st.dropped_unreported += 1;
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if st.bytes + size > self.limit {
+                        st.dropped_unreported += 1;
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                        return Err(PushError::Dropped);
+                    }
+                }
+                SlowConsumer::Disconnect => {
+                    st.close = Some(CloseRequest {
+                        code: 1008,
+                        reason: format!(
+                            "slow consumer: more than {} bytes waiting to be read",
+                            self.limit
+                        ),
+                        drain: false,
+                    });
+                    let waker = st.waker.take();
+                    drop(st);
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                    return Err(PushError::Closed);
+                }
+            }
+        }
+        st.bytes += size;
+        match lane {
+            Lane::High => st.high.push_back(frame),
+            Lane::Normal => st.normal.push_back(frame),
+        }
+        let waker = st.waker.take();
+        drop(st);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// Queues a server frame encoded in `format` (replies, errors).
+    ///
+    /// # Errors
+    /// As [`Outbound::push`].
+    pub fn push_frame(
+        &self,
+        lane: Lane,
+        format: Format,
+        frame: &ServerFrame,
+    ) -> Result<(), PushError> {
+        let bytes = codec::encode_server(format, frame);
+        self.push(lane, OutFrame::data(format, Bytes::new(), bytes.into()))
+    }
+
+    /// Asks the writer to close the connection: after the queue drains, or
+    /// at once. The first request wins; later ones are ignored.
+    pub fn close(&self, request: CloseRequest) {
+        let mut st = self.state.lock();
+        if st.close.is_none() && !st.finished {
+            st.close = Some(request);
+        }
+        let waker = st.waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Turns a draining close into an immediate one (or closes at once):
+    /// used when a drain takes longer than it may.
+    pub fn abort(&self, code: u16, reason: &str) {
+        let mut st = self.state.lock();
+        let finished = st.finished;
+        match st.close.as_mut() {
+            Some(c) => c.drain = false,
+            None if !finished => {
+                st.close = Some(CloseRequest {
+                    code,
+                    reason: reason.to_owned(),
+                    drain: false,
+                });
+            }
+            None => {}
+        }
+        let waker = st.waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Whether the writer has finished (close frame written or connection
+    /// dropped).
+    pub fn is_finished(&self) -> bool {
+        self.state.lock().finished
+    }
+
+    /// Whether a close was requested or done.
+    pub fn is_closing(&self) -> bool {
+        let st = self.state.lock();
+        st.close.is_some() || st.finished
+    }
+
+    /// Records the format the client last used, for server notices.
+    pub fn set_notice_format(&self, format: Format) {
+        self.notice_format
+            .store(format_byte(format), Ordering::Relaxed);
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> OutboundStats {
+        OutboundStats {
+            queued: self.queued.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            pending_bytes: self.state.lock().bytes,
+        }
+    }
+
+    /// Marks the session gone (connection dropped): producers get `Closed`
+    /// and topics forget its subscriptions.
+    pub fn mark_finished(&self) {
+        let mut st = self.state.lock();
+        st.finished = true;
+        st.high.clear();
+        st.normal.clear();
+        st.bytes = 0;
+    }
+
+    /// Fills `buf` with up to a quantum of frames. `Ready(true)` when the
+    /// close frame was written (the stream then ends), `Pending` with the
+    /// waker registered when there is nothing to write.
+    fn drain_into(&self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut st = self.state.lock();
+        if st.finished {
+            return Poll::Ready(true);
+        }
+        let aborting = st.close.as_ref().is_some_and(|c| !c.drain);
+        if aborting {
+            st.high.clear();
+            st.normal.clear();
+            st.bytes = 0;
+        }
+        let mut written = 0;
+        if st.dropped_unreported > 0 && !aborting {
+            let format = format_from(self.notice_format.load(Ordering::Relaxed));
+            let notice = ServerFrame::Dropped(Dropped {
+                count: st.dropped_unreported,
+            });
+            let bytes = codec::encode_server(format, &notice);
+            let f = OutFrame::data(format, Bytes::new(), bytes.into());
+            wsframe::write(buf, f.opcode, &[&f.head, &f.body]);
+            st.dropped_unreported = 0;
+            written += 1;
+        }
+        while written < self.quantum {
+            let Some(f) = st.high.pop_front().or_else(|| st.normal.pop_front()) else {
+                break;
+            };
+            st.bytes -= f.size();
+            wsframe::write(buf, f.opcode, &[&f.head, &f.body]);
+            written += 1;
+        }
+        if written > 0 {
+            return Poll::Ready(false);
+        }
+        if let Some(close) = &st.close {
+            wsframe::write_close(buf, close.code, &close.reason);
+            st.finished = true;
+            return Poll::Ready(true);
+        }
+        st.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+fn format_byte(f: Format) -> u8 {
+    match f {
+        Format::Json => 0,
+        Format::Bincode => 1,
+    }
+}
+
+fn format_from(b: u8) -> Format {
+    if b == 1 {
+        Format::Bincode
+    } else {
+        Format::Json
+    }
+}
+
+/// The encoding slot of a format in [`Published::encoded`].
+pub fn encoding_slot(format: Format) -> usize {
+    format_byte(format) as usize
+}
+
+impl Sink for Outbound {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+        let format = format_from(sub.encoding as u8);
+        let body = msg.encoded(sub.encoding, |m| {
+            codec::message_body(format, &m.topic, m.seq, &m.payload, &m.headers, m.retained)
+        });
+        let lane = match msg.priority {
+            Priority::High => Lane::High,
+            Priority::Normal => Lane::Normal,
+        };
+        match self.push(lane, OutFrame::data(format, sub.tag.clone(), body)) {
+            Ok(()) => Delivery::Queued,
+            Err(PushError::Dropped) => Delivery::Dropped,
+            Err(PushError::Closed) => Delivery::Closed,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.is_closing()
+    }
+}
+
+/// The writer: the WebSocket response body, a stream of write batches.
+pub struct OutboundStream {
+    out: Arc<Outbound>,
+    buf: BytesMut,
+    done: bool,
+}
+
+impl OutboundStream {
+    /// The writer for `out`.
+    pub fn new(out: Arc<Outbound>) -> Self {
+        OutboundStream {
+            out,
+            buf: BytesMut::with_capacity(16 * 1024),
+            done: false,
+        }
+    }
+}
+
+impl futures_core::Stream for OutboundStream {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match this.out.drain_into(&mut this.buf, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(finished) => {
+                this.done = finished;
+                if this.buf.is_empty() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Ready(Some(Ok(this.buf.split().freeze())))
+                }
+            }
+        }
+    }
+}
+
+impl Drop for OutboundStream {
+    fn drop(&mut self) {
+        // The connection is gone: stop accepting frames for it.
+        self.out.mark_finished();
+    }
+}

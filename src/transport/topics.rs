@@ -1,0 +1,120 @@
+//! `POST /topics/{name}`: publish over HTTP. The body is the payload;
+//! `x-wharf-*` request headers become message headers; `?retain=true` and
+//! `?priority=high` as on the WebSocket.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::BytesMut;
+use futures_core::Stream;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, AppState};
+use crate::broker::{BrokerError, Publish};
+use crate::protocol::frame::{Headers, Priority};
+use crate::taskq::TaskError;
+
+/// Prefix of request headers carried as message headers.
+pub const HEADER_PREFIX: &str = "x-wharf-";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PublishQuery {
+    #[serde(default)]
+    retain: bool,
+    #[serde(default)]
+    priority: Priority,
+}
+
+/// The JSON answer to an HTTP publish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishReply {
+    /// The topic published to.
+    pub topic: String,
+    /// Its sequence number on the topic (0 if nobody subscribes and nothing
+    /// was retained).
+    pub seq: u64,
+    /// Subscriptions it was queued for.
+    pub delivered: usize,
+    /// Subscriptions whose slow-consumer policy dropped it.
+    pub dropped: usize,
+}
+
+fn bad(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        code,
+        message: message.into(),
+    }
+}
+
+pub(crate) async fn publish(
+    req: HttpRequest,
+    name: web::Path<String>,
+    mut body: web::Payload,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let query = web::Query::<PublishQuery>::from_query(req.query_string())
+        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))?
+        .into_inner();
+    let limit = app.config.session.max_payload;
+    let mut payload = BytesMut::new();
+    while let Some(chunk) = poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await {
+        let chunk = chunk.map_err(|e| bad(StatusCode::BAD_REQUEST, "bad_body", e.to_string()))?;
+        if payload.len() + chunk.len() > limit {
+            return Err(bad(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("payload is over the {limit}-byte limit"),
+            ));
+        }
+        payload.extend_from_slice(&chunk);
+    }
+    let mut headers = Headers::new();
+    for (key, value) in req.headers() {
+        if let Some(name) = key.as_str().strip_prefix(HEADER_PREFIX) {
+            let value = value.to_str().map_err(|_| {
+                bad(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_header",
+                    format!("header {key} is not visible ASCII"),
+                )
+            })?;
+            headers.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    let topic = name.into_inner();
+    let outcome = app
+        .broker
+        .publish(Publish {
+            topic: topic.clone(),
+            payload: payload.freeze(),
+            headers,
+            retain: query.retain,
+            priority: query.priority,
+        })
+        .await
+        .map_err(|e| match e {
+            BrokerError::InvalidTopic(t) => bad(
+                StatusCode::BAD_REQUEST,
+                "invalid_topic",
+                format!("topic: {t}"),
+            ),
+            BrokerError::Task(TaskError::Overloaded { .. }) | BrokerError::Contended => {
+                bad(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string())
+            }
+            other => bad(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                other.to_string(),
+            ),
+        })?;
+    Ok(HttpResponse::Accepted().json(PublishReply {
+        topic,
+        seq: outcome.seq,
+        delivered: outcome.delivered,
+        dropped: outcome.dropped,
+    }))
+}
