@@ -76,6 +76,13 @@ pub async fn run(
             .configure(transport::routes)
             .default_service(web::to(transport::not_found))
     })
+    // Writes are batched (many frames per write), so Nagle's algorithm only
+    // adds delay: with delayed ACKs it stalls small writes by up to 40 ms.
+    .on_connect(|conn, _| {
+        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            let _ = tcp.set_nodelay(true);
+        }
+    })
     .workers(workers)
     .max_connections(config.server.max_connections)
     .shutdown_timeout(config.server.shutdown_timeout_s)

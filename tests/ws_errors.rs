@@ -225,7 +225,7 @@ fn a_flooding_client_is_told_then_closed_with_1008() {
 #[test]
 fn disconnect_policy_closes_a_slow_consumer_with_1008() {
     let b = TestBroker::start(|c| {
-        c.session.outbound_limit = 1024 * 1024;
+        c.session.outbound_limit = 4 * 1024 * 1024;
         c.session.max_frame = 8 * 1024;
         c.session.max_payload = 8 * 1024;
         c.session.slow_consumer = wharf::config::SlowConsumer::Disconnect;
@@ -250,7 +250,7 @@ fn disconnect_policy_closes_a_slow_consumer_with_1008() {
                 let mut sub = fast.subscribe("big").await.unwrap();
                 ready_tx.send(()).unwrap();
                 let mut got = 0;
-                while got < 2000 && sub.recv_timeout(Duration::from_secs(10)).await.is_some() {
+                while got < 3000 && sub.recv_timeout(Duration::from_secs(10)).await.is_some() {
                     got += 1;
                 }
                 fast.ping().await.map(|_| got)
@@ -260,8 +260,10 @@ fn disconnect_policy_closes_a_slow_consumer_with_1008() {
         let publisher = Client::connect(&b.ws_url(), ClientOptions::default())
             .await
             .unwrap();
-        for i in 0..2000 {
-            if i % 50 == 49 {
+        // 12 MB in all, confirmed every 10 messages: the slow session passes
+        // its 4 MB limit; a reader lagging less than 1000 messages does not.
+        for i in 0..3000 {
+            if i % 10 == 9 {
                 publisher
                     .publish_confirmed("big", vec![1u8; 4000])
                     .await
@@ -273,7 +275,7 @@ fn disconnect_policy_closes_a_slow_consumer_with_1008() {
         publisher.ping().await.unwrap();
         assert_eq!(
             fast.join().unwrap(),
-            Ok(2000),
+            Ok(3000),
             "the reading subscriber is unaffected"
         );
         // The slow one finds, after whatever was in flight, a 1008 close.

@@ -1,10 +1,11 @@
 //! An async Rust client for the native protocol (bincode by default), used
 //! by the tests, the benchmark and the examples.
 //!
-//! It runs on actix's runtime (awc is not `Send`): create and use it inside
-//! an actix system (`#[actix_web::main]`, `actix_rt::System::new()`). A
-//! background task owns the socket; the [`Client`] handle sends commands to
-//! it through a bounded channel. Every wait has a timeout
+//! It runs on actix's runtime: create and use it inside an actix system
+//! (`#[actix_web::main]`, `actix_rt::System::new()`); its background task is
+//! spawned there. That task owns the socket (TCP_NODELAY set, writes
+//! batched); the [`Client`] handle sends commands to it through a bounded
+//! channel. Every wait has a timeout
 //! ([`ClientOptions::timeout`]).
 //!
 //! ```no_run
@@ -24,7 +25,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use awc::ws;
+mod handshake;
+
+use actix_http::ws;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
@@ -178,17 +181,10 @@ impl Client {
             Format::Json => "wharf.json",
             Format::Bincode => "wharf.bin",
         };
-        let connect = awc::Client::builder()
-            .timeout(options.timeout)
-            .finish()
-            .ws(url)
-            .protocols([protocol])
-            .max_frame_size(options.max_frame)
-            .connect();
-        let (_, framed) = actix_rt::time::timeout(options.timeout, connect)
+        let connect = handshake::connect(url, protocol, options.max_frame);
+        let framed = actix_rt::time::timeout(options.timeout, connect)
             .await
-            .map_err(|_| ClientError::Timeout(options.timeout))?
-            .map_err(|e| ClientError::Connect(e.to_string()))?;
+            .map_err(|_| ClientError::Timeout(options.timeout))??;
         let (commands, rx) = mpsc::channel(1024);
         let (err_tx, err_rx) = mpsc::channel(256);
         let dropped = Rc::new(Cell::new(0));
@@ -438,18 +434,13 @@ async fn wait(
 /// The background task: owns the socket, sends commands, dispatches
 /// frames.
 async fn run(
-    mut framed: actix_codec::Framed<awc::BoxedSocket, ws::Codec>,
+    mut framed: handshake::Connection,
     mut commands: mpsc::Receiver<Command>,
     format: Format,
     errors: mpsc::Sender<(ErrorCode, String)>,
     dropped: Rc<Cell<u64>>,
 ) {
-    let mut pending: HashMap<u64, Reply> = HashMap::new();
-    let mut hello: Option<Reply> = None;
-    let mut subs: HashMap<String, mpsc::Sender<Message>> = HashMap::new();
-    let mut sub_rids: HashMap<u64, (String, mpsc::Sender<Message>)> = HashMap::new();
-    let mut unsub_rids: HashMap<u64, String> = HashMap::new();
-    let mut closing: Option<oneshot::Sender<()>> = None;
+    let mut w = Waiting::default();
     let encode = |frame: &ClientFrame| -> ws::Message {
         let bytes = Bytes::from(codec::encode_client(format, frame));
         match format {
@@ -462,37 +453,30 @@ async fn run(
     };
     loop {
         tokio::select! {
-            cmd = commands.recv(), if closing.is_none() => {
+            cmd = commands.recv(), if w.closing.is_none() => {
                 let frame = match cmd {
                     None => {
                         // Every handle is gone: close, and stop taking commands.
-                        closing = Some(oneshot::channel().0);
+                        w.closing = Some(oneshot::channel().0);
                         ClientFrame::Close(Close { drain: false })
                     }
-                    Some(Command::Send(frame)) => frame,
-                    Some(Command::Request { frame, rid, reply }) => {
-                        match rid {
-                            Some(rid) => { pending.insert(rid, reply); }
-                            None => hello = Some(reply),
-                        }
-                        frame
-                    }
-                    Some(Command::Subscribe { frame, id, rid, tx, reply }) => {
-                        sub_rids.insert(rid, (id, tx));
-                        pending.insert(rid, reply);
-                        frame
-                    }
-                    Some(Command::Unsubscribe { frame, id, rid, reply }) => {
-                        unsub_rids.insert(rid, id);
-                        pending.insert(rid, reply);
-                        frame
-                    }
-                    Some(Command::Close { drain, done }) => {
-                        closing = Some(done);
-                        ClientFrame::Close(Close { drain })
-                    }
+                    Some(cmd) => w.take(cmd),
                 };
-                if framed.send(encode(&frame)).await.is_err() {
+                // Write every command already waiting, then flush once:
+                // many frames per write.
+                if framed.feed(encode(&frame)).await.is_err() {
+                    break;
+                }
+                let mut batch = 1;
+                while batch < 256 && w.closing.is_none() {
+                    let Ok(cmd) = commands.try_recv() else { break };
+                    let frame = w.take(cmd);
+                    if framed.feed(encode(&frame)).await.is_err() {
+                        break;
+                    }
+                    batch += 1;
+                }
+                if framed.flush().await.is_err() {
                     break;
                 }
             }
@@ -519,40 +503,40 @@ async fn run(
                 };
                 match frame {
                     ServerFrame::Message(m) => {
-                        if let Some(tx) = subs.get(&m.sub) {
+                        if let Some(tx) = w.subs.get(&m.sub) {
                             // Waiting here is the backpressure: the socket is
                             // not read while the application is behind.
                             let _ = tx.send(m).await;
                         }
                     }
                     ServerFrame::Receipt(r) => {
-                        if let Some((id, tx)) = sub_rids.remove(&r.rid) {
-                            subs.insert(id, tx);
+                        if let Some((id, tx)) = w.sub_rids.remove(&r.rid) {
+                            w.subs.insert(id, tx);
                         }
-                        if let Some(id) = unsub_rids.remove(&r.rid) {
-                            subs.remove(&id);
+                        if let Some(id) = w.unsub_rids.remove(&r.rid) {
+                            w.subs.remove(&id);
                         }
-                        if let Some(reply) = pending.remove(&r.rid) {
+                        if let Some(reply) = w.pending.remove(&r.rid) {
                             let _ = reply.send(Ok(ServerFrame::Receipt(r)));
                         }
                     }
                     ServerFrame::Pong(p) => {
-                        if let Some(reply) = p.rid.and_then(|rid| pending.remove(&rid)) {
+                        if let Some(reply) = p.rid.and_then(|rid| w.pending.remove(&rid)) {
                             let _ = reply.send(Ok(ServerFrame::Pong(p)));
                         }
                     }
-                    ServerFrame::Welcome(w) => {
-                        if let Some(reply) = hello.take() {
-                            let _ = reply.send(Ok(ServerFrame::Welcome(w)));
+                    ServerFrame::Welcome(welcome) => {
+                        if let Some(reply) = w.hello.take() {
+                            let _ = reply.send(Ok(ServerFrame::Welcome(welcome)));
                         }
                     }
                     ServerFrame::Error(e) => {
                         let waiting = e.rid.and_then(|rid| {
-                            sub_rids.remove(&rid);
-                            unsub_rids.remove(&rid);
-                            pending.remove(&rid)
+                            w.sub_rids.remove(&rid);
+                            w.unsub_rids.remove(&rid);
+                            w.pending.remove(&rid)
                         });
-                        match waiting.or_else(|| hello.take()) {
+                        match waiting.or_else(|| w.hello.take()) {
                             Some(reply) => {
                                 let _ = reply.send(Err(ClientError::Server {
                                     code: e.code,
@@ -569,8 +553,63 @@ async fn run(
             }
         }
     }
-    if let Some(done) = closing {
+    if let Some(done) = w.closing {
         let _ = done.send(());
+    }
+}
+
+/// What the background task is waiting for: answers by request id, the
+/// hello, subscriptions by id, and the close.
+#[derive(Default)]
+struct Waiting {
+    pending: HashMap<u64, Reply>,
+    hello: Option<Reply>,
+    subs: HashMap<String, mpsc::Sender<Message>>,
+    sub_rids: HashMap<u64, (String, mpsc::Sender<Message>)>,
+    unsub_rids: HashMap<u64, String>,
+    closing: Option<oneshot::Sender<()>>,
+}
+
+impl Waiting {
+    /// Records what a command waits for and returns the frame to send.
+    fn take(&mut self, cmd: Command) -> ClientFrame {
+        match cmd {
+            Command::Send(frame) => frame,
+            Command::Request { frame, rid, reply } => {
+                match rid {
+                    Some(rid) => {
+                        self.pending.insert(rid, reply);
+                    }
+                    None => self.hello = Some(reply),
+                }
+                frame
+            }
+            Command::Subscribe {
+                frame,
+                id,
+                rid,
+                tx,
+                reply,
+            } => {
+                self.sub_rids.insert(rid, (id, tx));
+                self.pending.insert(rid, reply);
+                frame
+            }
+            Command::Unsubscribe {
+                frame,
+                id,
+                rid,
+                reply,
+            } => {
+                self.unsub_rids.insert(rid, id);
+                self.pending.insert(rid, reply);
+                frame
+            }
+            Command::Close { drain, done } => {
+                self.closing = Some(done);
+                ClientFrame::Close(Close { drain })
+            }
+        }
     }
 }
 

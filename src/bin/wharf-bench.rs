@@ -1,0 +1,375 @@
+//! Load generator for a running broker (Wharf's native protocol over
+//! WebSocket): 1 -> 1 throughput, 1 -> N fan-out, and publish-to-delivery
+//! latency at a fixed rate. Prints a table with the CPU used by the load
+//! generator and by the broker, so that one can tell which was the limit.
+//!
+//! ```text
+//! cargo build --release
+//! cargo run --release --bin wharf-bench              # spawns target/release/wharf
+//! cargo run --release --bin wharf-bench -- --url ws://127.0.0.1:7878/ws --pid 1234
+//! ```
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use wharf::client::{Client, ClientOptions};
+use wharf::protocol::Format;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Load generator for Wharf's native WebSocket protocol")]
+struct Args {
+    /// Broker WebSocket URL; without it, a broker is spawned on a free port.
+    #[arg(long)]
+    url: Option<String>,
+    /// Broker process id, to report its CPU (set automatically when spawned).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// The wharf binary to spawn (default: next to this one).
+    #[arg(long)]
+    broker: Option<PathBuf>,
+    /// Messages per throughput scenario.
+    #[arg(long, default_value_t = 200_000)]
+    messages: usize,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Subscribers in the fan-out scenario.
+    #[arg(long, default_value_t = 50)]
+    fanout: usize,
+    /// Client threads the subscribers are spread over.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Messages per second in the latency scenario.
+    #[arg(long, default_value_t = 1000)]
+    rate: u64,
+    /// Seconds of the latency scenario.
+    #[arg(long, default_value_t = 5)]
+    latency_secs: u64,
+    /// Encoding: bin or json.
+    #[arg(long, default_value = "bin")]
+    format: String,
+}
+
+/// CPU seconds (user + system) of a process, from /proc.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start at ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+struct Cpu {
+    wall: Instant,
+    own: f64,
+    broker: Option<f64>,
+    pid: Option<u32>,
+}
+
+impl Cpu {
+    fn start(pid: Option<u32>) -> Cpu {
+        Cpu {
+            wall: Instant::now(),
+            own: cpu_seconds(std::process::id()).unwrap_or(0.0),
+            broker: pid.and_then(cpu_seconds),
+            pid,
+        }
+    }
+
+    /// (load generator cores, broker cores) used since `start`.
+    fn cores(&self) -> (f64, Option<f64>) {
+        let wall = self.wall.elapsed().as_secs_f64().max(1e-9);
+        let own = (cpu_seconds(std::process::id()).unwrap_or(0.0) - self.own) / wall;
+        let broker = match (self.pid.and_then(cpu_seconds), self.broker) {
+            (Some(now), Some(then)) => Some((now - then) / wall),
+            _ => None,
+        };
+        (own, broker)
+    }
+}
+
+fn options(args: &Args) -> ClientOptions {
+    ClientOptions {
+        format: if args.format == "json" {
+            Format::Json
+        } else {
+            Format::Bincode
+        },
+        timeout: Duration::from_secs(30),
+        subscription_buffer: 65_536,
+        ..ClientOptions::default()
+    }
+}
+
+struct Row {
+    scenario: String,
+    result: String,
+    gen_cores: f64,
+    broker_cores: Option<f64>,
+}
+
+/// One publisher, `subs` subscribers spread over client threads; returns
+/// deliveries per second.
+fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
+    let n = args.messages;
+    let threads = args.threads.clamp(1, subs.max(1));
+    let ready = Arc::new(Barrier::new(threads + 1));
+    let received = Arc::new(AtomicUsize::new(0));
+    let done_at = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        let count = subs / threads + usize::from(t < subs % threads);
+        let (url, topic, opts) = (url.to_owned(), topic.to_owned(), options(args));
+        let (ready, received, done_at) = (ready.clone(), received.clone(), done_at.clone());
+        handles.push(std::thread::spawn(move || {
+            actix_rt::System::new().block_on(async move {
+                let mut clients = Vec::new();
+                let mut streams = Vec::new();
+                for _ in 0..count {
+                    let c = Client::connect(&url, opts.clone())
+                        .await
+                        .expect("subscriber connects");
+                    streams.push(c.subscribe(&topic).await.expect("subscribe"));
+                    clients.push(c);
+                }
+                ready.wait();
+                let tasks: Vec<_> = streams
+                    .into_iter()
+                    .map(|mut s| {
+                        let (received, done_at) = (received.clone(), done_at.clone());
+                        actix_rt::spawn(async move {
+                            let mut got = 0;
+                            while got < n {
+                                match s.recv_timeout(Duration::from_secs(10)).await {
+                                    Some(_) => got += 1,
+                                    None => break,
+                                }
+                            }
+                            let total = received.fetch_add(got, Ordering::Relaxed) + got;
+                            done_at.fetch_max(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            let _ = total;
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    let _ = t.await;
+                }
+                drop(clients);
+            })
+        }));
+    }
+    ready.wait();
+    let cpu = Cpu::start(args.pid);
+    let t0 = start.elapsed();
+    let payload = vec![0x5au8; args.size];
+    let publisher = {
+        let (url, topic, opts) = (url.to_owned(), topic.to_owned(), options(args));
+        std::thread::spawn(move || {
+            actix_rt::System::new().block_on(async move {
+                let c = Client::connect(&url, opts)
+                    .await
+                    .expect("publisher connects");
+                for i in 0..n {
+                    // A confirmed publish now and then keeps the publisher
+                    // from running unboundedly ahead of the broker.
+                    if i % 2000 == 1999 {
+                        c.publish_confirmed(&topic, payload.clone())
+                            .await
+                            .expect("publish");
+                    } else {
+                        c.publish(&topic, payload.clone()).await.expect("publish");
+                    }
+                }
+                c.ping().await.expect("ping");
+            })
+        })
+    };
+    publisher.join().expect("publisher thread");
+    for h in handles {
+        h.join().expect("subscriber thread");
+    }
+    let (gen_cores, broker_cores) = cpu.cores();
+    let elapsed = Duration::from_nanos(done_at.load(Ordering::Relaxed)).saturating_sub(t0);
+    let got = received.load(Ordering::Relaxed);
+    let rate = got as f64 / elapsed.as_secs_f64().max(1e-9);
+    let expected = n * subs;
+    let lost = if got < expected {
+        format!(", {} not delivered", expected - got)
+    } else {
+        String::new()
+    };
+    Row {
+        scenario: format!("1 -> {subs}, {} B", args.size),
+        result: format!(
+            "{:.0} deliveries/s ({:.0} msg/s published){lost}",
+            rate,
+            rate / subs as f64
+        ),
+        gen_cores,
+        broker_cores,
+    }
+}
+
+/// Publishes at `rate` for `secs` and measures publish-to-delivery delay.
+fn latency(args: &Args, url: &str) -> Row {
+    let (url, opts, rate, secs) = (url.to_owned(), options(args), args.rate, args.latency_secs);
+    let cpu = Cpu::start(args.pid);
+    let mut samples = actix_rt::System::new().block_on(async move {
+        let base = Instant::now();
+        let sub = Client::connect(&url, opts.clone())
+            .await
+            .expect("subscriber connects");
+        let mut s = sub.subscribe("bench/latency").await.expect("subscribe");
+        let publisher = Client::connect(&url, opts)
+            .await
+            .expect("publisher connects");
+        let total = rate * secs;
+        let reader = actix_rt::spawn(async move {
+            let mut samples = Vec::with_capacity(total as usize);
+            while samples.len() < total as usize {
+                let Some(m) = s.recv_timeout(Duration::from_secs(5)).await else {
+                    break;
+                };
+                let sent = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
+                samples.push(base.elapsed().as_nanos() as u64 - sent);
+            }
+            samples
+        });
+        let interval = Duration::from_nanos(1_000_000_000 / rate.max(1));
+        let mut tick = actix_rt::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        for _ in 0..total {
+            tick.tick().await;
+            let mut payload = (base.elapsed().as_nanos() as u64).to_le_bytes().to_vec();
+            payload.resize(payload.len().max(64), 0);
+            publisher
+                .publish("bench/latency", payload)
+                .await
+                .expect("publish");
+        }
+        let samples = reader.await.unwrap_or_default();
+        drop(sub);
+        samples
+    });
+    let (gen_cores, broker_cores) = cpu.cores();
+    samples.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if samples.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        samples[i] as f64 / 1000.0
+    };
+    Row {
+        scenario: format!("latency at {} msg/s, {} s", args.rate, args.latency_secs),
+        result: format!(
+            "p50 {:.0} us, p99 {:.0} us, max {:.0} us ({} samples)",
+            pct(0.5),
+            pct(0.99),
+            pct(1.0),
+            samples.len()
+        ),
+        gen_cores,
+        broker_cores,
+    }
+}
+
+/// The broker spawned for the run: a free port, a temporary data dir.
+struct Spawned {
+    child: Child,
+    _dir: PathBuf,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
+fn spawn_broker(args: &Args) -> (Spawned, String) {
+    use std::io::{BufRead, BufReader};
+    let exe = args.broker.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .expect("own path")
+            .with_file_name("wharf")
+    });
+    let dir = std::env::temp_dir().join(format!("wharf-bench-{}", std::process::id()));
+    let config = dir.join("bench.toml");
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    std::fs::write(
+        &config,
+        "[session]\noutbound_limit = 268435456\nrate_per_s = 10000000\nrate_burst = 10000000\n",
+    )
+    .expect("bench config");
+    let mut child = Command::new(&exe)
+        .args(["serve", "--bind", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("RUST_LOG", "warn,wharf::server=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start {exe:?}: {e} (build it with cargo build --release)")
+        });
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("broker output").expect("broker output");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().expect("address").to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (Spawned { child, _dir: dir }, format!("ws://{addr}/ws"))
+}
+
+fn main() {
+    let mut args = Args::parse();
+    let spawned;
+    let url = match args.url.clone() {
+        Some(url) => url,
+        None => {
+            let (s, url) = spawn_broker(&args);
+            args.pid = Some(s.child.id());
+            spawned = Some(s);
+            let _ = &spawned;
+            url
+        }
+    };
+    println!(
+        "broker: {url}  format: {}  payload: {} B",
+        args.format, args.size
+    );
+    let rows = vec![
+        throughput(&args, &url, "bench/one", 1),
+        throughput(&args, &url, "bench/fan", args.fanout),
+        latency(&args, &url),
+    ];
+    println!();
+    println!("| scenario | result | load generator CPU | broker CPU |");
+    println!("|---|---|---:|---:|");
+    for r in rows {
+        let broker = r
+            .broker_cores
+            .map_or("n/a".to_owned(), |c| format!("{c:.2} cores"));
+        println!(
+            "| {} | {} | {:.2} cores | {} |",
+            r.scenario, r.result, r.gen_cores, broker
+        );
+    }
+}
