@@ -97,13 +97,13 @@ pub async fn run(
         "listening on {addr}"
     );
 
-    // Topics nobody uses any more are swept on the idle timeout.
+    // Topics nobody uses any more are swept every idle timeout.
     let idle = Duration::from_secs(config.topics.idle_timeout_s);
     let sweeper = actix_rt::spawn(async move {
-        let mut tick = actix_rt::time::interval(idle.div_f32(2.0).max(Duration::from_millis(100)));
+        let mut tick = actix_rt::time::interval(idle);
         loop {
             tick.tick().await;
-            let removed = broker.sweep_idle(idle).await;
+            let removed = broker.sweep_idle().await;
             if removed > 0 {
                 tracing::debug!(removed, "idle topics swept");
             }

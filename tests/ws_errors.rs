@@ -364,3 +364,49 @@ fn http_publish_reaches_websocket_subscribers_with_headers() {
     let (status, _) = http(b.addr, "GET", "/topics/a", "");
     assert_eq!(status, 405);
 }
+
+#[test]
+fn a_silent_connection_is_closed_with_1001_after_the_idle_timeout() {
+    let b = TestBroker::start(|c| {
+        c.session.ping_interval_s = 1;
+        c.session.idle_timeout_s = 2;
+    });
+    block_on(async {
+        let mut conn = raw(&b).await;
+        // Read nothing and answer no ping for the idle timeout.
+        actix_rt::time::sleep(Duration::from_millis(3500)).await;
+        let mut code = None;
+        while let Ok(Some(Ok(frame))) =
+            actix_rt::time::timeout(Duration::from_secs(5), conn.next()).await
+        {
+            if let ws::Frame::Close(reason) = frame {
+                code = reason.map(|r| u16::from(r.code));
+                break;
+            }
+        }
+        assert_eq!(code, Some(1001));
+    });
+}
+
+#[test]
+fn shutdown_drains_sessions_and_closes_them_with_1001() {
+    let b = TestBroker::start(|_| {});
+    let url = b.ws_url();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let client = std::thread::spawn(move || {
+        block_on(async move {
+            let (_, mut conn) = awc::Client::new().ws(&url).connect().await.unwrap();
+            send_text(
+                &mut conn,
+                r#"{"op":"subscribe","id":"s","filter":"x","rid":1}"#,
+            )
+            .await;
+            assert_eq!(next_json(&mut conn).await.unwrap()["op"], "receipt");
+            tx.send(()).unwrap();
+            close_code(&mut conn).await
+        })
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    b.stop().expect("clean stop");
+    assert_eq!(client.join().unwrap(), Some(1001));
+}

@@ -18,7 +18,6 @@ mod topic;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -243,11 +242,10 @@ impl Broker {
     }
 
     /// Removes topics with no subscriptions and no retained message that
-    /// have been unused for `idle`. Returns how many were removed.
-    pub async fn sweep_idle(&self, idle: Duration) -> usize {
-        let Some(cutoff) = Instant::now().checked_sub(idle) else {
-            return 0;
-        };
+    /// nothing has used since the previous sweep. Called every idle
+    /// timeout, it removes topics idle for between one and two timeouts.
+    /// Returns how many were removed.
+    pub async fn sweep_idle(&self) -> usize {
         let topics: Vec<(Arc<str>, Topic)> = self
             .read()
             .topics
@@ -256,7 +254,7 @@ impl Broker {
             .collect();
         let mut removed = 0;
         for (name, topic) in topics {
-            if let Ok(true) = topic.submit(move |t| t.remove_if_idle(cutoff)).await {
+            if let Ok(true) = topic.submit(|t| t.remove_if_idle()).await {
                 let mut reg = self.write();
                 if reg.topics.get(&name).is_some_and(|t| t.same(&topic)) {
                     reg.topics.remove(&name);

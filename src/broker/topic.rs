@@ -1,10 +1,8 @@
 //! A topic's state and the tasks that change it. Everything here runs
 //! inside the topic's task queue: one task at a time, never blocking.
 
-use std::sync::Arc;
-use std::time::Instant;
-
 use bytes::Bytes;
+use std::sync::Arc;
 
 use super::message::Published;
 use super::sink::{Delivery, Subscription};
@@ -21,7 +19,10 @@ pub(crate) struct TopicState {
     /// Set by the idle sweep just before the registry forgets the topic;
     /// tasks that find it set tell their caller to look the topic up again.
     pub(crate) removed: bool,
-    last_active: Instant,
+    /// Set by every operation, cleared by each idle sweep: a topic the
+    /// sweep finds untouched since the previous sweep has been idle for at
+    /// least one sweep interval. (No clock read on the publish path.)
+    touched: bool,
 }
 
 /// A task found the topic already removed: look it up again and retry.
@@ -48,7 +49,7 @@ impl TopicState {
             retained: None,
             seq: 0,
             removed: false,
-            last_active: Instant::now(),
+            touched: true,
         }
     }
 
@@ -64,7 +65,7 @@ impl TopicState {
             return Err(Gone);
         }
         self.seq += 1;
-        self.last_active = Instant::now();
+        self.touched = true;
         let msg = Arc::new(Published::new(
             self.name.clone(),
             self.seq,
@@ -103,7 +104,7 @@ impl TopicState {
         if self.removed {
             return Err(Gone);
         }
-        self.last_active = Instant::now();
+        self.touched = true;
         if self.subs.contains(&sub) {
             return Ok(());
         }
@@ -118,7 +119,7 @@ impl TopicState {
 
     /// Removes a subscription if present.
     pub(crate) fn unsubscribe(&mut self, sink: u64, id: &str) {
-        self.last_active = Instant::now();
+        self.touched = true;
         self.subs.retain(|s| !(s.sink.id() == sink && &*s.id == id));
     }
 
@@ -127,15 +128,12 @@ impl TopicState {
         self.subs.retain(|s| !s.sink.is_closed());
     }
 
-    /// Marks the topic removed if it is idle (no subscribers, no retained
-    /// message) and was last used before `cutoff`.
-    pub(crate) fn remove_if_idle(&mut self, cutoff: Instant) -> bool {
+    /// Marks the topic removed if it has no subscribers and no retained
+    /// message and was not touched since the previous sweep.
+    pub(crate) fn remove_if_idle(&mut self) -> bool {
         self.forget_closed();
-        if !self.removed
-            && self.subs.is_empty()
-            && self.retained.is_none()
-            && self.last_active <= cutoff
-        {
+        let touched = std::mem::replace(&mut self.touched, false);
+        if !self.removed && !touched && self.subs.is_empty() && self.retained.is_none() {
             self.removed = true;
         }
         self.removed

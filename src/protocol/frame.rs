@@ -284,9 +284,6 @@ pub enum ErrorCode {
     TooManySubscriptions,
     /// The broker is too busy for this request right now.
     Overloaded,
-    /// A text frame in a binary session or the reverse is fine; this is a
-    /// frame kind the protocol does not use (continuation misuse).
-    UnsupportedFrame,
     /// A server-side failure.
     Internal,
 }
@@ -309,7 +306,6 @@ impl ErrorCode {
             ErrorCode::UnknownSubscription => "unknown_subscription",
             ErrorCode::TooManySubscriptions => "too_many_subscriptions",
             ErrorCode::Overloaded => "overloaded",
-            ErrorCode::UnsupportedFrame => "unsupported_frame",
             ErrorCode::Internal => "internal",
         }
     }

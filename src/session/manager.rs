@@ -131,3 +131,37 @@ impl Sessions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SlowConsumer;
+    use crate::protocol::frame::{Ping, ServerFrame};
+
+    #[test]
+    fn list_find_send_close() {
+        let sessions = Sessions::new();
+        let a = Outbound::new(1 << 20, SlowConsumer::DropOldest, 16, Format::Json);
+        let b = Outbound::new(1 << 20, SlowConsumer::DropOldest, 16, Format::Json);
+        let (ida, idb) = (Uuid::now_v7(), Uuid::now_v7());
+        sessions.insert(ida, "anon".into(), a.clone());
+        sessions.insert(idb, "anon".into(), b.clone());
+        sessions.set_client_id(ida, "sensor-1".into());
+        assert_eq!(sessions.len(), 2);
+        let found = sessions.find_by_client("sensor-1");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].id, ida);
+        let pong = ServerFrame::Pong(Ping { rid: Some(1) });
+        sessions.send(ida, Format::Json, &pong).unwrap();
+        assert_eq!(a.stats().queued, 1);
+        assert_eq!(b.stats().queued, 0);
+        assert_eq!(
+            sessions.send(Uuid::now_v7(), Format::Json, &pong),
+            Err(PushError::Closed)
+        );
+        sessions.close_all(1001, "bye", true);
+        assert!(a.is_closing() && b.is_closing());
+        sessions.remove(ida);
+        assert_eq!(sessions.list().len(), 1);
+    }
+}

@@ -102,6 +102,9 @@ enum Flow {
 
 struct Reader {
     session: Session,
+    /// When the chunk being decoded arrived (one clock read per read, not
+    /// per frame).
+    now: Instant,
     cfg: SessionConfig,
     rate: RateLimiter,
     /// A fragmented message being assembled: its encoding and bytes.
@@ -168,7 +171,7 @@ impl Reader {
     }
 
     async fn message(&mut self, format: Format, bytes: Bytes) -> Flow {
-        match self.rate.check(Instant::now()) {
+        match self.rate.check(self.now) {
             Verdict::Allow => {}
             Verdict::Refuse => {
                 self.session.error(
@@ -212,6 +215,7 @@ async fn read_loop(mut payload: web::Payload, session: Session, cfg: SessionConf
     let idle = Duration::from_secs(cfg.idle_timeout_s);
     let mut last_heard = Instant::now();
     let mut reader = Reader {
+        now: last_heard,
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
         session,
         cfg,
@@ -221,7 +225,6 @@ async fn read_loop(mut payload: web::Payload, session: Session, cfg: SessionConf
         loop {
             match codec.decode(&mut buf) {
                 Ok(Some(frame)) => {
-                    last_heard = Instant::now();
                     if let Flow::Stop = reader.frame(frame).await {
                         break 'conn;
                     }
@@ -242,7 +245,11 @@ async fn read_loop(mut payload: web::Payload, session: Session, cfg: SessionConf
         }
         tokio::select! {
             chunk = poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)) => match chunk {
-                Some(Ok(bytes)) => buf.extend_from_slice(&bytes),
+                Some(Ok(bytes)) => {
+                    last_heard = Instant::now();
+                    reader.now = last_heard;
+                    buf.extend_from_slice(&bytes);
+                }
                 Some(Err(_)) | None => break 'conn,
             },
             _ = ping.tick() => {
