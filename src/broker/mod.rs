@@ -151,18 +151,28 @@ impl Broker {
     /// (overloaded).
     pub async fn publish(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
         routing::validate_topic(&msg.topic).map_err(BrokerError::InvalidTopic)?;
+        let Publish {
+            topic: name,
+            payload,
+            headers,
+            retain,
+            priority,
+        } = msg;
+        let mut message = Some((payload, headers));
         for _ in 0..GONE_RETRIES {
-            let Some(topic) = self.topic(&msg.topic, msg.retain) else {
+            let Some(topic) = self.topic(&name, retain) else {
                 return Ok(PublishOutcome::default());
             };
-            let (payload, headers) = (msg.payload.clone(), msg.headers.clone());
-            let (priority, retain) = (msg.priority, msg.retain);
+            let Some((payload, headers)) = message.take() else {
+                break;
+            };
             match topic
                 .submit(move |t| t.publish(payload, headers, priority, retain))
                 .await?
             {
                 Ok(outcome) => return Ok(outcome),
-                Err(Gone) => continue,
+                // The topic was removed under us: it hands the message back.
+                Err(back) => message = Some(back),
             }
         }
         Err(BrokerError::Contended)
@@ -189,10 +199,14 @@ impl Broker {
                 .collect()
         };
         for topic in matching {
-            let sub = sub.clone();
+            let s = sub.clone();
             // A topic removed meanwhile is fine: if it is created again it
             // copies the subscription from the trie.
-            let _ = topic.submit(move |t| t.subscribe(sub)).await?;
+            if let Err(e) = topic.submit(move |t| t.subscribe(s)).await {
+                // All or nothing: take back what was added.
+                let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
+                return Err(e.into());
+            }
         }
         Ok(())
     }

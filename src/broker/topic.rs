@@ -53,16 +53,17 @@ impl TopicState {
         }
     }
 
-    /// Stamps, retains (or clears) and fans out one message.
+    /// Stamps, retains (or clears) and fans out one message. A removed
+    /// topic gives the payload and headers back, for a retry.
     pub(crate) fn publish(
         &mut self,
         payload: Bytes,
         headers: Headers,
         priority: Priority,
         retain: bool,
-    ) -> Result<PublishOutcome, Gone> {
+    ) -> Result<PublishOutcome, (Bytes, Headers)> {
         if self.removed {
-            return Err(Gone);
+            return Err((payload, headers));
         }
         self.seq += 1;
         self.touched = true;

@@ -510,9 +510,7 @@ async fn run(
                         }
                     }
                     ServerFrame::Receipt(r) => {
-                        if let Some((id, tx)) = w.sub_rids.remove(&r.rid) {
-                            w.subs.insert(id, tx);
-                        }
+                        w.sub_rids.remove(&r.rid);
                         if let Some(id) = w.unsub_rids.remove(&r.rid) {
                             w.subs.remove(&id);
                         }
@@ -532,7 +530,9 @@ async fn run(
                     }
                     ServerFrame::Error(e) => {
                         let waiting = e.rid.and_then(|rid| {
-                            w.sub_rids.remove(&rid);
+                            if let Some(id) = w.sub_rids.remove(&rid) {
+                                w.subs.remove(&id);
+                            }
                             w.unsub_rids.remove(&rid);
                             w.pending.remove(&rid)
                         });
@@ -565,7 +565,8 @@ struct Waiting {
     pending: HashMap<u64, Reply>,
     hello: Option<Reply>,
     subs: HashMap<String, mpsc::Sender<Message>>,
-    sub_rids: HashMap<u64, (String, mpsc::Sender<Message>)>,
+    /// Subscriptions awaiting their receipt, by request id.
+    sub_rids: HashMap<u64, String>,
     unsub_rids: HashMap<u64, String>,
     closing: Option<oneshot::Sender<()>>,
 }
@@ -591,7 +592,10 @@ impl Waiting {
                 tx,
                 reply,
             } => {
-                self.sub_rids.insert(rid, (id, tx));
+                // Route messages for it at once: a retained message may be
+                // written before the receipt.
+                self.subs.insert(id.clone(), tx);
+                self.sub_rids.insert(rid, id);
                 self.pending.insert(rid, reply);
                 frame
             }

@@ -119,6 +119,23 @@ impl Sessions {
         }
     }
 
+    /// Closes one session: after its queue drains (`drain`), or at once.
+    /// Returns whether the session was live.
+    pub fn close(&self, id: Uuid, code: u16, reason: &str, drain: bool) -> bool {
+        let out = self.map.read().get(&id).map(|e| e.out.clone());
+        match out {
+            Some(out) => {
+                out.close(CloseRequest {
+                    code,
+                    reason: reason.to_owned(),
+                    drain,
+                });
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Asks every session to close (used at shutdown).
     pub fn close_all(&self, code: u16, reason: &str, drain: bool) {
         let outs: Vec<Arc<Outbound>> = self.map.read().values().map(|e| e.out.clone()).collect();
@@ -159,8 +176,10 @@ mod tests {
             sessions.send(Uuid::now_v7(), Format::Json, &pong),
             Err(PushError::Closed)
         );
+        assert!(sessions.close(ida, 1000, "admin", false));
+        assert!(a.is_closing() && !b.is_closing());
         sessions.close_all(1001, "bye", true);
-        assert!(a.is_closing() && b.is_closing());
+        assert!(b.is_closing());
         sessions.remove(ida);
         assert_eq!(sessions.list().len(), 1);
     }

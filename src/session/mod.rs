@@ -215,9 +215,11 @@ impl Session {
                     tag: codec::message_prefix(format, &s.id),
                     encoding: encoding_slot(format),
                 };
-                self.subs.insert(s.id, s.filter);
                 match self.broker.subscribe(sub).await {
-                    Ok(()) => self.receipt(format, s.rid),
+                    Ok(()) => {
+                        self.subs.insert(s.id, s.filter);
+                        self.receipt(format, s.rid);
+                    }
                     Err(e) => self.broker_error(format, e, s.rid),
                 }
             }
