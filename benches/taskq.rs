@@ -114,8 +114,9 @@ fn wait_for(done: &AtomicU64, target: u64) {
 
 /// The scheduler under test: 2 workers and the default threshold and
 /// quantum; `XW`, `XT` and `XQ` in the environment override workers,
-/// capture threshold and quantum for exploring. No depth bound: the
-/// fire-and-forget runs queue far ahead of the runner on purpose.
+/// capture threshold and quantum for exploring. The default depth bound
+/// (100,000): a submitter refused as overloaded yields and retries, which
+/// is the back-pressure a real caller applies.
 fn config() -> SchedulerConfig {
     let env = |k: &str, d: usize| {
         std::env::var(k)
@@ -127,7 +128,7 @@ fn config() -> SchedulerConfig {
         workers: env("XW", 2),
         capture_threshold: env("XT", 10),
         quantum: env("XQ", 64),
-        max_depth: usize::MAX,
+        ..SchedulerConfig::default()
     }
 }
 
@@ -249,7 +250,11 @@ fn two_submitters(c: &mut Criterion) {
             let q2 = q.clone();
             run_two(
                 iters,
-                move || drop(q2.submit(|r: &mut Res| r.op())),
+                move || {
+                    while let Some(Err(_)) = q2.submit(|r: &mut Res| r.op()).try_take() {
+                        thread::yield_now();
+                    }
+                },
                 |n| wait_queue(&q, n),
             )
         })
@@ -261,10 +266,14 @@ fn two_submitters(c: &mut Criterion) {
             run_two(
                 iters,
                 move || {
-                    q2.execute(Priority::Normal, |r: &mut Res| {
-                        r.op();
-                    })
-                    .unwrap()
+                    while q2
+                        .execute(Priority::Normal, |r: &mut Res| {
+                            r.op();
+                        })
+                        .is_err()
+                    {
+                        thread::yield_now();
+                    }
                 },
                 |n| wait_queue(&q, n),
             )

@@ -22,6 +22,8 @@
 
 use std::marker::PhantomData;
 
+use crossbeam_utils::CachePadded;
+
 use super::sync::{AtomicUsize, Backoff, Cell, Lane, Ordering};
 
 /// Which lane a queued task waits in. High-priority tasks are popped before
@@ -36,7 +38,9 @@ pub enum Priority {
 
 /// A resource's state, its claim counter and its two lanes of queued jobs.
 pub(crate) struct Core<S, J> {
-    count: AtomicUsize,
+    /// On a cache line of its own: every contended submission writes it,
+    /// and the state (written by every task) must not share its line.
+    count: CachePadded<AtomicUsize>,
     high: Lane<J>,
     normal: Lane<J>,
     state: Cell<S>,
@@ -81,7 +85,7 @@ pub(crate) struct Pending<'a, S, J> {
 impl<S, J> Core<S, J> {
     pub(crate) fn new(state: S) -> Self {
         Core {
-            count: AtomicUsize::new(0),
+            count: CachePadded::new(AtomicUsize::new(0)),
             high: Lane::new(),
             normal: Lane::new(),
             state: Cell::new(state),

@@ -61,6 +61,7 @@ pub use pool::{
 pub use task::{TaskError, TaskFuture};
 
 use claim::{Core, Entry, Pending};
+use crossbeam_utils::CachePadded;
 use pool::{PoolShared, Schedulable};
 use task::{Job, JobRef, report_detached_panic, run_contained};
 
@@ -81,7 +82,7 @@ impl<S> Clone for TaskQueue<S> {
 struct Inner<S> {
     core: Core<S, Job<S>>,
     pool: Arc<PoolShared>,
-    counters: Counters,
+    counters: CachePadded<Counters>,
 }
 
 /// Per-resource counters. The run counters are written only by the claim
@@ -132,7 +133,7 @@ impl<S: Send + 'static> TaskQueue<S> {
             inner: Arc::new(Inner {
                 core: Core::new(state),
                 pool: scheduler.shared.clone(),
-                counters: Counters::default(),
+                counters: CachePadded::new(Counters::default()),
             }),
         }
     }
@@ -269,7 +270,12 @@ impl<S: Send + 'static> Inner<S> {
     /// Queues a job that `enter` counted as busy.
     #[inline]
     fn queue(&self, depth: usize, job: Job<S>, priority: Priority) {
-        self.counters.high_water.fetch_max(depth, Ordering::Relaxed);
+        // Read first: a read-modify-write on every contended submission
+        // would bounce the counters' cache line between submitters.
+        let hw = &self.counters.high_water;
+        if depth > hw.load(Ordering::Relaxed) {
+            hw.fetch_max(depth, Ordering::Relaxed);
+        }
         self.core.push(job, priority);
     }
 
