@@ -455,3 +455,45 @@ fn detached_tasks_run_in_order_with_submitted_ones() {
     assert_eq!(log, (0..20).collect::<Vec<_>>());
     assert!(wait_until(LONG, || q.stats().panics == 1));
 }
+
+#[test]
+fn every_awaited_queued_task_wakes_its_waiter() {
+    // Each submitter waits on each future in turn while other threads keep
+    // the resource busy, so most futures are polled (and register a waker)
+    // before their task runs. A lost wake-up would stall `wait` until its
+    // deadline and fail the test.
+    const THREADS: usize = 4;
+    const PER: usize = 2_000;
+    let s = scheduler(1, 4, 1);
+    let q = TaskQueue::new(0u64, &s);
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let q = q.clone();
+            thread::spawn(move || {
+                let mut polled_pending = 0;
+                for _ in 0..PER {
+                    let fut = q.submit(|n| {
+                        for _ in 0..50 {
+                            std::hint::spin_loop();
+                        }
+                        *n += 1;
+                        *n
+                    });
+                    if !fut.is_complete() {
+                        polled_pending += 1;
+                    }
+                    wait(fut, Duration::from_secs(10))
+                        .expect("woken in time")
+                        .expect("no panic");
+                }
+                polled_pending
+            })
+        })
+        .collect();
+    let pending: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(pending > 0, "no future was ever waited on");
+    assert_eq!(
+        wait(q.submit(|n| *n), LONG),
+        Some(Ok((THREADS * PER) as u64))
+    );
+}

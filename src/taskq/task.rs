@@ -12,9 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::task::{Context, Poll};
-
-use atomic_waker::AtomicWaker;
+use std::task::{Context, Poll, Waker};
 
 /// Why a task produced no value. Expected outcomes of a task are its `R`;
 /// these are failures of the task itself.
@@ -72,8 +70,22 @@ trait Completion<R>: Send + Sync {
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<R, TaskError>>;
 }
 
+// The completion protocol between the runner (which completes once) and
+// the future (which polls, one poll at a time):
+//
+//   EMPTY --future stores a waker--> REGISTERING --> WAITING
+//   any state --runner: swap--> DONE
+//
+// The runner writes the value, then swaps in DONE; if it replaced WAITING
+// it takes the waker and wakes it. The future writes the waker only between
+// its own CAS to REGISTERING and its CAS to WAITING; if the second CAS
+// fails the runner finished meanwhile (and did not touch the waker), so the
+// future takes the value itself. One atomic read-modify-write on the
+// runner's side, none on the future's when it was never polled.
 const EMPTY: u8 = 0;
-const DONE: u8 = 1;
+const REGISTERING: u8 = 1;
+const WAITING: u8 = 2;
+const DONE: u8 = 3;
 
 struct TaskCell<F, R> {
     /// Taken exactly once, by whichever of `run` / `cancel` comes first;
@@ -82,14 +94,17 @@ struct TaskCell<F, R> {
     /// Written once before `state` becomes DONE; read only by the future
     /// after it observes DONE.
     value: UnsafeCell<Option<Result<R, TaskError>>>,
+    /// Written by the future only while it holds REGISTERING; taken by the
+    /// runner only when its swap replaced WAITING.
+    waker: UnsafeCell<Option<Waker>>,
     state: AtomicU8,
-    waker: AtomicWaker,
 }
 
 // SAFETY: `func` is only touched through the single `JobRef` (one thread at a
-// time); `value` is written before a Release store of DONE and read after an
-// Acquire load of DONE by the single future. F and R cross threads, hence
-// the `Send` bounds.
+// time); `value` is written before the AcqRel swap to DONE and read after an
+// Acquire load of DONE by the single future; `waker` is handed between the
+// future and the runner by the state protocol above. F and R cross threads,
+// hence the `Send` bounds.
 unsafe impl<F: Send, R: Send> Sync for TaskCell<F, R> {}
 
 impl<F, R> TaskCell<F, R> {
@@ -97,8 +112,13 @@ impl<F, R> TaskCell<F, R> {
         // SAFETY: only the JobRef owner completes, once, before DONE is set;
         // the future does not read `value` until it sees DONE.
         unsafe { *self.value.get() = Some(result) };
-        self.state.store(DONE, Ordering::Release);
-        self.waker.wake();
+        if self.state.swap(DONE, Ordering::AcqRel) == WAITING {
+            // SAFETY: WAITING means the future finished writing the waker
+            // and will not touch it again (its CAS from WAITING now fails).
+            if let Some(waker) = unsafe { (*self.waker.get()).take() } {
+                waker.wake();
+            }
+        }
     }
 
     fn take_func(&self) -> Option<F> {
@@ -137,14 +157,34 @@ impl<F: Send, R: Send> Completion<R> for TaskCell<F, R> {
             // visible and finished; only this (single) future reads it.
             unsafe { (*self.value.get()).take() }.unwrap_or(Err(TaskError::Cancelled))
         };
-        if self.state.load(Ordering::Acquire) == DONE {
+        let seen = self.state.load(Ordering::Acquire);
+        if seen == DONE {
             return Poll::Ready(take());
         }
-        self.waker.register(cx.waker());
-        if self.state.load(Ordering::Acquire) == DONE {
+        if self
+            .state
+            .compare_exchange(seen, REGISTERING, Ordering::Acquire, Ordering::Acquire)
+            .is_err()
+        {
+            // Only the runner changes the state behind our back: to DONE.
             return Poll::Ready(take());
         }
-        Poll::Pending
+        // SAFETY: REGISTERING is ours; the runner's swap will not touch the
+        // waker unless it replaces WAITING.
+        unsafe {
+            let slot = &mut *self.waker.get();
+            match slot {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *slot = Some(cx.waker().clone()),
+            }
+        }
+        match self
+            .state
+            .compare_exchange(REGISTERING, WAITING, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Poll::Pending,
+            Err(_) => Poll::Ready(take()),
+        }
     }
 }
 
@@ -195,8 +235,8 @@ impl<S> JobRef<S> {
         let cell = Arc::new(TaskCell {
             func: UnsafeCell::new(Some(f)),
             value: UnsafeCell::new(None),
+            waker: UnsafeCell::new(None),
             state: AtomicU8::new(EMPTY),
-            waker: AtomicWaker::new(),
         });
         let future = TaskFuture {
             inner: FutureState::Waiting(cell.clone()),
