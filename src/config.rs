@@ -131,6 +131,19 @@ impl Default for TopicsConfig {
     }
 }
 
+/// When the store makes writes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushMode {
+    /// Flush and fsync every group commit before confirming its writes:
+    /// what was confirmed survives a crash.
+    #[default]
+    Always,
+    /// Confirm writes once applied; flush every `interval_ms`. A crash can
+    /// lose up to one interval of confirmed writes.
+    Interval,
+}
+
 /// `[store]` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -140,6 +153,10 @@ pub struct StoreConfig {
     /// sled page cache in MiB. sled's real memory use can be several times
     /// this, so it is set explicitly.
     pub cache_capacity_mb: u64,
+    /// `always` or `interval`.
+    pub flush: FlushMode,
+    /// Milliseconds between flushes with `flush = "interval"`.
+    pub interval_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -147,6 +164,8 @@ impl Default for StoreConfig {
         StoreConfig {
             data_dir: PathBuf::from("wharf-data"),
             cache_capacity_mb: 64,
+            flush: FlushMode::Always,
+            interval_ms: 100,
         }
     }
 }
@@ -333,6 +352,9 @@ impl Config {
                 "must be at most 1048576 (1 TiB)",
             ));
         }
+        if self.store.interval_ms == 0 || self.store.interval_ms > 60_000 {
+            return Err(invalid("store.interval_ms", "must be between 1 and 60000"));
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::Invalid {
                 key: "log.level".into(),
@@ -425,6 +447,7 @@ mod tests {
                 "store.cache_capacity_mb",
             ),
             ("[store]\ndata_dir = \"\"\n", "store.data_dir"),
+            ("[store]\ninterval_ms = 0\n", "store.interval_ms"),
             ("[server]\nmax_connections = 0\n", "server.max_connections"),
             ("[log]\nlevel = \"wharf=loud\"\n", "log.level"),
             ("[session]\nmax_payload = 99999999\n", "session.max_payload"),

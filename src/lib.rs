@@ -51,6 +51,9 @@ pub enum Error {
     /// The store could not be opened or synced.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// The broker could not restore what the store holds.
+    #[error(transparent)]
+    Broker(#[from] broker::BrokerError),
     /// The task queue workers could not start.
     #[error(transparent)]
     Scheduler(#[from] taskq::SchedulerError),

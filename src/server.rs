@@ -50,14 +50,26 @@ pub async fn run(
 ) -> Result<(), Error> {
     config.validate()?;
     let store_config = config.store.clone();
-    let store = web::block(move || Store::open(&store_config))
-        .await
-        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+    // sled does blocking I/O: open and read it off the async thread.
+    let (store, retained) = web::block(move || {
+        let store = Store::open(&store_config)?;
+        let retained = store.load_retained()?;
+        Ok::<_, crate::store::StoreError>((store, retained))
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+    let mut writer = store.start_writer(&config.store)?;
     let mut scheduler = Scheduler::new(&config.scheduler)?;
 
     let addr = listener.local_addr()?;
     let health = web::Data::new(Health::new());
-    let broker = Broker::new(scheduler.handle());
+    let broker = Broker::with_store(scheduler.handle(), writer.handle());
+    // Retained messages are back before the first connection is accepted.
+    let restored = retained.len();
+    broker.restore_retained(retained).await?;
+    if restored > 0 {
+        tracing::info!(restored, "retained messages restored from the store");
+    }
     let sessions = Sessions::new();
     let state = web::Data::new(AppState {
         broker: broker.clone(),
@@ -127,14 +139,17 @@ pub async fn run(
     sweeper.abort();
 
     let timeout = Duration::from_secs(config.server.shutdown_timeout_s.max(1));
+    // In order: topics finish their tasks, the writer commits what they
+    // handed it, then the database files are synced.
     let (workers_done, synced) = web::block(move || {
         let done = scheduler.shutdown(timeout);
-        (done, store.sync())
+        let committed = writer.close(timeout);
+        (done && committed, store.sync())
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
     if !workers_done {
-        tracing::warn!("some task queue workers did not finish before the deadline");
+        tracing::warn!("task queue workers or the store writer did not finish before the deadline");
     }
     served?;
     synced?;

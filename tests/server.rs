@@ -2,14 +2,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::http;
+use common::{ChildBroker, http};
 use wharf::Config;
 use wharf::transport::HealthReport;
 
@@ -107,94 +105,12 @@ fn run_refuses_an_invalid_config() {
     }
 }
 
-/// The `wharf` binary as a child process, with its stderr read line by line.
-struct Broker {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Broker {
-    fn spawn(args: &[&str]) -> Broker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start wharf");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Broker { child, lines }
-    }
-
-    /// Waits for the "listening on ADDR" log line and returns ADDR.
-    fn address(&self) -> SocketAddr {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .expect("a 'listening on' line");
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap();
-                return addr.parse().expect("an address after 'listening on'");
-            }
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("wharf did not exit within {timeout:?}");
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stderr_rest(&self) -> String {
-        let mut out = String::new();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
-            out.push_str(&line);
-            out.push('\n');
-        }
-        out
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn binary_serves_on_an_ephemeral_port_and_stops_on_sigterm_and_sigint() {
     for sig in ["TERM", "INT"] {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().join("data");
-        let mut broker = Broker::spawn(&[
+        let mut broker = ChildBroker::spawn(&[
             "serve",
             "--bind",
             "127.0.0.1:0",

@@ -347,3 +347,60 @@ fn a_subscriber_that_never_reads_does_not_hold_up_the_others() {
         );
     });
 }
+
+#[test]
+fn retained_messages_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = TestBroker::start_in(&data, |_| {});
+    block_on(async {
+        let c = connect(&b, Format::Json).await;
+        let mut h = Headers::new();
+        h.insert("unit".into(), "C".into());
+        for (topic, payload) in [("keep/a", "first"), ("keep/a", "last"), ("clear/b", "x")] {
+            c.publish_with(
+                topic,
+                payload.into(),
+                h.clone(),
+                true,
+                Priority::Normal,
+                true,
+            )
+            .await
+            .unwrap();
+        }
+        c.publish_with(
+            "clear/b",
+            Vec::new(),
+            Headers::new(),
+            true,
+            Priority::Normal,
+            true,
+        )
+        .await
+        .unwrap();
+    });
+    b.stop().expect("clean stop");
+
+    let b = TestBroker::start_in(&data, |_| {});
+    block_on(async {
+        let c = connect(&b, Format::Bincode).await;
+        let mut all = c.subscribe("#").await.unwrap();
+        let m = all.recv_timeout(T).await.expect("the retained message");
+        assert!(m.retained);
+        assert_eq!(
+            (m.topic.as_str(), &m.payload[..], m.seq),
+            ("keep/a", &b"last"[..], 2)
+        );
+        assert_eq!(m.headers.get("unit").map(String::as_str), Some("C"));
+        assert!(
+            all.recv_timeout(Duration::from_millis(300)).await.is_none(),
+            "clear/b was cleared"
+        );
+        // The topic's sequence continues after the restored message.
+        c.publish_confirmed("keep/a", b"next".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(all.recv_timeout(T).await.unwrap().seq, 3);
+    });
+}

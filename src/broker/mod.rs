@@ -27,8 +27,9 @@ pub use topic::PublishOutcome;
 
 use crate::protocol::frame::{Headers, Priority};
 use crate::routing::{self, FilterTrie, TopicError};
+use crate::store::{RetainedRecord, SubmitError, WriterHandle};
 use crate::taskq::{SchedulerHandle, TaskError, TaskQueue};
-use topic::{Gone, TopicState};
+use topic::{Gone, NotPublished, TopicState};
 
 type Topic = TaskQueue<TopicState>;
 
@@ -44,6 +45,12 @@ pub enum BrokerError {
     /// The topic's task queue refused or lost the task.
     #[error(transparent)]
     Task(#[from] TaskError),
+    /// The store writer refused or failed the write (retained messages).
+    #[error("store: {0}")]
+    Store(String),
+    /// The store writer is too far behind to take the write; try again.
+    #[error(transparent)]
+    StoreBusy(SubmitError),
     /// The topic was removed and re-created under the operation more times
     /// than it retries; try again.
     #[error("topic is being removed and re-created; try again")]
@@ -74,6 +81,8 @@ pub struct Broker {
 struct Inner {
     scheduler: SchedulerHandle,
     registry: RwLock<Registry>,
+    /// Where retained messages are persisted; `None` keeps them in memory.
+    writer: Option<WriterHandle>,
 }
 
 #[derive(Default)]
@@ -96,14 +105,45 @@ pub struct BrokerStats {
 const GONE_RETRIES: usize = 8;
 
 impl Broker {
-    /// A broker whose topics run on `scheduler`'s workers.
+    /// A broker whose topics run on `scheduler`'s workers and keep
+    /// retained messages in memory only.
     pub fn new(scheduler: SchedulerHandle) -> Self {
+        Self::build(scheduler, None)
+    }
+
+    /// A broker that persists retained messages through a store writer.
+    /// Call [`Broker::restore_retained`] with what the store holds before
+    /// serving.
+    pub fn with_store(scheduler: SchedulerHandle, writer: WriterHandle) -> Self {
+        Self::build(scheduler, Some(writer))
+    }
+
+    fn build(scheduler: SchedulerHandle, writer: Option<WriterHandle>) -> Self {
         Broker {
             inner: Arc::new(Inner {
                 scheduler,
                 registry: RwLock::new(Registry::default()),
+                writer,
             }),
         }
+    }
+
+    /// Re-creates topics with their retained messages, as read back from
+    /// the store at start.
+    pub async fn restore_retained(&self, records: Vec<RetainedRecord>) -> Result<(), BrokerError> {
+        for r in records {
+            if routing::validate_topic(&r.topic).is_err() {
+                tracing::warn!(topic = %r.topic, "skipping a stored retained message with an invalid topic");
+                continue;
+            }
+            let Some(topic) = self.topic(&r.topic, true) else {
+                continue;
+            };
+            topic
+                .submit(move |t| t.restore_retained(r.seq, r.payload, r.headers))
+                .await?;
+        }
+        Ok(())
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Registry> {
@@ -136,7 +176,10 @@ impl Broker {
             return None;
         }
         let name: Arc<str> = name.into();
-        let topic = TaskQueue::new(TopicState::new(name.clone(), subs), &self.inner.scheduler);
+        let topic = TaskQueue::new(
+            TopicState::new(name.clone(), subs, self.inner.writer.clone()),
+            &self.inner.scheduler,
+        );
         reg.topics.insert(name, topic.clone());
         Some(topic)
     }
@@ -144,7 +187,8 @@ impl Broker {
     /// Publishes a message: stamps it with the topic's next sequence number,
     /// keeps it if retained, and queues it for every matching subscription.
     /// A publish to a topic nobody subscribes to and that keeps nothing is
-    /// a no-op.
+    /// a no-op. With a store, a retained publish returns once the retained
+    /// message is durable.
     ///
     /// # Errors
     /// An invalid topic name, or the topic's queue refusing the task
@@ -170,9 +214,16 @@ impl Broker {
                 .submit(move |t| t.publish(payload, headers, priority, retain))
                 .await?
             {
-                Ok(outcome) => return Ok(outcome),
+                Ok((outcome, None)) => return Ok(outcome),
+                Ok((outcome, Some(durable))) => {
+                    durable
+                        .await
+                        .map_err(|e| BrokerError::Store(e.to_string()))?;
+                    return Ok(outcome);
+                }
                 // The topic was removed under us: it hands the message back.
-                Err(back) => message = Some(back),
+                Err(NotPublished::Gone(payload, headers)) => message = Some((payload, headers)),
+                Err(NotPublished::Store(e)) => return Err(BrokerError::StoreBusy(e)),
             }
         }
         Err(BrokerError::Contended)

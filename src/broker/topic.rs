@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::message::Published;
 use super::sink::{Delivery, Subscription};
 use crate::protocol::frame::{Headers, Priority};
+use crate::store::{Durable, SubmitError, WriterHandle, retained_writes};
 
 /// The state a topic resource owns.
 #[derive(Debug)]
@@ -23,6 +24,17 @@ pub(crate) struct TopicState {
     /// sweep finds untouched since the previous sweep has been idle for at
     /// least one sweep interval. (No clock read on the publish path.)
     touched: bool,
+    /// Where retained messages are persisted, if anywhere.
+    writer: Option<WriterHandle>,
+}
+
+/// Why a publish task did not publish.
+#[derive(Debug)]
+pub(crate) enum NotPublished {
+    /// The topic was removed: the message comes back for a retry.
+    Gone(Bytes, Headers),
+    /// The store writer refused the retained write; nothing changed.
+    Store(SubmitError),
 }
 
 /// A task found the topic already removed: look it up again and retry.
@@ -42,7 +54,11 @@ pub struct PublishOutcome {
 }
 
 impl TopicState {
-    pub(crate) fn new(name: Arc<str>, subs: Vec<Subscription>) -> Self {
+    pub(crate) fn new(
+        name: Arc<str>,
+        subs: Vec<Subscription>,
+        writer: Option<WriterHandle>,
+    ) -> Self {
         TopicState {
             name,
             subs,
@@ -50,21 +66,50 @@ impl TopicState {
             seq: 0,
             removed: false,
             touched: true,
+            writer,
         }
     }
 
+    /// Installs a retained message read back from the store at start; the
+    /// topic's sequence continues after it.
+    pub(crate) fn restore_retained(&mut self, seq: u64, payload: Bytes, headers: Headers) {
+        self.seq = self.seq.max(seq);
+        self.retained = Some(Arc::new(Published::new(
+            self.name.clone(),
+            seq,
+            payload,
+            headers,
+            Priority::Normal,
+            true,
+        )));
+    }
+
     /// Stamps, retains (or clears) and fans out one message. A removed
-    /// topic gives the payload and headers back, for a retry.
+    /// topic gives the payload and headers back, for a retry. A retained
+    /// message is handed to the store writer first (nothing changes if the
+    /// writer refuses it); the returned [`Durable`] completes once it is on
+    /// disk.
     pub(crate) fn publish(
         &mut self,
         payload: Bytes,
         headers: Headers,
         priority: Priority,
         retain: bool,
-    ) -> Result<PublishOutcome, (Bytes, Headers)> {
+    ) -> Result<(PublishOutcome, Option<Durable>), NotPublished> {
         if self.removed {
-            return Err((payload, headers));
+            return Err(NotPublished::Gone(payload, headers));
         }
+        let durable = match (&self.writer, retain) {
+            (Some(writer), true) => {
+                let write = if payload.is_empty() {
+                    retained_writes::delete(&self.name)
+                } else {
+                    retained_writes::put(&self.name, self.seq + 1, &headers, &payload)
+                };
+                Some(writer.submit(vec![write]).map_err(NotPublished::Store)?)
+            }
+            _ => None,
+        };
         self.seq += 1;
         self.touched = true;
         let msg = Arc::new(Published::new(
@@ -97,7 +142,7 @@ impl TopicState {
         if closed {
             self.forget_closed();
         }
-        Ok(outcome)
+        Ok((outcome, durable))
     }
 
     /// Adds a subscription (once) and hands it the retained message first.

@@ -123,10 +123,10 @@ impl Session {
         let code = match &e {
             BrokerError::InvalidTopic(_) => ErrorCode::InvalidTopic,
             BrokerError::InvalidFilter(_) => ErrorCode::InvalidFilter,
-            BrokerError::Task(TaskError::Overloaded { .. }) | BrokerError::Contended => {
-                ErrorCode::Overloaded
-            }
-            BrokerError::Task(_) => ErrorCode::Internal,
+            BrokerError::Task(TaskError::Overloaded { .. })
+            | BrokerError::Contended
+            | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
+            BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
         };
         self.error(format, code, e.to_string(), rid);
     }

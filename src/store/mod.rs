@@ -5,9 +5,22 @@
 //! the schema version, checked on every open so that a database written by
 //! an incompatible Wharf is refused instead of misread.
 
+mod retained;
+mod writer;
+
 use std::path::{Path, PathBuf};
 
+pub use retained::RetainedRecord;
+pub use writer::{
+    CommitError, Durable, StoreWriter, SubmitError, WRITER_QUEUE, Write, WriterHandle,
+};
+
 use crate::config::StoreConfig;
+
+/// Writes for the `retained` tree.
+pub mod retained_writes {
+    pub use super::retained::{delete, put};
+}
 
 /// The on-disk layout version this build reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -177,6 +190,24 @@ impl Store {
         sync_dir(&self.path)
     }
 
+    /// Starts the group-commit writer for this database.
+    ///
+    /// # Errors
+    /// [`StoreError::Sync`] if the writer thread cannot start.
+    pub fn start_writer(&self, config: &StoreConfig) -> Result<StoreWriter, StoreError> {
+        StoreWriter::start(self.db.clone(), config).map_err(|source| StoreError::Sync {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn tree(&self, name: &'static str) -> Result<sled::Tree, StoreError> {
+        self.db.open_tree(name).map_err(|source| StoreError::Io {
+            op: "open tree",
+            source,
+        })
+    }
+
     /// The data directory.
     pub fn path(&self) -> &Path {
         &self.path
@@ -232,7 +263,37 @@ mod tests {
         StoreConfig {
             data_dir: dir.join("db"),
             cache_capacity_mb: 8,
+            ..StoreConfig::default()
         }
+    }
+
+    #[test]
+    fn the_writer_commits_groups_and_confirms_after_the_flush() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        let store = Store::open(&cfg).unwrap();
+        let mut writer = store.start_writer(&cfg).unwrap();
+        let h = writer.handle();
+        let mut waits = Vec::new();
+        for i in 0..100u32 {
+            let topic = format!("t/{i}");
+            let w = retained_writes::put(&topic, u64::from(i), &Default::default(), b"v");
+            waits.push(h.submit(vec![w]).unwrap());
+        }
+        waits.push(h.submit(vec![retained_writes::delete("t/0")]).unwrap());
+        actix_rt::System::new().block_on(async {
+            for w in waits {
+                w.await.unwrap();
+            }
+        });
+        assert!(writer.close(std::time::Duration::from_secs(10)));
+        assert_eq!(h.submit(vec![]).err(), Some(SubmitError::Closed));
+        drop(store);
+        let again = Store::open(&cfg).unwrap();
+        let mut got = again.load_retained().unwrap();
+        got.sort_by_key(|r| r.seq);
+        assert_eq!(got.len(), 99);
+        assert_eq!(got[0].topic, "t/1");
     }
 
     #[test]

@@ -102,7 +102,9 @@ pub(crate) async fn publish(
                 "invalid_topic",
                 format!("topic: {t}"),
             ),
-            BrokerError::Task(TaskError::Overloaded { .. }) | BrokerError::Contended => {
+            BrokerError::Task(TaskError::Overloaded { .. })
+            | BrokerError::Contended
+            | BrokerError::StoreBusy(_) => {
                 bad(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string())
             }
             other => bad(

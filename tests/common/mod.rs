@@ -89,8 +89,22 @@ impl TestBroker {
     /// whatever `tune` changes.
     pub fn start(tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
         let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        Self::start_with(dir, &data, tune)
+    }
+
+    /// Starts with its store in `data` (to test restarts).
+    pub fn start_in(data: &std::path::Path, tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
+        Self::start_with(tempfile::tempdir().unwrap(), data, tune)
+    }
+
+    fn start_with(
+        dir: tempfile::TempDir,
+        data: &std::path::Path,
+        tune: impl FnOnce(&mut wharf::Config),
+    ) -> TestBroker {
         let mut config = wharf::Config::default();
-        config.store.data_dir = dir.path().join("data");
+        config.store.data_dir = data.to_owned();
         config.store.cache_capacity_mb = 8;
         config.server.http_workers = 2;
         config.scheduler.workers = 2;
@@ -148,4 +162,88 @@ impl Drop for TestBroker {
 /// Runs an async test body on a fresh actix system (the client needs one).
 pub fn block_on<F: Future>(f: F) -> F::Output {
     actix_rt::System::new().block_on(f)
+}
+
+/// The `wharf` binary as a child process, with its stderr read line by line.
+pub struct ChildBroker {
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ChildBroker {
+    pub fn spawn(args: &[&str]) -> ChildBroker {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start wharf");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            for line in
+                std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildBroker { child, lines }
+    }
+
+    /// Waits for the "listening on ADDR" log line and returns ADDR.
+    pub fn address(&self) -> std::net::SocketAddr {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .expect("a 'listening on' line");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap();
+                return addr.parse().expect("an address after 'listening on'");
+            }
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("wharf did not exit within {timeout:?}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr_rest(&self) -> String {
+        let mut out = String::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+impl Drop for ChildBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

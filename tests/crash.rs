@@ -1,0 +1,124 @@
+//! Durability across kill -9: the broker runs as a child process, clients
+//! publish retained messages with receipts, the broker is killed with
+//! SIGKILL mid-stream and restarted on the same data directory; every
+//! retained message whose receipt arrived must be there.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{ChildBroker, block_on};
+use wharf::client::{Client, ClientOptions};
+use wharf::protocol::frame::{Headers, Priority};
+
+fn spawn(data: &std::path::Path) -> (ChildBroker, String) {
+    let broker = ChildBroker::spawn(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    let url = format!("ws://{}/ws", broker.address());
+    (broker, url)
+}
+
+#[test]
+fn confirmed_retained_messages_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut broker, url) = spawn(&data);
+
+    // Three publishers overwrite retained values on 50 topics each; a
+    // topic's value is confirmed when its receipt arrives.
+    let confirmed: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishers: Vec<_> = (0..3)
+        .map(|p| {
+            let (url, confirmed, stop) = (url.clone(), confirmed.clone(), stop.clone());
+            std::thread::spawn(move || {
+                block_on(async move {
+                    let Ok(c) = Client::connect(&url, ClientOptions::default()).await else {
+                        return;
+                    };
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) && n < 100_000 {
+                        let topic = format!("r/{p}/{}", n % 50);
+                        let sent = c
+                            .publish_with(
+                                &topic,
+                                n.to_be_bytes().to_vec(),
+                                Headers::new(),
+                                true,
+                                Priority::Normal,
+                                true,
+                            )
+                            .await;
+                        match sent {
+                            Ok(()) => {
+                                confirmed.lock().unwrap().insert(topic, n);
+                            }
+                            Err(_) => return,
+                        }
+                        n += 1;
+                    }
+                })
+            })
+        })
+        .collect();
+    // Let them run until every topic has a value and a while longer, then
+    // kill the broker in the middle of it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while confirmed.lock().unwrap().len() < 150 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "publishers made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    broker.signal("KILL");
+    let status = broker.wait_exit(Duration::from_secs(10));
+    assert!(!status.success(), "it was killed");
+    stop.store(true, Ordering::Relaxed);
+    for p in publishers {
+        p.join().unwrap();
+    }
+    // Values confirmed before the kill; a later, unconfirmed write may have
+    // landed too, so the stored value may be newer, never older.
+    let confirmed = confirmed.lock().unwrap().clone();
+    assert_eq!(confirmed.len(), 150);
+
+    let (_broker, url) = spawn(&data);
+    let found = block_on(async move {
+        let c = Client::connect(&url, ClientOptions::default())
+            .await
+            .unwrap();
+        let mut sub = c.subscribe("r/#").await.unwrap();
+        let mut found = BTreeMap::new();
+        while let Some(m) = sub.recv_timeout(Duration::from_secs(2)).await {
+            assert!(m.retained);
+            let v = u64::from_be_bytes(m.payload[..8].try_into().unwrap());
+            found.insert(m.topic, v);
+        }
+        found
+    });
+    let mut newer = 0;
+    for (topic, value) in &confirmed {
+        let got = found
+            .get(topic)
+            .unwrap_or_else(|| panic!("{topic} was confirmed but is gone"));
+        assert!(got >= value, "{topic}: stored {got}, confirmed {value}");
+        if got > value {
+            newer += 1;
+        }
+    }
+    // Reported, as the issue asks: unconfirmed writes that survived.
+    eprintln!(
+        "{} topics confirmed; {newer} hold a newer, unconfirmed value",
+        confirmed.len()
+    );
+}
