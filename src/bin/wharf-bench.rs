@@ -52,6 +52,15 @@ struct Args {
     /// Seconds of the latency scenario.
     #[arg(long, default_value_t = 5)]
     latency_secs: u64,
+    /// Publishers in the durable scenario.
+    #[arg(long, default_value_t = 8)]
+    durable_publishers: usize,
+    /// Confirmed publishes each durable publisher keeps in flight.
+    #[arg(long, default_value_t = 32)]
+    durable_window: usize,
+    /// Confirmed durable publishes per publisher.
+    #[arg(long, default_value_t = 2000)]
+    durable_messages: usize,
     /// Encoding: bin or json.
     #[arg(long, default_value = "bin")]
     format: String,
@@ -289,6 +298,70 @@ fn latency(args: &Args, url: &str) -> Row {
     }
 }
 
+/// Publishers send retained messages with receipts (a receipt comes once
+/// the message is on disk), each keeping a window in flight; returns
+/// confirmed durable messages per second.
+fn durable(args: &Args, url: &str, size: usize) -> Row {
+    let cpu = Cpu::start(args.pid);
+    let start = Instant::now();
+    let (n, window) = (args.durable_messages, args.durable_window.max(1));
+    let threads: Vec<_> = (0..args.durable_publishers)
+        .map(|p| {
+            let (url, opts) = (url.to_owned(), options(args));
+            std::thread::spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    let c = Client::connect(&url, opts)
+                        .await
+                        .expect("publisher connects");
+                    let payload = vec![0x5au8; size];
+                    let mut sent = 0;
+                    while sent < n {
+                        let batch = window.min(n - sent);
+                        let sends = (0..batch).map(|i| {
+                            let topic = format!("bench/durable/{p}/{}", (sent + i) % 100);
+                            let c = &c;
+                            let payload = payload.clone();
+                            async move {
+                                c.publish_with(
+                                    &topic,
+                                    payload,
+                                    Default::default(),
+                                    true,
+                                    Default::default(),
+                                    true,
+                                )
+                                .await
+                            }
+                        });
+                        for r in futures_util::future::join_all(sends).await {
+                            r.expect("durable publish");
+                        }
+                        sent += batch;
+                    }
+                })
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("publisher thread");
+    }
+    let elapsed = start.elapsed();
+    let (gen_cores, broker_cores) = cpu.cores();
+    let total = n * args.durable_publishers;
+    Row {
+        scenario: format!(
+            "durable retained, {} publishers x {} in flight, {} B",
+            args.durable_publishers, window, size
+        ),
+        result: format!(
+            "{:.0} confirmed msg/s",
+            total as f64 / elapsed.as_secs_f64()
+        ),
+        gen_cores,
+        broker_cores,
+    }
+}
+
 /// The broker spawned for the run: a free port, a temporary data dir.
 struct Spawned {
     child: Child,
@@ -365,6 +438,8 @@ fn main() {
         throughput(&args, &url, "bench/one", 1),
         throughput(&args, &url, "bench/fan", args.fanout),
         latency(&args, &url),
+        durable(&args, &url, 64),
+        durable(&args, &url, 4096),
     ];
     println!();
     println!("| scenario | result | load generator CPU | broker CPU |");
