@@ -18,7 +18,9 @@ async fn main() -> Result<(), ClientError> {
     let mut temps = client.subscribe("home/+/temperature").await?;
     for (room, value) in [("kitchen", "21.5"), ("hall", "19.0")] {
         let topic = format!("home/{room}/temperature");
-        client.publish_confirmed(&topic, value.as_bytes().to_vec()).await?;
+        client
+            .publish_confirmed(&topic, value.as_bytes().to_vec())
+            .await?;
     }
     for _ in 0..2 {
         match temps.recv_timeout(Duration::from_secs(5)).await {

@@ -184,6 +184,15 @@ impl Broker {
         Some(topic)
     }
 
+    /// Drops a removed topic's registry entry (if it is still this topic),
+    /// so a retry finds or creates the live one instead of the stale one.
+    fn forget(&self, name: &str, topic: &Topic) {
+        let mut reg = self.write();
+        if reg.topics.get(name).is_some_and(|t| t.same(topic)) {
+            reg.topics.remove(name);
+        }
+    }
+
     /// Publishes a message: stamps it with the topic's next sequence number,
     /// keeps it if retained, and queues it for every matching subscription.
     /// A publish to a topic nobody subscribes to and that keeps nothing is
@@ -222,7 +231,10 @@ impl Broker {
                     return Ok(outcome);
                 }
                 // The topic was removed under us: it hands the message back.
-                Err(NotPublished::Gone(payload, headers)) => message = Some((payload, headers)),
+                Err(NotPublished::Gone(payload, headers)) => {
+                    self.forget(&name, &topic);
+                    message = Some((payload, headers));
+                }
                 Err(NotPublished::Store(e)) => return Err(BrokerError::StoreBusy(e)),
             }
         }
@@ -254,7 +266,9 @@ impl Broker {
             // A topic removed meanwhile is fine: if it is created again it
             // copies the subscription from the trie.
             if let Err(e) = topic.submit(move |t| t.subscribe(s)).await {
-                // All or nothing: take back what was added.
+                // All or nothing: the cancel stops deliveries at once, the
+                // unsubscribe tidies the topics that took it.
+                sub.cancel();
                 let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
                 return Err(e.into());
             }
@@ -270,7 +284,7 @@ impl Broker {
             let s = sub.clone();
             match topic.submit(move |t| t.subscribe(s)).await? {
                 Ok(()) => return Ok(()),
-                Err(Gone) => continue,
+                Err(Gone) => self.forget(&sub.filter, &topic),
             }
         }
         Err(BrokerError::Contended)
@@ -299,11 +313,20 @@ impl Broker {
                 .collect()
         };
         let id: Arc<str> = id.into();
+        // Every topic is asked even if one refuses; the first error is
+        // reported. (A caller that cancelled the subscription first gets no
+        // more deliveries either way.)
+        let mut first_error = None;
         for topic in topics {
             let id = id.clone();
-            topic.submit(move |t| t.unsubscribe(sink, &id)).await?;
+            if let Err(e) = topic.submit(move |t| t.unsubscribe(sink, &id)).await {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     /// Removes topics with no subscriptions and no retained message that
@@ -320,11 +343,8 @@ impl Broker {
         let mut removed = 0;
         for (name, topic) in topics {
             if let Ok(true) = topic.submit(|t| t.remove_if_idle()).await {
-                let mut reg = self.write();
-                if reg.topics.get(&name).is_some_and(|t| t.same(&topic)) {
-                    reg.topics.remove(&name);
-                    removed += 1;
-                }
+                self.forget(&name, &topic);
+                removed += 1;
             }
         }
         removed

@@ -2,6 +2,7 @@
 //! a [`Sink`] plus an opaque tag, so topics never touch sockets.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 
@@ -46,9 +47,36 @@ pub struct Subscription {
     /// Which of a message's cached encodings ([`Published::encoded`]) this
     /// subscription uses, so each wire format is encoded once per publish.
     pub encoding: usize,
+    /// Shared by every copy (one per matching topic): once set, no topic
+    /// delivers to it and each drops it on its next publish, so ending a
+    /// subscription takes effect at once even if a topic is too busy to
+    /// take the unsubscribe task.
+    cancelled: Arc<AtomicBool>,
 }
 
 impl Subscription {
+    /// A live subscription.
+    pub fn new(sink: Arc<dyn Sink>, id: &str, filter: &str, tag: Bytes, encoding: usize) -> Self {
+        Subscription {
+            sink,
+            id: id.into(),
+            filter: filter.into(),
+            tag,
+            encoding,
+            cancelled: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Ends the subscription everywhere at once.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Subscription::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
     fn key(&self) -> (u64, &str) {
         (self.sink.id(), &self.id)
     }

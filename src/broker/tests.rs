@@ -67,13 +67,7 @@ impl Sink for Recorder {
 }
 
 fn sub(sink: &Arc<Recorder>, id: &str, filter: &str) -> Subscription {
-    Subscription {
-        sink: sink.clone(),
-        id: id.into(),
-        filter: filter.into(),
-        tag: Bytes::new(),
-        encoding: 0,
-    }
+    Subscription::new(sink.clone(), id, filter, Bytes::new(), 0)
 }
 
 fn msg(topic: &str, payload: &str) -> Publish {
@@ -276,4 +270,19 @@ fn per_publisher_order_holds_across_threads() {
         (1..=1500).collect::<Vec<_>>(),
         "topic sequence is gapless"
     );
+}
+
+#[test]
+fn a_cancelled_subscription_gets_nothing_more_and_is_dropped() {
+    let (_s, b) = broker();
+    let r = Recorder::new();
+    run(async {
+        let s = sub(&r, "w", "c/#");
+        b.subscribe(s.clone()).await.unwrap();
+        b.publish(msg("c/1", "before")).await.unwrap();
+        s.cancel();
+        b.publish(msg("c/1", "after")).await.unwrap();
+        assert_eq!(b.topic_info("c/1").await, Some((0, false, 2)));
+    });
+    assert_eq!(r.payloads(), ["w:c/1:before"]);
 }

@@ -133,6 +133,10 @@ impl TopicState {
         };
         let mut closed = false;
         for sub in &self.subs {
+            if sub.is_cancelled() {
+                closed = true;
+                continue;
+            }
             match sub.sink.deliver(sub, &msg) {
                 Delivery::Queued => outcome.delivered += 1,
                 Delivery::Dropped => outcome.dropped += 1,
@@ -151,7 +155,7 @@ impl TopicState {
             return Err(Gone);
         }
         self.touched = true;
-        if self.subs.contains(&sub) {
+        if sub.is_cancelled() || self.subs.contains(&sub) {
             return Ok(());
         }
         if let Some(retained) = &self.retained {
@@ -169,9 +173,10 @@ impl TopicState {
         self.subs.retain(|s| !(s.sink.id() == sink && &*s.id == id));
     }
 
-    /// Drops subscriptions whose sink said it is closed.
+    /// Drops subscriptions that were cancelled or whose sink is closed.
     fn forget_closed(&mut self) {
-        self.subs.retain(|s| !s.sink.is_closed());
+        self.subs
+            .retain(|s| !s.is_cancelled() && !s.sink.is_closed());
     }
 
     /// Marks the topic removed if it has no subscribers and no retained

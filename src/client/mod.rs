@@ -5,7 +5,13 @@
 //! (`#[actix_web::main]`, `actix_rt::System::new()`); its background task is
 //! spawned there. That task owns the socket (TCP_NODELAY set, writes
 //! batched); the [`Client`] handle sends commands to it through a bounded
-//! channel. Every wait has a timeout
+//! channel.
+//!
+//! Read your subscriptions: when one's buffer
+//! ([`ClientOptions::subscription_buffer`]) is full, the task stops reading
+//! the socket, which is what lets the server's slow-consumer policy act, but
+//! it also holds back receipts and pongs, so requests time out until the
+//! subscription is read (or dropped). Every wait has a timeout
 //! ([`ClientOptions::timeout`]).
 //!
 //! ```no_run
@@ -548,7 +554,7 @@ async fn run(
                             }
                         }
                     }
-                    ServerFrame::Dropped(d) => dropped.set(dropped.get() + d.count),
+                    ServerFrame::Dropped(d) => dropped.set(dropped.get().saturating_add(d.count)),
                 }
             }
         }

@@ -52,8 +52,8 @@ pub struct Session {
     sessions: Sessions,
     out: Arc<Outbound>,
     config: SessionConfig,
-    /// Subscription id → filter.
-    subs: HashMap<String, String>,
+    /// The session's subscriptions by id.
+    subs: HashMap<String, Subscription>,
     frames: u64,
 }
 
@@ -208,16 +208,16 @@ impl Session {
                     );
                     return Next::Continue;
                 }
-                let sub = Subscription {
-                    sink: self.out.clone(),
-                    id: s.id.as_str().into(),
-                    filter: s.filter.as_str().into(),
-                    tag: codec::message_prefix(format, &s.id),
-                    encoding: encoding_slot(format),
-                };
-                match self.broker.subscribe(sub).await {
+                let sub = Subscription::new(
+                    self.out.clone(),
+                    &s.id,
+                    &s.filter,
+                    codec::message_prefix(format, &s.id),
+                    encoding_slot(format),
+                );
+                match self.broker.subscribe(sub.clone()).await {
                     Ok(()) => {
-                        self.subs.insert(s.id, s.filter);
+                        self.subs.insert(s.id, sub);
                         self.receipt(format, s.rid);
                     }
                     Err(e) => self.broker_error(format, e, s.rid),
@@ -230,11 +230,17 @@ impl Session {
                     format!("no subscription {:?}", u.id),
                     u.rid,
                 ),
-                Some(filter) => {
-                    match self.broker.unsubscribe(self.out.id(), &u.id, &filter).await {
-                        Ok(()) => self.receipt(format, u.rid),
-                        Err(e) => self.broker_error(format, e, u.rid),
+                Some(sub) => {
+                    // Effective at once; the topics drop it as they can.
+                    sub.cancel();
+                    if let Err(e) = self
+                        .broker
+                        .unsubscribe(self.out.id(), &u.id, &sub.filter)
+                        .await
+                    {
+                        tracing::debug!(sub = %u.id, "unsubscribe left for the topics to tidy: {e}");
                     }
+                    self.receipt(format, u.rid);
                 }
             },
             ClientFrame::Publish(p) => {
@@ -272,8 +278,9 @@ impl Session {
     /// Ends the session: drops its subscriptions and leaves the registry.
     pub async fn end(mut self) {
         let sink = self.out.id();
-        for (id, filter) in std::mem::take(&mut self.subs) {
-            let _ = self.broker.unsubscribe(sink, &id, &filter).await;
+        for (id, sub) in std::mem::take(&mut self.subs) {
+            sub.cancel();
+            let _ = self.broker.unsubscribe(sink, &id, &sub.filter).await;
         }
         self.sessions.remove(self.id);
     }

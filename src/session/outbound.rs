@@ -103,7 +103,10 @@ pub struct CloseRequest {
 struct State {
     high: VecDeque<OutFrame>,
     normal: VecDeque<OutFrame>,
+    /// Bytes waiting in both lanes.
     bytes: usize,
+    /// Of which in the high lane (dropping normal frames cannot free them).
+    high_bytes: usize,
     dropped_unreported: u64,
     close: Option<CloseRequest>,
     finished: bool,
@@ -164,6 +167,14 @@ impl Outbound {
         if st.close.is_some() || st.finished {
             return Err(PushError::Closed);
         }
+        if size > self.limit.saturating_sub(st.high_bytes) {
+            // This frame cannot fit even with the normal lane empty (a
+            // payload that grew in encoding, or a full high lane): refuse
+            // it alone rather than punish the session for it.
+            st.dropped_unreported += 1;
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return Err(PushError::Dropped);
+        }
         if st.bytes + size > self.limit {
             match self.policy {
                 SlowConsumer::DropOldest => {
@@ -174,11 +185,6 @@ impl Outbound {
                         st.bytes -= old.size();
                         st.dropped_unreported += 1;
                         self.dropped.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if st.bytes + size > self.limit {
-                        st.dropped_unreported += 1;
-                        self.dropped.fetch_add(1, Ordering::Relaxed);
-                        return Err(PushError::Dropped);
                     }
                 }
                 SlowConsumer::Disconnect => {
@@ -201,7 +207,10 @@ impl Outbound {
         }
         st.bytes += size;
         match lane {
-            Lane::High => st.high.push_back(frame),
+            Lane::High => {
+                st.high_bytes += size;
+                st.high.push_back(frame);
+            }
             Lane::Normal => st.normal.push_back(frame),
         }
         let waker = st.waker.take();
@@ -299,6 +308,7 @@ impl Outbound {
         st.high.clear();
         st.normal.clear();
         st.bytes = 0;
+        st.high_bytes = 0;
     }
 
     /// Fills `buf` with up to a quantum of frames. `Ready(true)` when the
@@ -314,6 +324,7 @@ impl Outbound {
             st.high.clear();
             st.normal.clear();
             st.bytes = 0;
+            st.high_bytes = 0;
         }
         let mut written = 0;
         if st.dropped_unreported > 0 && !aborting {
@@ -328,8 +339,15 @@ impl Outbound {
             written += 1;
         }
         while written < self.quantum {
-            let Some(f) = st.high.pop_front().or_else(|| st.normal.pop_front()) else {
-                break;
+            let f = match st.high.pop_front() {
+                Some(f) => {
+                    st.high_bytes -= f.size();
+                    f
+                }
+                None => match st.normal.pop_front() {
+                    Some(f) => f,
+                    None => break,
+                },
             };
             st.bytes -= f.size();
             wsframe::write(buf, f.opcode, &[&f.head, &f.body]);
@@ -438,5 +456,54 @@ impl Drop for OutboundStream {
     fn drop(&mut self) {
         // The connection is gone: stop accepting frames for it.
         self.out.mark_finished();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(len: usize) -> OutFrame {
+        OutFrame::data(Format::Bincode, Bytes::new(), Bytes::from(vec![0u8; len]))
+    }
+
+    #[test]
+    fn drop_oldest_makes_room_and_counts() {
+        let out = Outbound::new(1000, SlowConsumer::DropOldest, 8, Format::Json);
+        for _ in 0..10 {
+            out.push(Lane::Normal, frame(98)).unwrap();
+        }
+        assert_eq!(out.stats().pending_bytes, 1000);
+        out.push(Lane::Normal, frame(98)).unwrap();
+        let st = out.stats();
+        assert_eq!((st.dropped, st.pending_bytes), (1, 1000));
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_room_is_refused_alone() {
+        for policy in [SlowConsumer::DropOldest, SlowConsumer::Disconnect] {
+            let out = Outbound::new(1000, policy, 8, Format::Json);
+            out.push(Lane::Normal, frame(98)).unwrap();
+            assert_eq!(out.push(Lane::Normal, frame(2000)), Err(PushError::Dropped));
+            // Nothing else was evicted and the session is not closed.
+            assert_eq!(out.stats().pending_bytes, 100);
+            assert!(!out.is_closing(), "{policy:?}");
+            // High-lane bytes cannot be freed by evicting normal frames.
+            for _ in 0..8 {
+                out.push(Lane::High, frame(98)).unwrap();
+            }
+            assert_eq!(out.push(Lane::Normal, frame(298)), Err(PushError::Dropped));
+            assert_eq!(out.stats().pending_bytes, 900);
+        }
+    }
+
+    #[test]
+    fn disconnect_policy_closes_when_the_queue_is_full() {
+        let out = Outbound::new(1000, SlowConsumer::Disconnect, 8, Format::Json);
+        for _ in 0..10 {
+            out.push(Lane::Normal, frame(98)).unwrap();
+        }
+        assert_eq!(out.push(Lane::Normal, frame(98)), Err(PushError::Closed));
+        assert!(out.is_closing());
     }
 }

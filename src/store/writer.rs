@@ -128,7 +128,9 @@ pub struct StoreWriter {
 impl StoreWriter {
     pub(super) fn start(db: sled::Db, config: &StoreConfig) -> std::io::Result<StoreWriter> {
         let (tx, rx) = crossbeam_channel::bounded(WRITER_QUEUE);
-        let db_file = File::open(config.data_dir.join("db")).ok();
+        // The file fsynced after each flush: without it "always" would
+        // quietly stop meaning what it says, so it is required.
+        let db_file = File::open(config.data_dir.join("db"))?;
         let mode = config.flush;
         let interval = Duration::from_millis(config.interval_ms.max(1));
         let thread = std::thread::Builder::new()
@@ -183,10 +185,7 @@ fn run(
     let mut last_flush = Instant::now();
     let durable = |db: &sled::Db| -> Result<(), CommitError> {
         db.flush().map_err(|e| CommitError(e.to_string()))?;
-        if let Some(f) = &db_file {
-            f.sync_data().map_err(|e| CommitError(e.to_string()))?;
-        }
-        Ok(())
+        db_file.sync_data().map_err(|e| CommitError(e.to_string()))
     };
     loop {
         let wait = match mode {

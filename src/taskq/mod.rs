@@ -288,24 +288,20 @@ impl<S: Send + 'static> Inner<S> {
         budget: usize,
         on_worker: bool,
     ) -> Option<Pending<'a, S, Job<S>>> {
-        let mut panics = 0;
-        let (ran, rest) = pending.drain(budget, |state, job| {
-            if job.run(state) {
-                panics += 1;
-            }
-        });
         let c = &self.counters;
-        bump(
-            if on_worker {
-                &c.worker_runs
-            } else {
-                &c.inline_runs
-            },
-            ran as u64,
-        );
-        if panics > 0 {
-            bump(&c.panics, panics);
-        }
+        let runs = if on_worker {
+            &c.worker_runs
+        } else {
+            &c.inline_runs
+        };
+        // Counted per task inside the drain, while the claim is held: after
+        // the drain the claim may already belong to another thread.
+        let (_, rest) = pending.drain(budget, |state, job| {
+            if job.run(state) {
+                bump(&c.panics, 1);
+            }
+            bump(runs, 1);
+        });
         rest
     }
 

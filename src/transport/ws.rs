@@ -121,6 +121,14 @@ impl Reader {
     }
 
     async fn frame(&mut self, frame: Frame) -> Flow {
+        if self.partial.is_some() && matches!(frame, Frame::Text(_) | Frame::Binary(_)) {
+            self.close(
+                1002,
+                "protocol error: a new message inside a fragmented one",
+                false,
+            );
+            return Flow::Stop;
+        }
         match frame {
             Frame::Text(b) => self.message(Format::Json, b).await,
             Frame::Binary(b) => self.message(Format::Bincode, b).await,
@@ -131,8 +139,13 @@ impl Reader {
             }
             Frame::Pong(_) => Flow::Go,
             Frame::Close(reason) => {
-                let code = reason.map_or(1000, |r| u16::from(r.code));
-                let code = if code == 1005 { 1000 } else { code };
+                // Echo the client's code (RFC 6455 §5.5.1) when it may be
+                // sent on the wire; answer a code that may not with 1002.
+                let code = match reason.map(|r| u16::from(r.code)) {
+                    None => 1000,
+                    Some(c @ (1000..=1003 | 1007..=1011 | 3000..=4999)) => c,
+                    Some(_) => 1002,
+                };
                 self.close(code, "", false);
                 Flow::Stop
             }
