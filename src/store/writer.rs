@@ -174,13 +174,7 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(
-    db: sled::Db,
-    db_file: Option<File>,
-    rx: Receiver<Msg>,
-    mode: FlushMode,
-    interval: Duration,
-) {
+fn run(db: sled::Db, db_file: File, rx: Receiver<Msg>, mode: FlushMode, interval: Duration) {
     let mut dirty = false;
     let mut last_flush = Instant::now();
     let durable = |db: &sled::Db| -> Result<(), CommitError> {
