@@ -194,10 +194,15 @@ impl<'a, S, J> Pending<'a, S, J> {
     /// `run`. Returns how many ran, and the claim if tasks remain counted
     /// after the budget. Tasks run in batches of those already counted; the
     /// counter is decremented once per batch.
+    ///
+    /// `settle(n)` is called after each batch of `n` tasks, while the claim
+    /// is still held, so whatever it records is ordered before the next
+    /// holder's records.
     pub(crate) fn drain(
         self,
         budget: usize,
         mut run: impl FnMut(&mut S, J),
+        mut settle: impl FnMut(usize),
     ) -> (usize, Option<Pending<'a, S, J>>) {
         let core = self.core;
         let mut known = self.known;
@@ -212,6 +217,7 @@ impl<'a, S, J> Pending<'a, S, J> {
                     .with_mut(|state| run(unsafe { &mut *state }, job));
             }
             ran += batch;
+            settle(batch);
             match core.finish(batch) {
                 None => return (ran, None),
                 Some(next) if ran >= budget => return (ran, Some(next)),

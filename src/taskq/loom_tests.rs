@@ -21,7 +21,7 @@ fn submit(core: &TestCore, priority: Priority, job: Job) {
         Entry::Claimed(mut running) => {
             running.with_state(|s| job(s));
             if let Some(pending) = running.finish() {
-                let (_, rest) = pending.drain(usize::MAX, |s, job| job(s));
+                let (_, rest) = pending.drain(usize::MAX, |s, job| job(s), |_| {});
                 assert!(rest.is_none(), "an unbounded drain ends idle");
             }
         }
@@ -37,7 +37,7 @@ fn submit_with_handoff(core: &TestCore, job: Job) {
             running.with_state(|s| job(s));
             let mut next = running.finish();
             while let Some(pending) = next {
-                let (_, rest) = pending.drain(1, |s, job| job(s));
+                let (_, rest) = pending.drain(1, |s, job| job(s), |_| {});
                 next = rest.map(|p| {
                     p.into_raw();
                     // SAFETY: given up just above, resumed once.

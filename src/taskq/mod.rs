@@ -83,19 +83,26 @@ struct Inner<S> {
     core: Core<S, Job<S>>,
     pool: Arc<PoolShared>,
     counters: CachePadded<Counters>,
+    /// On another line than `counters`: submitters touch these, and the
+    /// runner writes `counters` on every task.
+    submit_counters: CachePadded<SubmitCounters>,
 }
 
-/// Per-resource counters. The run counters are written only by the claim
-/// holder (one thread at a time, ordered by the claim), so they are updated
-/// with a plain load and store rather than a locked add.
+/// Per-resource counters written only by the claim holder (one thread at a
+/// time, ordered by the claim), so they are updated with a plain load and
+/// store rather than a locked add.
 #[derive(Default)]
 struct Counters {
     inline_runs: AtomicU64,
     worker_runs: AtomicU64,
     panics: AtomicU64,
     handoffs: AtomicU64,
+}
+
+/// Per-resource counters submitters update (any thread).
+#[derive(Default)]
+struct SubmitCounters {
     high_water: AtomicUsize,
-    /// Written by submitters (any thread), so a real atomic add.
     refused: AtomicU64,
 }
 
@@ -134,6 +141,7 @@ impl<S: Send + 'static> TaskQueue<S> {
                 core: Core::new(state),
                 pool: scheduler.shared.clone(),
                 counters: CachePadded::new(Counters::default()),
+                submit_counters: CachePadded::new(SubmitCounters::default()),
             }),
         }
     }
@@ -226,9 +234,9 @@ impl<S: Send + 'static> TaskQueue<S> {
             worker_runs: c.worker_runs.load(Ordering::Relaxed),
             panics: c.panics.load(Ordering::Relaxed),
             handoffs: c.handoffs.load(Ordering::Relaxed),
-            depth_high_water: c.high_water.load(Ordering::Relaxed),
+            depth_high_water: self.inner.submit_counters.high_water.load(Ordering::Relaxed),
             depth: self.inner.core.depth(),
-            refused: c.refused.load(Ordering::Relaxed),
+            refused: self.inner.submit_counters.refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -247,7 +255,7 @@ impl<S: Send + 'static> Inner<S> {
     fn admit(&self) -> Result<(), TaskError> {
         let depth = self.core.depth();
         if depth >= self.pool.max_depth {
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            self.submit_counters.refused.fetch_add(1, Ordering::Relaxed);
             Err(TaskError::Overloaded { depth })
         } else {
             Ok(())
@@ -272,7 +280,7 @@ impl<S: Send + 'static> Inner<S> {
     fn queue(&self, depth: usize, job: Job<S>, priority: Priority) {
         // Read first: a read-modify-write on every contended submission
         // would bounce the counters' cache line between submitters.
-        let hw = &self.counters.high_water;
+        let hw = &self.submit_counters.high_water;
         if depth > hw.load(Ordering::Relaxed) {
             hw.fetch_max(depth, Ordering::Relaxed);
         }
@@ -294,14 +302,23 @@ impl<S: Send + 'static> Inner<S> {
         } else {
             &c.inline_runs
         };
-        // Counted per task inside the drain, while the claim is held: after
-        // the drain the claim may already belong to another thread.
-        let (_, rest) = pending.drain(budget, |state, job| {
-            if job.run(state) {
-                bump(&c.panics, 1);
-            }
-            bump(runs, 1);
-        });
+        // Recorded per batch, before the batch's release: after the drain
+        // the claim may already belong to another thread.
+        let panics = std::cell::Cell::new(0);
+        let (_, rest) = pending.drain(
+            budget,
+            |state, job| {
+                if job.run(state) {
+                    panics.set(panics.get() + 1);
+                }
+            },
+            |batch| {
+                bump(runs, batch as u64);
+                if panics.get() > 0 {
+                    bump(&c.panics, panics.replace(0));
+                }
+            },
+        );
         rest
     }
 
