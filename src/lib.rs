@@ -20,6 +20,8 @@
 //!   errors to HTTP responses.
 //! - `client` (default feature): an async Rust client for the native
 //!   protocol.
+//! - [`Wharf`]: the broker embedded in your own Actix app (mount its
+//!   routes, publish, subscribe your actors).
 //! - [`run`]: serve on a listener until a shutdown future completes.
 //!
 //! The binary (`src/main.rs`) only parses the command line, loads the
@@ -31,6 +33,7 @@ pub mod broker;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod config;
+mod embed;
 pub mod protocol;
 pub mod routing;
 mod server;
@@ -40,6 +43,7 @@ pub mod taskq;
 pub mod transport;
 
 pub use config::Config;
+pub use embed::{ActorSubscription, Delivery, Wharf};
 pub use server::run;
 
 /// Why the broker could not start or stopped with an error.

@@ -19,7 +19,8 @@ use uuid::Uuid;
 
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
-    CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
+    CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError,
+    encoding_slot, next_sink_id,
 };
 pub use rate::{RateLimiter, Verdict};
 

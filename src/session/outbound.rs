@@ -141,11 +141,17 @@ pub struct Outbound {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A fresh id for a [`Sink`]: sinks of every kind share one sequence so
+/// that ids never collide.
+pub fn next_sink_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 impl Outbound {
     /// An empty queue of at most `limit` bytes.
     pub fn new(limit: usize, policy: SlowConsumer, quantum: usize, format: Format) -> Arc<Self> {
         Arc::new(Outbound {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_sink_id(),
             state: Mutex::new(State::default()),
             limit,
             policy,

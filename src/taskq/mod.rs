@@ -234,7 +234,11 @@ impl<S: Send + 'static> TaskQueue<S> {
             worker_runs: c.worker_runs.load(Ordering::Relaxed),
             panics: c.panics.load(Ordering::Relaxed),
             handoffs: c.handoffs.load(Ordering::Relaxed),
-            depth_high_water: self.inner.submit_counters.high_water.load(Ordering::Relaxed),
+            depth_high_water: self
+                .inner
+                .submit_counters
+                .high_water
+                .load(Ordering::Relaxed),
             depth: self.inner.core.depth(),
             refused: self.inner.submit_counters.refused.load(Ordering::Relaxed),
         }

@@ -1,0 +1,342 @@
+//! Wharf inside your own Actix app: [`Wharf`] owns a running broker (store,
+//! task-queue workers, store writer, idle-topic sweeper) without an HTTP
+//! server of its own. Mount its routes in your `App` under any prefix,
+//! publish from your handlers, and subscribe your own actors.
+//!
+//! ```no_run
+//! use actix_web::{App, HttpServer, web};
+//! use wharf::{Config, Wharf};
+//!
+//! #[actix_web::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let wharf = Wharf::start(Config::default()).await?;
+//!     let routes = wharf.clone();
+//!     HttpServer::new(move || {
+//!         App::new()
+//!             .service(web::scope("/broker").configure(routes.configure()))
+//!             .route("/hello", web::post().to(hello))
+//!             .app_data(web::Data::new(routes.clone()))
+//!     })
+//!     .bind("127.0.0.1:8080")?
+//!     .run()
+//!     .await?;
+//!     wharf.shutdown().await?;
+//!     Ok(())
+//! }
+//!
+//! async fn hello(wharf: web::Data<Wharf>) -> &'static str {
+//!     let _ = wharf.publish("greetings", "hello").await;
+//!     "published"
+//! }
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_web::web;
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::Error;
+use crate::broker::{
+    Broker, BrokerError, Delivery as Outcome, Publish, PublishOutcome, Published, Sink,
+    Subscription,
+};
+use crate::config::Config;
+use crate::session::Sessions;
+use crate::store::{Store, StoreWriter};
+use crate::taskq::Scheduler;
+use crate::transport::{self, AppState, Health};
+
+/// A running broker you embed. Cheap to clone; every clone is the same
+/// broker. Stop it with [`Wharf::shutdown`] (dropping the last clone does
+/// the same, blocking briefly).
+#[derive(Clone)]
+pub struct Wharf {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    broker: Broker,
+    sessions: Sessions,
+    state: web::Data<AppState>,
+    health: web::Data<Health>,
+    config: Arc<Config>,
+    /// Taken by shutdown (or drop).
+    running: Mutex<Option<Running>>,
+}
+
+struct Running {
+    store: Store,
+    writer: StoreWriter,
+    scheduler: Scheduler,
+    sweeper: actix_rt::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Topics finish their tasks, the writer commits what they handed it,
+    /// then the database files are synced. Blocking.
+    fn stop(mut self, timeout: Duration) -> Result<(), Error> {
+        self.sweeper.abort();
+        let workers = self.scheduler.shutdown(timeout);
+        let committed = self.writer.close(timeout);
+        if !(workers && committed) {
+            tracing::warn!(
+                "task queue workers or the store writer did not finish before the deadline"
+            );
+        }
+        self.store.sync()?;
+        Ok(())
+    }
+}
+
+impl Wharf {
+    /// Validates `config`, opens the store, restores retained messages and
+    /// starts the workers. Must be called inside an actix system (the idle
+    /// sweeper is spawned on it). `server.*` settings other than the
+    /// shutdown timeout are the embedding app's business.
+    ///
+    /// # Errors
+    /// An invalid config, a store that will not open, or workers that
+    /// cannot start.
+    pub async fn start(config: Config) -> Result<Wharf, Error> {
+        config.validate()?;
+        let store_config = config.store.clone();
+        // sled does blocking I/O: open and read it off the async thread.
+        let (store, retained) = web::block(move || {
+            let store = Store::open(&store_config)?;
+            let retained = store.load_retained()?;
+            Ok::<_, crate::store::StoreError>((store, retained))
+        })
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        let writer = store.start_writer(&config.store)?;
+        let scheduler = Scheduler::new(&config.scheduler)?;
+        let broker = Broker::with_store(scheduler.handle(), writer.handle());
+        let restored = retained.len();
+        broker.restore_retained(retained).await?;
+        if restored > 0 {
+            tracing::info!(restored, "retained messages restored from the store");
+        }
+        let sessions = Sessions::new();
+        let config = Arc::new(config);
+        let state = web::Data::new(AppState {
+            broker: broker.clone(),
+            sessions: sessions.clone(),
+            config: config.clone(),
+        });
+        // Topics nobody uses any more are swept every idle timeout.
+        let idle = Duration::from_secs(config.topics.idle_timeout_s);
+        let sweeping = broker.clone();
+        let sweeper = actix_rt::spawn(async move {
+            let mut tick = actix_rt::time::interval(idle);
+            loop {
+                tick.tick().await;
+                let removed = sweeping.sweep_idle().await;
+                if removed > 0 {
+                    tracing::debug!(removed, "idle topics swept");
+                }
+            }
+        });
+        Ok(Wharf {
+            inner: Arc::new(Inner {
+                broker,
+                sessions,
+                state,
+                health: web::Data::new(Health::new()),
+                config,
+                running: Mutex::new(Some(Running {
+                    store,
+                    writer,
+                    scheduler,
+                    sweeper,
+                })),
+            }),
+        })
+    }
+
+    /// The broker core, for everything the convenience methods do not cover.
+    pub fn broker(&self) -> &Broker {
+        &self.inner.broker
+    }
+
+    /// The live WebSocket sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// A function that mounts Wharf's routes (`/ws`, `/topics/{name}`,
+    /// `/health`, `/admin/sessions`) and the state they need on an `App`
+    /// or a scope: `web::scope("/broker").configure(wharf.configure())`.
+    pub fn configure(&self) -> impl Fn(&mut web::ServiceConfig) + Clone + 'static {
+        let (state, health) = (self.inner.state.clone(), self.inner.health.clone());
+        move |cfg: &mut web::ServiceConfig| {
+            cfg.app_data(state.clone()).app_data(health.clone());
+            transport::routes(cfg);
+        }
+    }
+
+    /// Publishes a message (see [`Broker::publish`] for every option).
+    ///
+    /// # Errors
+    /// An invalid topic or an overloaded topic.
+    pub async fn publish(
+        &self,
+        topic: impl Into<String>,
+        payload: impl Into<Bytes>,
+    ) -> Result<PublishOutcome, BrokerError> {
+        self.inner
+            .broker
+            .publish(Publish {
+                topic: topic.into(),
+                payload: payload.into(),
+                ..Publish::default()
+            })
+            .await
+    }
+
+    /// Subscribes an actor to a topic filter: each message arrives as a
+    /// [`Delivery`]. Deliveries use `try_send`, so they are bounded by the
+    /// actor's mailbox capacity (`ctx.set_mailbox_capacity`): a message
+    /// that finds the mailbox full is dropped and counted in
+    /// [`ActorSubscription::dropped`]. When the actor stops, the
+    /// subscription ends by itself.
+    ///
+    /// # Errors
+    /// An invalid filter or an overloaded topic.
+    pub async fn subscribe(
+        &self,
+        filter: &str,
+        recipient: Recipient<Delivery>,
+    ) -> Result<ActorSubscription, BrokerError> {
+        let sink = Arc::new(RecipientSink {
+            id: crate::session::next_sink_id(),
+            recipient,
+            closed: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+        });
+        let id = format!("actor-{}", sink.id);
+        let sub = Subscription::new(sink.clone(), &id, filter, Bytes::new(), 0);
+        self.inner.broker.subscribe(sub.clone()).await?;
+        Ok(ActorSubscription {
+            sub,
+            sink,
+            broker: self.inner.broker.clone(),
+        })
+    }
+
+    /// Stops the broker: closes WebSocket sessions (after delivering what is
+    /// queued, with 1001), stops the workers and the store writer, and
+    /// syncs the store. Stop your HTTP server first, so no request is using
+    /// the broker. Idempotent.
+    ///
+    /// # Errors
+    /// The store failing to sync.
+    pub async fn shutdown(&self) -> Result<(), Error> {
+        self.inner
+            .sessions
+            .close_all(1001, "server shutting down", true);
+        let Some(running) = self.inner.running.lock().take() else {
+            return Ok(());
+        };
+        let timeout = Duration::from_secs(self.inner.config.server.shutdown_timeout_s.max(1));
+        web::block(move || running.stop(timeout))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.get_mut().take() {
+            let timeout = Duration::from_secs(self.config.server.shutdown_timeout_s.max(1));
+            if let Err(e) = running.stop(timeout) {
+                tracing::error!("stopping the broker: {e}");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Wharf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wharf")
+            .field("broker", &self.inner.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A message for an actor subscribed with [`Wharf::subscribe`]: the shared
+/// published message (never copied per subscriber).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Delivery {
+    /// The message, with its topic, sequence number, payload and headers.
+    pub message: Arc<Published>,
+}
+
+/// An actor's subscription. Dropping it does not end it; call
+/// [`ActorSubscription::cancel`] (or stop the actor).
+pub struct ActorSubscription {
+    sub: Subscription,
+    sink: Arc<RecipientSink>,
+    broker: Broker,
+}
+
+impl ActorSubscription {
+    /// Messages dropped because the actor's mailbox was full.
+    pub fn dropped(&self) -> u64 {
+        self.sink.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Ends the subscription.
+    ///
+    /// # Errors
+    /// A topic too busy to take the unsubscribe now (deliveries stop
+    /// anyway; the topic drops the subscription on its next publish).
+    pub async fn cancel(self) -> Result<(), BrokerError> {
+        self.sub.cancel();
+        self.broker
+            .unsubscribe(self.sink.id, &self.sub.id, &self.sub.filter)
+            .await
+    }
+}
+
+struct RecipientSink {
+    id: u64,
+    recipient: Recipient<Delivery>,
+    closed: AtomicBool,
+    dropped: AtomicU64,
+}
+
+impl Sink for RecipientSink {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> Outcome {
+        match self.recipient.try_send(Delivery {
+            message: msg.clone(),
+        }) {
+            Ok(()) => Outcome::Queued,
+            Err(SendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                Outcome::Dropped
+            }
+            Err(SendError::Closed(_)) => {
+                self.closed.store(true, Ordering::Relaxed);
+                Outcome::Closed
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed) || !self.recipient.connected()
+    }
+}

@@ -1,0 +1,145 @@
+//! The embedding API through the example app (examples/embedded.rs),
+//! started on an ephemeral port: its own route publishes, its actor and a
+//! WebSocket client both receive, a stopped actor is unsubscribed, and
+//! shutting down leaves no broker thread running.
+
+mod common;
+
+#[path = "../examples/embedded.rs"]
+mod embedded;
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use common::{block_on, http, wait_until};
+use wharf::client::{Client, ClientOptions};
+
+fn broker_threads() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_owned())
+        .filter(|c| c.starts_with("wharf-taskq") || c.starts_with("wharf-store"))
+        .collect()
+}
+
+#[test]
+fn dropping_the_last_handle_stops_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf::Config::default();
+    config.store.data_dir = dir.path().join("data");
+    block_on(async move {
+        let wharf = wharf::Wharf::start(config).await.unwrap();
+        wharf.publish("a", "b").await.unwrap();
+        assert!(!broker_threads().is_empty());
+        drop(wharf.clone());
+        assert!(!broker_threads().is_empty(), "a clone keeps it running");
+        drop(wharf);
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || broker_threads().is_empty()),
+        "threads left running: {:?}",
+        broker_threads()
+    );
+}
+
+#[test]
+fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf::Config::default();
+    config.store.data_dir = dir.path().join("data");
+    config.scheduler.workers = 1;
+    config.server.shutdown_timeout_s = 2;
+    block_on(async move {
+        let (wharf, auditor, log) = embedded::start(config).await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let routes = wharf.clone();
+        let server = actix_web::HttpServer::new(move || {
+            actix_web::App::new().configure(|cfg| embedded::app(cfg, &routes))
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+        let handle = server.handle();
+        let server = actix_rt::spawn(server);
+
+        // A WebSocket client on the mounted broker routes.
+        let client = Client::connect(&format!("ws://{addr}/broker/ws"), ClientOptions::default())
+            .await
+            .unwrap();
+        let mut orders = client.subscribe("orders/+").await.unwrap();
+
+        // The app's own route publishes.
+        let (status, body) = actix_web::rt::task::spawn_blocking(move || {
+            http(addr, "POST", "/orders", "two coffees")
+        })
+        .await
+        .unwrap();
+        assert_eq!(status, 201, "{body}");
+        let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(reply["notified"], 2, "the actor and the WebSocket client");
+
+        let m = orders.recv_timeout(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(m.payload, b"two coffees");
+        let seen = log.clone();
+        for _ in 0..100 {
+            if !seen.lock().unwrap().is_empty() {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            log.lock().unwrap().as_slice(),
+            ["orders/new #1: two coffees"]
+        );
+        let (status, _) =
+            actix_web::rt::task::spawn_blocking(move || http(addr, "GET", "/broker/health", ""))
+                .await
+                .unwrap();
+        assert_eq!(status, 200);
+
+        // An actor that stops is unsubscribed cleanly.
+        assert_eq!(
+            wharf.broker().topic_info("orders/new").await.map(|t| t.0),
+            Some(2)
+        );
+        auditor.do_send(StopActor);
+        for _ in 0..100 {
+            if !auditor.connected() {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        wharf.publish("orders/new", "three teas").await.unwrap();
+        assert_eq!(
+            wharf.broker().topic_info("orders/new").await.map(|t| t.0),
+            Some(1)
+        );
+
+        client.close(false).await.unwrap();
+        handle.stop(true).await;
+        let _ = server.await;
+        wharf.shutdown().await.unwrap();
+        drop(wharf);
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || broker_threads().is_empty()),
+        "threads left running: {:?}",
+        broker_threads()
+    );
+}
+
+/// Stops the example's actor from outside.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StopActor;
+
+impl Handler<StopActor> for embedded::Auditor {
+    type Result = ();
+    fn handle(&mut self, _: StopActor, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
