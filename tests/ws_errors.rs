@@ -410,3 +410,74 @@ fn shutdown_drains_sessions_and_closes_them_with_1001() {
     b.stop().expect("clean stop");
     assert_eq!(client.join().unwrap(), Some(1001));
 }
+
+/// A tiny deterministic generator, so the storm below is reproducible.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn bytes(&mut self, max: usize) -> Vec<u8> {
+        let len = (self.next() as usize) % max;
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
+#[test]
+fn a_storm_of_garbage_frames_hurts_nobody_else() {
+    let b = TestBroker::start(|c| c.session.max_payload = 512);
+    block_on(async {
+        let ok = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        let mut sub = ok.subscribe("calm").await.unwrap();
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let ops = [
+            "publish",
+            "subscribe",
+            "unsubscribe",
+            "ping",
+            "hello",
+            "close",
+            "x",
+        ];
+        for round in 0..20 {
+            let mut conn = raw(&b).await;
+            for _ in 0..50 {
+                let frame = match rng.next() % 3 {
+                    0 => ws::Message::Binary(Bytes::from(rng.bytes(300))),
+                    1 => {
+                        let op = ops[(rng.next() as usize) % ops.len()];
+                        let junk = String::from_utf8_lossy(&rng.bytes(40)).into_owned();
+                        let text = serde_json::json!({
+                            "op": op, "topic": junk, "payload": junk, "id": junk,
+                            "filter": junk, "rid": rng.next() % 5,
+                        });
+                        ws::Message::Text(text.to_string().into())
+                    }
+                    _ => ws::Message::Text(
+                        String::from_utf8_lossy(&rng.bytes(100)).into_owned().into(),
+                    ),
+                };
+                if conn.send(frame).await.is_err() {
+                    break;
+                }
+            }
+            // Whatever happened to that connection, the broker serves others.
+            ok.publish_confirmed("calm", format!("round {round}").into_bytes())
+                .await
+                .unwrap();
+            let m = sub
+                .recv_timeout(Duration::from_secs(5))
+                .await
+                .expect("still delivering");
+            assert_eq!(m.payload, format!("round {round}").into_bytes());
+        }
+    });
+    assert_eq!(http(b.addr, "GET", "/health", "").0, 200);
+}
