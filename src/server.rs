@@ -45,11 +45,7 @@ pub async fn run(
     let wharf = Wharf::start(config).await?;
     let config = wharf.config().clone();
     let addr = listener.local_addr()?;
-    let workers = if config.server.http_workers == 0 {
-        std::thread::available_parallelism().map_or(2, |n| n.get())
-    } else {
-        config.server.http_workers
-    };
+    let workers = config.server.effective_http_workers();
     let routes = wharf.configure();
     let server = HttpServer::new(move || {
         App::new()
