@@ -61,6 +61,10 @@ struct Args {
     /// Confirmed durable publishes per publisher.
     #[arg(long, default_value_t = 2000)]
     durable_messages: usize,
+    /// Idle connections opened to measure the broker's memory per
+    /// connection (0 skips it; needs the broker's pid).
+    #[arg(long, default_value_t = 2000)]
+    idle: usize,
     /// Encoding: bin or json.
     #[arg(long, default_value = "bin")]
     format: String,
@@ -362,6 +366,66 @@ fn durable(args: &Args, url: &str, size: usize) -> Row {
     }
 }
 
+/// Resident memory of a process in KiB, from /proc.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Opens `args.idle` connections that say hello and subscribe, then sit;
+/// returns the broker's resident memory per connection.
+fn idle_connections(args: &Args, url: &str) -> Option<Row> {
+    let pid = args.pid?;
+    if args.idle == 0 {
+        return None;
+    }
+    let before = rss_kib(pid)?;
+    let cpu = Cpu::start(args.pid);
+    let (url, opts, n) = (url.to_owned(), options(args), args.idle);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async move {
+            let mut clients = Vec::with_capacity(n);
+            for i in 0..n {
+                let c = Client::connect(&url, opts.clone())
+                    .await
+                    .expect("idle client connects");
+                let s = c
+                    .subscribe(&format!("bench/idle/{i}"))
+                    .await
+                    .expect("subscribe");
+                clients.push((c, s));
+            }
+            let _ = tx.send(());
+            // Hold them until measured.
+            let _ = actix_rt::task::spawn_blocking(move || done_rx.recv()).await;
+            drop(clients);
+        })
+    });
+    rx.recv().ok()?;
+    std::thread::sleep(Duration::from_millis(500));
+    let after = rss_kib(pid)?;
+    let (gen_cores, broker_cores) = cpu.cores();
+    let _ = done_tx.send(());
+    let _ = holder.join();
+    Some(Row {
+        scenario: format!("{n} idle connections, each subscribed"),
+        result: format!(
+            "{:.1} KiB of broker memory per connection",
+            after.saturating_sub(before) as f64 / n as f64
+        ),
+        gen_cores,
+        broker_cores,
+    })
+}
+
 /// The broker spawned for the run: a free port, a temporary data dir.
 struct Spawned {
     child: Child,
@@ -434,13 +498,14 @@ fn main() {
         "broker: {url}  format: {}  payload: {} B",
         args.format, args.size
     );
-    let rows = vec![
+    let mut rows = vec![
         throughput(&args, &url, "bench/one", 1),
         throughput(&args, &url, "bench/fan", args.fanout),
         latency(&args, &url),
         durable(&args, &url, 64),
         durable(&args, &url, 4096),
     ];
+    rows.extend(idle_connections(&args, &url));
     println!();
     println!("| scenario | result | load generator CPU | broker CPU |");
     println!("|---|---|---:|---:|");

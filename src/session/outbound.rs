@@ -430,7 +430,8 @@ impl OutboundStream {
     pub fn new(out: Arc<Outbound>) -> Self {
         OutboundStream {
             out,
-            buf: BytesMut::with_capacity(16 * 1024),
+            // Grown on first write: an idle connection holds no write buffer.
+            buf: BytesMut::new(),
             done: false,
         }
     }
