@@ -31,7 +31,8 @@ fn dropping_the_last_handle_stops_the_broker() {
     block_on(async move {
         let wharf = wharf::Wharf::start(config).await.unwrap();
         wharf.publish("a", "b").await.unwrap();
-        assert!(!broker_threads().is_empty());
+        // Threads name themselves once they run: wait for that.
+        assert!(wait_until(Duration::from_secs(10), || !broker_threads().is_empty()));
         drop(wharf.clone());
         assert!(!broker_threads().is_empty(), "a clone keeps it running");
         drop(wharf);

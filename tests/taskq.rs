@@ -466,6 +466,9 @@ fn every_awaited_queued_task_wakes_its_waiter() {
     const PER: usize = 2_000;
     let s = scheduler(1, 4, 1);
     let q = TaskQueue::new(0u64, &s);
+    // Start busy so that every submitter's first future is certainly
+    // waited on before its task runs.
+    let (gate, holder) = hold(&q);
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
             let q = q.clone();
@@ -490,8 +493,11 @@ fn every_awaited_queued_task_wakes_its_waiter() {
             })
         })
         .collect();
+    assert!(wait_until(LONG, || q.stats().depth > THREADS));
+    gate.send(()).unwrap();
+    holder.join().unwrap();
     let pending: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
-    assert!(pending > 0, "no future was ever waited on");
+    assert!(pending >= THREADS, "only {pending} futures were waited on");
     assert_eq!(
         wait(q.submit(|n| *n), LONG),
         Some(Ok((THREADS * PER) as u64))
