@@ -18,6 +18,15 @@ fn opts(format: Format) -> ClientOptions {
     }
 }
 
+/// JSON for every `n`th client, bincode for the others: mixed sessions.
+fn every_nth_json(i: usize, n: usize) -> Format {
+    if i % n == 0 {
+        Format::Json
+    } else {
+        Format::Bincode
+    }
+}
+
 async fn connect(b: &TestBroker, format: Format) -> Client {
     Client::connect(&b.ws_url(), opts(format))
         .await
@@ -162,15 +171,7 @@ fn three_publishers_ten_subscribers_keep_per_publisher_order() {
         let mut subs = Vec::new();
         let mut clients = Vec::new();
         for i in 0..10 {
-            let c = connect(
-                &b,
-                if i % 2 == 0 {
-                    Format::Json
-                } else {
-                    Format::Bincode
-                },
-            )
-            .await;
+            let c = connect(&b, every_nth_json(i, 2)).await;
             subs.push(c.subscribe("order/t").await.unwrap());
             clients.push(c);
         }
@@ -215,15 +216,7 @@ fn two_hundred_subscribers_all_receive_every_message() {
     block_on(async {
         let mut conns = Vec::new();
         for i in 0..200 {
-            let c = connect(
-                &b,
-                if i % 3 == 0 {
-                    Format::Json
-                } else {
-                    Format::Bincode
-                },
-            )
-            .await;
+            let c = connect(&b, every_nth_json(i, 3)).await;
             let s = c.subscribe("fan/out").await.unwrap();
             conns.push((c, s));
         }

@@ -326,15 +326,7 @@ impl Client {
         topic: &str,
         payload: impl Into<Vec<u8>>,
     ) -> Result<(), ClientError> {
-        self.publish_with(
-            topic,
-            payload.into(),
-            Headers::new(),
-            false,
-            Priority::Normal,
-            false,
-        )
-        .await
+        self.publish_plain(topic, payload.into(), false).await
     }
 
     /// Publishes and waits for the server's receipt: the message was handed
@@ -348,15 +340,18 @@ impl Client {
         topic: &str,
         payload: impl Into<Vec<u8>>,
     ) -> Result<(), ClientError> {
-        self.publish_with(
-            topic,
-            payload.into(),
-            Headers::new(),
-            false,
-            Priority::Normal,
-            true,
-        )
-        .await
+        self.publish_plain(topic, payload.into(), true).await
+    }
+
+    async fn publish_plain(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        confirm: bool,
+    ) -> Result<(), ClientError> {
+        let (headers, priority) = (Headers::new(), Priority::Normal);
+        self.publish_with(topic, payload, headers, false, priority, confirm)
+            .await
     }
 
     /// Publishes with every option.
