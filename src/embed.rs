@@ -218,7 +218,8 @@ impl Wharf {
     ) -> Result<ActorSubscription, BrokerError> {
         let sink = Arc::new(RecipientSink {
             id: crate::session::next_sink_id(),
-            recipient,
+            // Weak: a subscription must not keep its actor alive.
+            recipient: recipient.downgrade(),
             closed: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
         });
@@ -256,6 +257,7 @@ impl Wharf {
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(running) = self.running.get_mut().take() {
+            self.sessions.close_all(1001, "server shutting down", true);
             let timeout = Duration::from_secs(self.config.server.shutdown_timeout_s.max(1));
             if let Err(e) = running.stop(timeout) {
                 tracing::error!("stopping the broker: {e}");
@@ -310,7 +312,7 @@ impl ActorSubscription {
 
 struct RecipientSink {
     id: u64,
-    recipient: Recipient<Delivery>,
+    recipient: actix::WeakRecipient<Delivery>,
     closed: AtomicBool,
     dropped: AtomicU64,
 }
@@ -321,7 +323,11 @@ impl Sink for RecipientSink {
     }
 
     fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> Outcome {
-        match self.recipient.try_send(Delivery {
+        let Some(recipient) = self.recipient.upgrade() else {
+            self.closed.store(true, Ordering::Relaxed);
+            return Outcome::Closed;
+        };
+        match recipient.try_send(Delivery {
             message: msg.clone(),
         }) {
             Ok(()) => Outcome::Queued,
@@ -337,6 +343,7 @@ impl Sink for RecipientSink {
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed) || !self.recipient.connected()
+        self.closed.load(Ordering::Relaxed)
+            || self.recipient.upgrade().is_none_or(|r| !r.connected())
     }
 }

@@ -171,7 +171,11 @@ impl Broker {
             return Some(t.clone());
         }
         let mut subs = Vec::new();
-        reg.wildcards.for_each_match(name, |s| subs.push(s.clone()));
+        reg.wildcards.for_each_match(name, |s| {
+            if !s.is_cancelled() && !s.sink.is_closed() {
+                subs.push(s.clone());
+            }
+        });
         if !create && subs.is_empty() {
             return None;
         }
@@ -334,6 +338,15 @@ impl Broker {
     /// timeout, it removes topics idle for between one and two timeouts.
     /// Returns how many were removed.
     pub async fn sweep_idle(&self) -> usize {
+        // Wildcard subscriptions whose subscriber is gone (an actor that
+        // stopped, a session that ended without unsubscribing).
+        let dead = self
+            .write()
+            .wildcards
+            .retain(|s| !s.is_cancelled() && !s.sink.is_closed());
+        if dead > 0 {
+            tracing::debug!(dead, "dead wildcard subscriptions dropped");
+        }
         let topics: Vec<(Arc<str>, Topic)> = self
             .read()
             .topics

@@ -104,13 +104,13 @@ impl TopicState {
                 let write = if payload.is_empty() {
                     retained_writes::delete(&self.name)
                 } else {
-                    retained_writes::put(&self.name, self.seq + 1, &headers, &payload)
+                    retained_writes::put(&self.name, self.seq.wrapping_add(1), &headers, &payload)
                 };
                 Some(writer.submit(vec![write]).map_err(NotPublished::Store)?)
             }
             _ => None,
         };
-        self.seq += 1;
+        self.seq = self.seq.wrapping_add(1);
         self.touched = true;
         let msg = Arc::new(Published::new(
             self.name.clone(),

@@ -150,6 +150,31 @@ impl<V: PartialEq> FilterTrie<V> {
         }
     }
 
+    /// Keeps only the values for which `keep` holds, pruning empty
+    /// branches. Returns how many were removed.
+    pub fn retain(&mut self, keep: impl Fn(&V) -> bool) -> usize {
+        fn walk<V>(node: &mut Node<V>, keep: &impl Fn(&V) -> bool) -> usize {
+            let before = node.here.len() + node.hash.len();
+            node.here.retain(|v| keep(v));
+            node.hash.retain(|v| keep(v));
+            let mut removed = before - node.here.len() - node.hash.len();
+            node.children.retain(|_, child| {
+                removed += walk(child, keep);
+                !child.is_empty()
+            });
+            if let Some(plus) = node.plus.as_deref_mut() {
+                removed += walk(plus, keep);
+                if plus.is_empty() {
+                    node.plus = None;
+                }
+            }
+            removed
+        }
+        let removed = walk(&mut self.root, &keep);
+        self.len -= removed;
+        removed
+    }
+
     /// Calls `f` with every value whose filter matches the (valid) topic
     /// name. A value under several matching filters is seen once per
     /// filter.
@@ -210,6 +235,19 @@ mod tests {
         }
         assert!(t.is_empty());
         assert!(t.root.is_empty(), "branches pruned");
+    }
+
+    #[test]
+    fn retain_drops_values_and_prunes() {
+        let mut t = FilterTrie::new();
+        for (f, v) in [("a/+", 1), ("a/#", 2), ("b", 3), ("+/c", 4)] {
+            t.insert(f, v);
+        }
+        assert_eq!(t.retain(|v| v % 2 == 0), 2);
+        assert_eq!(t.len(), 2);
+        assert_eq!(matched(&t, "a/c"), [2, 4]);
+        assert_eq!(t.retain(|_| false), 2);
+        assert!(t.root.is_empty());
     }
 
     /// The trie agrees with the reference matcher on every pair.

@@ -287,7 +287,10 @@ mod tests {
             }
         });
         assert!(writer.close(std::time::Duration::from_secs(10)));
-        assert_eq!(h.submit(vec![]).err(), Some(SubmitError::Closed));
+        // A late write is refused, not left waiting.
+        let late = h.submit(vec![retained_writes::delete("t/1")]).unwrap();
+        let refused = actix_rt::System::new().block_on(late);
+        assert!(refused.is_err(), "{refused:?}");
         drop(store);
         let again = Store::open(&cfg).unwrap();
         let mut got = again.load_retained().unwrap();

@@ -93,6 +93,9 @@ impl Store {
                 source,
             })?;
             match decode(&k, &v) {
+                // An empty retained message means none (it is never stored
+                // as such); skip it rather than resurrect it.
+                Some(r) if r.payload.is_empty() => {}
                 Some(r) => out.push(r),
                 None => tracing::warn!(key = ?k, "skipping an undecodable retained record"),
             }

@@ -9,11 +9,13 @@
 //! `"interval"`: writes are confirmed once applied, and flushed every
 //! `interval_ms`; a crash can lose the last interval's confirmed writes.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::fs::File;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
@@ -119,10 +121,13 @@ impl std::fmt::Debug for WriterHandle {
     }
 }
 
-/// The owning side: the thread, joined on [`StoreWriter::close`] or drop.
+/// The owning side. [`StoreWriter::close`] (or drop) commits what is
+/// queued, flushes, and releases the database; the thread then lingers only
+/// to refuse late submissions (their `Durable` fails at once instead of
+/// waiting forever) and exits when the last [`WriterHandle`] is gone.
 pub struct StoreWriter {
     handle: WriterHandle,
-    thread: Option<JoinHandle<()>>,
+    closed: Option<Receiver<()>>,
 }
 
 impl StoreWriter {
@@ -133,12 +138,27 @@ impl StoreWriter {
         let db_file = File::open(config.data_dir.join("db"))?;
         let mode = config.flush;
         let interval = Duration::from_millis(config.interval_ms.max(1));
-        let thread = std::thread::Builder::new()
+        let (closed_tx, closed) = crossbeam_channel::bounded(1);
+        let blobs = config.data_dir.join("blobs");
+        std::thread::Builder::new()
             .name("wharf-store-writer".into())
-            .spawn(move || run(db, db_file, rx, mode, interval))?;
+            .spawn(move || {
+                run(db, db_file, blobs, &rx, mode, interval);
+                let _ = closed_tx.send(());
+                // Refuse whatever still arrives, until every handle is gone.
+                for m in rx.iter() {
+                    if let Msg::Writes {
+                        done: Some(done), ..
+                    } = m
+                    {
+                        let _ =
+                            done.send(Err(CommitError("the store writer has shut down".into())));
+                    }
+                }
+            })?;
         Ok(StoreWriter {
             handle: WriterHandle { tx },
-            thread: Some(thread),
+            closed: Some(closed),
         })
     }
 
@@ -147,24 +167,25 @@ impl StoreWriter {
         self.handle.clone()
     }
 
-    /// Commits everything queued, flushes, and stops the thread. Waits up
-    /// to `timeout`; returns whether the thread finished.
+    /// Commits everything queued, flushes, and releases the database.
+    /// Waits up to `timeout` in all; returns whether that finished.
     pub fn close(&mut self, timeout: Duration) -> bool {
-        let Some(thread) = self.thread.take() else {
+        let Some(closed) = self.closed.take() else {
             return true;
         };
-        // Blocking send: everything queued before Close is committed first.
-        let _ = self.handle.tx.send_timeout(Msg::Close, timeout);
         let deadline = Instant::now() + timeout;
-        while !thread.is_finished() {
-            if Instant::now() >= deadline {
-                tracing::warn!("store writer still busy at the shutdown deadline");
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
+        // Everything queued before Close is committed first.
+        if self.handle.tx.send_timeout(Msg::Close, timeout).is_err() {
+            tracing::warn!("store writer queue still full at the shutdown deadline");
+            return false;
         }
-        let _ = thread.join();
-        true
+        match closed.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(()) => true,
+            Err(_) => {
+                tracing::warn!("store writer still busy at the shutdown deadline");
+                false
+            }
+        }
     }
 }
 
@@ -174,12 +195,25 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(db: sled::Db, db_file: File, rx: Receiver<Msg>, mode: FlushMode, interval: Duration) {
+fn run(
+    db: sled::Db,
+    db_file: File,
+    blobs: PathBuf,
+    rx: &Receiver<Msg>,
+    mode: FlushMode,
+    interval: Duration,
+) {
     let mut dirty = false;
     let mut last_flush = Instant::now();
-    let durable = |db: &sled::Db| -> Result<(), CommitError> {
+    let mut synced_blobs = HashSet::new();
+    let mut durable = |db: &sled::Db| -> Result<(), CommitError> {
         db.flush().map_err(|e| CommitError(e.to_string()))?;
-        db_file.sync_data().map_err(|e| CommitError(e.to_string()))
+        db_file
+            .sync_data()
+            .map_err(|e| CommitError(e.to_string()))?;
+        // sled keeps large values in files of their own and does not fsync
+        // them: do it for each new one, and for the directory naming it.
+        sync_new_blobs(&blobs, &mut synced_blobs).map_err(|e| CommitError(format!("blobs: {e}")))
     };
     loop {
         let wait = match mode {
@@ -190,10 +224,11 @@ fn run(db: sled::Db, db_file: File, rx: Receiver<Msg>, mode: FlushMode, interval
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => {
                 if dirty {
-                    if let Err(e) = durable(&db) {
-                        tracing::error!("periodic store flush failed: {e}");
+                    match durable(&db) {
+                        // Stays dirty: the next interval tries again.
+                        Err(e) => tracing::error!("periodic store flush failed: {e}"),
+                        Ok(()) => dirty = false,
                     }
-                    dirty = false;
                     last_flush = Instant::now();
                 }
                 continue;
@@ -218,10 +253,10 @@ fn run(db: sled::Db, db_file: File, rx: Receiver<Msg>, mode: FlushMode, interval
             FlushMode::Interval => {
                 dirty = true;
                 if last_flush.elapsed() >= interval || closing {
-                    if let Err(e) = durable(&db) {
-                        tracing::error!("store flush failed: {e}");
+                    match durable(&db) {
+                        Err(e) => tracing::error!("store flush failed: {e}"),
+                        Ok(()) => dirty = false,
                     }
-                    dirty = false;
                     last_flush = Instant::now();
                 }
             }
@@ -244,6 +279,32 @@ fn run(db: sled::Db, db_file: File, rx: Receiver<Msg>, mode: FlushMode, interval
     if let Err(e) = durable(&db) {
         tracing::error!("final store flush failed: {e}");
     }
+}
+
+/// Fsyncs blob files not synced before, then the blob directory if any
+/// was new; forgets names that no longer exist.
+fn sync_new_blobs(dir: &Path, synced: &mut HashSet<OsString>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut present = HashSet::new();
+    let mut new = false;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !synced.contains(&name) {
+            File::open(entry.path())?.sync_data()?;
+            new = true;
+        }
+        present.insert(name);
+    }
+    *synced = present;
+    if new {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Applies a group as one sled batch per tree.
