@@ -124,11 +124,17 @@ pub struct TopicsConfig {
     /// Seconds a topic with no subscribers and no retained message lives
     /// after its last use.
     pub idle_timeout_s: u64,
+    /// Most topics that may exist at once; creating one more (by a retained
+    /// publish or a subscription) is refused with `too_many_topics`.
+    pub max_topics: usize,
 }
 
 impl Default for TopicsConfig {
     fn default() -> Self {
-        TopicsConfig { idle_timeout_s: 60 }
+        TopicsConfig {
+            idle_timeout_s: 60,
+            max_topics: 1_000_000,
+        }
     }
 }
 
@@ -355,6 +361,9 @@ impl Config {
                 "session.idle_timeout_s",
                 "must be longer than session.ping_interval_s",
             ));
+        }
+        if self.topics.max_topics == 0 {
+            return Err(invalid("topics.max_topics", "must be at least 1"));
         }
         if self.topics.idle_timeout_s == 0 {
             return Err(invalid("topics.idle_timeout_s", "must be at least 1"));

@@ -51,6 +51,9 @@ pub enum BrokerError {
     /// The store writer is too far behind to take the write; try again.
     #[error(transparent)]
     StoreBusy(SubmitError),
+    /// Creating the topic would pass `topics.max_topics`.
+    #[error("too many topics: at most {0}")]
+    TooManyTopics(usize),
     /// The topic was removed and re-created under the operation more times
     /// than it retries; try again.
     #[error("topic is being removed and re-created; try again")]
@@ -83,6 +86,8 @@ struct Inner {
     registry: RwLock<Registry>,
     /// Where retained messages are persisted; `None` keeps them in memory.
     writer: Option<WriterHandle>,
+    /// Most topics that may exist at once.
+    max_topics: usize,
 }
 
 #[derive(Default)]
@@ -105,25 +110,30 @@ pub struct BrokerStats {
 const GONE_RETRIES: usize = 8;
 
 impl Broker {
+    /// The topic limit of [`Broker::new`] (the default of
+    /// `topics.max_topics`).
+    pub const DEFAULT_MAX_TOPICS: usize = 1_000_000;
+
     /// A broker whose topics run on `scheduler`'s workers and keep
     /// retained messages in memory only.
     pub fn new(scheduler: SchedulerHandle) -> Self {
-        Self::build(scheduler, None)
+        Self::build(scheduler, None, Self::DEFAULT_MAX_TOPICS)
     }
 
-    /// A broker that persists retained messages through a store writer.
-    /// Call [`Broker::restore_retained`] with what the store holds before
-    /// serving.
-    pub fn with_store(scheduler: SchedulerHandle, writer: WriterHandle) -> Self {
-        Self::build(scheduler, Some(writer))
+    /// A broker that persists retained messages through a store writer and
+    /// holds at most `max_topics` topics. Call [`Broker::restore_retained`]
+    /// with what the store holds before serving.
+    pub fn with_store(scheduler: SchedulerHandle, writer: WriterHandle, max_topics: usize) -> Self {
+        Self::build(scheduler, Some(writer), max_topics)
     }
 
-    fn build(scheduler: SchedulerHandle, writer: Option<WriterHandle>) -> Self {
+    fn build(scheduler: SchedulerHandle, writer: Option<WriterHandle>, max_topics: usize) -> Self {
         Broker {
             inner: Arc::new(Inner {
                 scheduler,
                 registry: RwLock::new(Registry::default()),
                 writer,
+                max_topics,
             }),
         }
     }
@@ -136,7 +146,8 @@ impl Broker {
                 tracing::warn!(topic = %r.topic, "skipping a stored retained message with an invalid topic");
                 continue;
             }
-            let Some(topic) = self.topic(&r.topic, true) else {
+            // What the store holds is served even past a lowered limit.
+            let Some(topic) = self.topic(&r.topic, true, false)? else {
                 continue;
             };
             topic
@@ -162,13 +173,13 @@ impl Broker {
 
     /// The topic named `name`, created (with its matching wildcard
     /// subscriptions) if `create` and it does not exist.
-    fn topic(&self, name: &str, create: bool) -> Option<Topic> {
+    fn topic(&self, name: &str, create: bool, limited: bool) -> Result<Option<Topic>, BrokerError> {
         if let Some(t) = self.read().topics.get(name) {
-            return Some(t.clone());
+            return Ok(Some(t.clone()));
         }
         let mut reg = self.write();
         if let Some(t) = reg.topics.get(name) {
-            return Some(t.clone());
+            return Ok(Some(t.clone()));
         }
         let mut subs = Vec::new();
         reg.wildcards.for_each_match(name, |s| {
@@ -177,7 +188,10 @@ impl Broker {
             }
         });
         if !create && subs.is_empty() {
-            return None;
+            return Ok(None);
+        }
+        if limited && reg.topics.len() >= self.inner.max_topics {
+            return Err(BrokerError::TooManyTopics(self.inner.max_topics));
         }
         let name: Arc<str> = name.into();
         let topic = TaskQueue::new(
@@ -185,7 +199,7 @@ impl Broker {
             &self.inner.scheduler,
         );
         reg.topics.insert(name, topic.clone());
-        Some(topic)
+        Ok(Some(topic))
     }
 
     /// Drops a removed topic's registry entry (if it is still this topic),
@@ -217,7 +231,7 @@ impl Broker {
         } = msg;
         let mut message = Some((payload, headers));
         for _ in 0..GONE_RETRIES {
-            let Some(topic) = self.topic(&name, retain) else {
+            let Some(topic) = self.topic(&name, retain, true)? else {
                 return Ok(PublishOutcome::default());
             };
             let Some((payload, headers)) = message.take() else {
@@ -282,7 +296,7 @@ impl Broker {
 
     async fn subscribe_exact(&self, sub: Subscription) -> Result<(), BrokerError> {
         for _ in 0..GONE_RETRIES {
-            let Some(topic) = self.topic(&sub.filter, true) else {
+            let Some(topic) = self.topic(&sub.filter, true, true)? else {
                 continue;
             };
             let s = sub.clone();

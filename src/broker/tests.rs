@@ -286,3 +286,28 @@ fn a_cancelled_subscription_gets_nothing_more_and_is_dropped() {
     });
     assert_eq!(r.payloads(), ["w:c/1:before"]);
 }
+
+#[test]
+fn topics_past_the_limit_are_refused_and_existing_ones_keep_working() {
+    let s = Scheduler::new(&SchedulerConfig::default()).unwrap();
+    let b = Broker::build(s.handle(), None, 2);
+    let r = Recorder::new();
+    run(async {
+        b.subscribe(sub(&r, "1", "t/1")).await.unwrap();
+        b.subscribe(sub(&r, "2", "t/2")).await.unwrap();
+        assert_eq!(
+            b.subscribe(sub(&r, "3", "t/3")).await,
+            Err(BrokerError::TooManyTopics(2))
+        );
+        let mut m = msg("t/4", "x");
+        m.retain = true;
+        assert_eq!(b.publish(m).await, Err(BrokerError::TooManyTopics(2)));
+        // A plain publish to a new name creates nothing and is no error.
+        assert_eq!(b.publish(msg("t/5", "x")).await.map(|o| o.delivered), Ok(0));
+        assert_eq!(
+            b.publish(msg("t/1", "ok")).await.map(|o| o.delivered),
+            Ok(1)
+        );
+    });
+    assert_eq!(b.stats().topics, 2);
+}

@@ -286,6 +286,9 @@ pub enum ErrorCode {
     Overloaded,
     /// A server-side failure.
     Internal,
+    /// The broker holds `topics.max_topics` topics and will not create one
+    /// more.
+    TooManyTopics,
 }
 
 impl ErrorCode {
@@ -307,6 +310,7 @@ impl ErrorCode {
             ErrorCode::TooManySubscriptions => "too_many_subscriptions",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Internal => "internal",
+            ErrorCode::TooManyTopics => "too_many_topics",
         }
     }
 }

@@ -127,6 +127,7 @@ impl Session {
             BrokerError::Task(TaskError::Overloaded { .. })
             | BrokerError::Contended
             | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
+            BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
             BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
         };
         self.error(format, code, e.to_string(), rid);
