@@ -24,7 +24,8 @@ pub use outbound::{
 };
 pub use rate::{RateLimiter, Verdict};
 
-use crate::broker::{Broker, BrokerError, Publish, Subscription};
+// `Sink` for `Outbound::id`.
+use crate::broker::{Broker, BrokerError, Publish, Sink as _, Subscription};
 use crate::config::SessionConfig;
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{
@@ -287,5 +288,3 @@ impl Session {
         self.sessions.remove(self.id);
     }
 }
-
-use crate::broker::Sink as _;
