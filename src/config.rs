@@ -96,6 +96,10 @@ pub struct SessionConfig {
     pub ping_interval_s: u64,
     /// Seconds without any frame from the client before closing (1001).
     pub idle_timeout_s: u64,
+    /// Seconds data may stay unacknowledged by the client's TCP stack
+    /// (including a zero receive window) before the kernel drops the
+    /// connection (TCP_USER_TIMEOUT); 0 leaves the kernel default.
+    pub write_timeout_s: u64,
     /// Most subscriptions one session may hold.
     pub max_subscriptions: usize,
 }
@@ -112,6 +116,7 @@ impl Default for SessionConfig {
             rate_burst: 100_000,
             ping_interval_s: 20,
             idle_timeout_s: 60,
+            write_timeout_s: 60,
             max_subscriptions: 1000,
         }
     }
@@ -361,6 +366,9 @@ impl Config {
                 "session.idle_timeout_s",
                 "must be longer than session.ping_interval_s",
             ));
+        }
+        if session.write_timeout_s > 3600 {
+            return Err(invalid("session.write_timeout_s", "must be at most 3600"));
         }
         if self.topics.max_topics == 0 {
             return Err(invalid("topics.max_topics", "must be at least 1"));

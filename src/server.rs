@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::net::TcpListener;
+use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
 
@@ -47,16 +48,24 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let workers = config.server.effective_http_workers();
     let routes = wharf.configure();
+    let write_timeout = Duration::from_secs(config.session.write_timeout_s);
     let server = HttpServer::new(move || {
         App::new()
             .configure(routes.clone())
             .default_service(web::to(transport::not_found))
     })
-    // Writes are batched (many frames per write), so Nagle's algorithm only
-    // adds delay: with delayed ACKs it stalls small writes by up to 40 ms.
-    .on_connect(|conn, _| {
+    .on_connect(move |conn, _| {
         if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            // Writes are batched (many frames per write), so Nagle's
+            // algorithm only adds delay: with delayed ACKs it stalls small
+            // writes by up to 40 ms.
             let _ = tcp.set_nodelay(true);
+            // A peer that stops acknowledging (dead, or a zero window) is
+            // dropped by the kernel: actix has no write timeout for a
+            // streaming response, so nothing else would end it.
+            if write_timeout > Duration::ZERO {
+                let _ = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(write_timeout));
+            }
         }
     })
     .workers(workers)

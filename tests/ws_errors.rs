@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use awc::ws;
 use bytes::Bytes;
-use common::{TestBroker, block_on, http};
+use common::{TestBroker, block_on, http, wait_until};
 use futures_util::{SinkExt, StreamExt};
 use wharf::client::{Client, ClientOptions};
 use wharf::protocol::Format;
@@ -480,4 +480,46 @@ fn a_storm_of_garbage_frames_hurts_nobody_else() {
         }
     });
     assert_eq!(http(b.addr, "GET", "/health", "").0, 200);
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
+    let b = TestBroker::start(|c| {
+        c.session.write_timeout_s = 2;
+        c.session.outbound_limit = 256 << 20;
+        c.session.max_frame = 1 << 20;
+        c.session.max_payload = 1 << 20;
+    });
+    block_on(async {
+        let mut stuck = raw(&b).await;
+        send_text(
+            &mut stuck,
+            r#"{"op":"subscribe","id":"s","filter":"big","rid":1}"#,
+        )
+        .await;
+        assert_eq!(next_json(&mut stuck).await.unwrap()["op"], "receipt");
+        // Fill the kernel buffers both ways so its receive window closes.
+        let publisher = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        for _ in 0..64 {
+            publisher
+                .publish_confirmed("big", vec![7u8; 512 * 1024])
+                .await
+                .unwrap();
+        }
+        let addr = b.addr;
+        let gone = actix_web::rt::task::spawn_blocking(move || {
+            wait_until(Duration::from_secs(30), || {
+                let (_, body) = http(addr, "GET", "/admin/sessions", "");
+                let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+                // Only the publisher remains.
+                list.as_array().map_or(0, Vec::len) == 1
+            })
+        })
+        .await
+        .unwrap();
+        assert!(gone, "the stuck session was not dropped");
+        drop(stuck);
+    });
 }
