@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use common::{ChildBroker, block_on};
 use wharf::client::{Client, ClientOptions};
-use wharf::protocol::frame::{Headers, Priority};
 
 fn spawn(data: &std::path::Path) -> (ChildBroker, String) {
     let broker = ChildBroker::spawn(&[
@@ -47,16 +46,7 @@ fn confirmed_retained_messages_survive_kill_9() {
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) && n < 100_000 {
                         let topic = format!("r/{p}/{}", n % 50);
-                        let sent = c
-                            .publish_with(
-                                &topic,
-                                n.to_be_bytes().to_vec(),
-                                Headers::new(),
-                                true,
-                                Priority::Normal,
-                                true,
-                            )
-                            .await;
+                        let sent = c.publish_retained(&topic, n.to_be_bytes().to_vec()).await;
                         match sent {
                             Ok(()) => {
                                 confirmed.lock().unwrap().insert(topic, n);

@@ -107,16 +107,9 @@ fn retained_message_reaches_late_subscribers_first_and_can_be_cleared() {
     let b = TestBroker::start(|_| {});
     block_on(async {
         let p = connect(&b, Format::Json).await;
-        p.publish_with(
-            "state/door",
-            b"open".to_vec(),
-            Headers::new(),
-            true,
-            Priority::Normal,
-            true,
-        )
-        .await
-        .unwrap();
+        p.publish_retained("state/door", b"open".to_vec())
+            .await
+            .unwrap();
         let s = connect(&b, Format::Bincode).await;
         let mut sub = s.subscribe("state/+").await.unwrap();
         let first = sub.recv_timeout(T).await.unwrap();
@@ -129,16 +122,7 @@ fn retained_message_reaches_late_subscribers_first_and_can_be_cleared() {
         assert!(!live.retained);
         assert!(live.seq > first.seq);
         // An empty retained publish clears it.
-        p.publish_with(
-            "state/door",
-            Vec::new(),
-            Headers::new(),
-            true,
-            Priority::Normal,
-            true,
-        )
-        .await
-        .unwrap();
+        p.publish_retained("state/door", Vec::new()).await.unwrap();
         let late = connect(&b, Format::Json).await;
         let mut late_sub = late.subscribe("state/door").await.unwrap();
         assert!(
@@ -362,16 +346,7 @@ fn retained_messages_survive_a_restart() {
             .await
             .unwrap();
         }
-        c.publish_with(
-            "clear/b",
-            Vec::new(),
-            Headers::new(),
-            true,
-            Priority::Normal,
-            true,
-        )
-        .await
-        .unwrap();
+        c.publish_retained("clear/b", Vec::new()).await.unwrap();
     });
     b.stop().expect("clean stop");
 

@@ -325,17 +325,7 @@ fn durable(args: &Args, url: &str, size: usize) -> Row {
                             let topic = format!("bench/durable/{p}/{}", (sent + i) % 100);
                             let c = &c;
                             let payload = payload.clone();
-                            async move {
-                                c.publish_with(
-                                    &topic,
-                                    payload,
-                                    Default::default(),
-                                    true,
-                                    Default::default(),
-                                    true,
-                                )
-                                .await
-                            }
+                            async move { c.publish_retained(&topic, payload).await }
                         });
                         for r in futures_util::future::join_all(sends).await {
                             r.expect("durable publish");

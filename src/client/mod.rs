@@ -343,6 +343,21 @@ impl Client {
         self.publish_plain(topic, payload.into(), true).await
     }
 
+    /// Publishes a retained message (an empty payload clears the topic's)
+    /// and waits for the receipt, which comes once it is on disk.
+    ///
+    /// # Errors
+    /// As [`Client::publish_confirmed`].
+    pub async fn publish_retained(
+        &self,
+        topic: &str,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<(), ClientError> {
+        let (headers, priority) = (Headers::new(), Priority::Normal);
+        self.publish_with(topic, payload.into(), headers, true, priority, true)
+            .await
+    }
+
     async fn publish_plain(
         &self,
         topic: &str,
