@@ -73,6 +73,7 @@ struct Running {
     writer: StoreWriter,
     scheduler: Scheduler,
     sweeper: actix_rt::task::JoinHandle<()>,
+    ticker: actix_rt::task::JoinHandle<()>,
 }
 
 impl Running {
@@ -80,6 +81,7 @@ impl Running {
     /// then the database files are synced. Blocking.
     fn stop(mut self, timeout: Duration) -> Result<(), Error> {
         self.sweeper.abort();
+        self.ticker.abort();
         let workers = self.scheduler.shutdown(timeout);
         let committed = self.writer.close(timeout);
         if !(workers && committed) {
@@ -105,10 +107,20 @@ impl Wharf {
         config.validate()?;
         let store_config = config.store.clone();
         // sled does blocking I/O: open and read it off the async thread.
-        let (store, retained) = web::block(move || {
+        let (defaults, declared) = (config.queue_defaults.clone(), config.queues.clone());
+        let windows = declared.clone();
+        let (store, retained, queues) = web::block(move || {
             let store = Store::open(&store_config)?;
             let retained = store.load_retained()?;
-            Ok::<_, crate::store::StoreError>((store, retained))
+            let queues = store.load_queues(|name| {
+                windows
+                    .iter()
+                    .find(|d| d.name == name)
+                    .map_or(defaults.memory_window, |d| {
+                        d.options(&defaults).memory_window
+                    })
+            })?;
+            Ok::<_, crate::store::StoreError>((store, retained, queues))
         })
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
@@ -124,6 +136,18 @@ impl Wharf {
         if restored > 0 {
             tracing::info!(restored, "retained messages restored from the store");
         }
+        broker.configure_queues(config.queue_defaults.clone(), &config.queues);
+        let (queue_count, started) = (queues.queues.len(), std::time::Instant::now());
+        let messages = broker.restore_queues(queues).await?;
+        if queue_count > 0 {
+            tracing::info!(
+                queues = queue_count,
+                messages,
+                ms = started.elapsed().as_millis() as u64,
+                "queues restored from the store"
+            );
+        }
+        broker.declare_queues(&config.queues).await?;
         let sessions = Sessions::new();
         let config = Arc::new(config);
         let state = web::Data::new(AppState {
@@ -144,6 +168,16 @@ impl Wharf {
                 }
             }
         });
+        // Queue deadlines (ack timeouts, delays, expiry) are driven from
+        // here.
+        let ticking = broker.clone();
+        let ticker = actix_rt::spawn(async move {
+            let mut tick = actix_rt::time::interval(crate::broker::QUEUE_TICK);
+            loop {
+                tick.tick().await;
+                ticking.tick_queues();
+            }
+        });
         Ok(Wharf {
             inner: Arc::new(Inner {
                 broker,
@@ -156,6 +190,7 @@ impl Wharf {
                     writer,
                     scheduler,
                     sweeper,
+                    ticker,
                 })),
             }),
         })
@@ -221,7 +256,7 @@ impl Wharf {
         recipient: Recipient<Delivery>,
     ) -> Result<ActorSubscription, BrokerError> {
         let sink = Arc::new(RecipientSink {
-            id: crate::session::next_sink_id(),
+            id: crate::broker::next_sink_id(),
             // Weak: a subscription must not keep its actor alive.
             recipient: recipient.downgrade(),
             closed: AtomicBool::new(false),

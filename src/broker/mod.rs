@@ -13,6 +13,8 @@
 //! the topic's task and never copies the payload.
 
 mod message;
+mod queue;
+mod queues;
 mod sink;
 mod topic;
 
@@ -22,7 +24,12 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use bytes::Bytes;
 
 pub use message::{ENCODING_SLOTS, Published};
-pub use sink::{Delivery, Sink, Subscription};
+pub use queue::{
+    DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, QueueCounters,
+    QueueInfo, QueuedDelivery,
+};
+pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settle, TOPIC_HEADER};
+pub use sink::{Delivery, Sink, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 
 use crate::protocol::frame::{Headers, Priority};
@@ -58,7 +65,36 @@ pub enum BrokerError {
     /// than it retries; try again.
     #[error("topic is being removed and re-created; try again")]
     Contended,
+    /// The queue holds `max_length` messages.
+    #[error("queue full: it holds its maximum of {0} messages")]
+    QueueFull(u64),
+    /// These delivery ids are not in flight to this consumer (already
+    /// settled, timed out, or never delivered to it).
+    #[error("unknown delivery ids {0:?}: not in flight to this consumer")]
+    UnknownDelivery(Vec<u64>),
+    /// The consumer id is already consuming this queue.
+    #[error("this consumer id is already consuming the queue")]
+    DuplicateConsumer,
+    /// No consumer with this id on this queue.
+    #[error("no such consumer on the queue")]
+    UnknownConsumer,
+    /// No queue has this name.
+    #[error("no queue named {0:?}")]
+    UnknownQueue(String),
+    /// Priorities are 0 to 9.
+    #[error("priority {0} is out of range 0-9")]
+    InvalidPriority(u8),
+    /// Prefetch must be 1 to [`MAX_PREFETCH`].
+    #[error("prefetch {0} is out of range 1-10000")]
+    InvalidPrefetch(u32),
+    /// An ack, nack, reject or touch names 1 to [`MAX_IDS`] deliveries.
+    #[error("{0} delivery ids: give 1 to 10000")]
+    InvalidIds(usize),
 }
+
+/// How often queues with deadlines (ack timeouts, delays, expiry) are
+/// visited: the granularity of those timers.
+pub const QUEUE_TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A message to publish.
 #[derive(Debug, Clone, Default)]
@@ -88,6 +124,8 @@ struct Inner {
     writer: Option<WriterHandle>,
     /// Most topics that may exist at once.
     max_topics: usize,
+    /// Queues by name, with their options.
+    queues: parking_lot::RwLock<queues::QueueRegistry>,
 }
 
 #[derive(Default)]
@@ -134,6 +172,7 @@ impl Broker {
                 registry: RwLock::new(Registry::default()),
                 writer,
                 max_topics,
+                queues: parking_lot::RwLock::new(queues::QueueRegistry::default()),
             }),
         }
     }

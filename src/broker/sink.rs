@@ -2,11 +2,20 @@
 //! a [`Sink`] plus an opaque tag, so topics never touch sockets.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
 use super::message::Published;
+use super::queue::QueuedDelivery;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh id for a [`Sink`]: sinks of every kind share one sequence so
+/// that ids never collide.
+pub fn next_sink_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 /// What happened to one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +39,14 @@ pub trait Sink: Send + Sync {
     fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery;
     /// Whether the sink is gone for good (its subscriptions can be dropped).
     fn is_closed(&self) -> bool;
+    /// Hands a queue delivery to the sink, for the consumer described by
+    /// `sub`. A sink that cannot consume queues keeps the default, which
+    /// refuses; `Dropped` makes the queue keep the message and skip this
+    /// consumer until it acknowledges something.
+    fn deliver_queued(&self, sub: &Subscription, delivery: &QueuedDelivery<'_>) -> Delivery {
+        let _ = (sub, delivery);
+        Delivery::Closed
+    }
 }
 
 /// One subscription as topics hold it.

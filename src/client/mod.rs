@@ -32,6 +32,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 mod handshake;
+mod queues;
+
+pub use queues::{Consumer, EnqueueOptions};
 
 use actix_http::ws;
 use bytes::Bytes;
@@ -40,8 +43,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{
-    ClientFrame, Close, ErrorCode, Headers, Hello, Message, Ping, Priority, Publish, ServerFrame,
-    Subscribe, Unsubscribe, Welcome,
+    ClientFrame, Close, ErrorCode, Headers, Hello, Message, Ping, Priority, Publish,
+    QueueDelivery, ServerFrame, Subscribe, Unsubscribe, Welcome,
 };
 
 /// How to connect.
@@ -96,6 +99,12 @@ pub enum ClientError {
 
 type Reply = oneshot::Sender<Result<ServerFrame, ClientError>>;
 
+/// Where the frames of one subscription id go.
+enum Route {
+    Messages(mpsc::Sender<Message>),
+    Deliveries(mpsc::Sender<QueueDelivery>),
+}
+
 enum Command {
     Send(ClientFrame),
     Request {
@@ -107,7 +116,7 @@ enum Command {
         frame: ClientFrame,
         id: String,
         rid: u64,
-        tx: mpsc::Sender<Message>,
+        tx: Route,
         reply: Reply,
     },
     Unsubscribe {
@@ -285,7 +294,7 @@ impl Client {
                 frame,
                 id: id.clone(),
                 rid,
-                tx,
+                tx: Route::Messages(tx),
                 reply,
             })
             .await
@@ -519,10 +528,20 @@ async fn run(
                 };
                 match frame {
                     ServerFrame::Message(m) => {
-                        if let Some(tx) = w.subs.get(&m.sub) {
+                        if let Some(Route::Messages(tx)) = w.subs.get(&m.sub) {
                             // Waiting here is the backpressure: the socket is
                             // not read while the application is behind.
                             let _ = tx.send(m).await;
+                        }
+                    }
+                    ServerFrame::Delivery(d) => {
+                        if let Some(Route::Deliveries(tx)) = w.subs.get(&d.sub) {
+                            let _ = tx.send(d).await;
+                        }
+                    }
+                    ServerFrame::Enqueued(e) => {
+                        if let Some(reply) = w.pending.remove(&e.rid) {
+                            let _ = reply.send(Ok(ServerFrame::Enqueued(e)));
                         }
                     }
                     ServerFrame::Receipt(r) => {
@@ -580,7 +599,7 @@ async fn run(
 struct Waiting {
     pending: HashMap<u64, Reply>,
     hello: Option<Reply>,
-    subs: HashMap<String, mpsc::Sender<Message>>,
+    subs: HashMap<String, Route>,
     /// Subscriptions awaiting their receipt, by request id.
     sub_rids: HashMap<u64, String>,
     unsub_rids: HashMap<u64, String>,

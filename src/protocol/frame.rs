@@ -32,6 +32,105 @@ pub enum ClientFrame {
     Ping(Ping),
     /// Closes the session, optionally after what is queued is delivered.
     Close(Close),
+    /// Puts a message on a queue.
+    Enqueue(Enqueue),
+    /// Consumes a queue: its messages arrive as `delivery` frames.
+    Consume(Consume),
+    /// Acknowledges deliveries: their messages are done and deleted.
+    Ack(Settle),
+    /// Gives deliveries back to the queue, for redelivery.
+    Nack(Nack),
+    /// Sends deliveries to the queue's dead-letter queue.
+    Reject(Settle),
+    /// Extends deliveries' ack deadline.
+    Touch(Touch),
+}
+
+/// `enqueue`: a message for a queue. Answered (when `rid` is given) by
+/// `enqueued` once the message is durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(try_from = "json::Enqueue", into = "json::Enqueue")]
+pub struct Enqueue {
+    /// Queue name (topic-name rules; created on first use).
+    pub queue: String,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// Message headers.
+    pub headers: Headers,
+    /// 0 (lowest, the default) to 9: higher is delivered first.
+    pub priority: u8,
+    /// Time to live in ms; the queue's `ttl_ms` caps it.
+    pub ttl_ms: Option<u64>,
+    /// Request id: when present, `enqueued` (or an `error`) answers.
+    pub rid: Option<u64>,
+}
+
+fn default_prefetch() -> u32 {
+    10
+}
+
+/// `consume`: attach to a queue as one of its competing consumers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Consume {
+    /// The client's name for this consumer, unique in the session among
+    /// subscriptions and consumers; deliveries carry it as `sub`.
+    pub id: String,
+    /// The queue.
+    pub queue: String,
+    /// Most unacknowledged deliveries at once (1 to 10000, default 10).
+    #[serde(default = "default_prefetch")]
+    pub prefetch: u32,
+    /// Request id, as for `subscribe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// `ack` and `reject`: settle deliveries of consumer `sub`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Settle {
+    /// The consumer id given to `consume`.
+    pub sub: String,
+    /// Delivery ids (1 to 10000); all are settled or none.
+    pub ids: Vec<u64>,
+    /// Request id: a `receipt` answers once done (for `ack`, once the
+    /// deletes are durable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// `nack`: give deliveries back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Nack {
+    /// The consumer id.
+    pub sub: String,
+    /// Delivery ids (1 to 10000).
+    pub ids: Vec<u64>,
+    /// Redeliver after this many ms (0 = at once); absent = the queue's
+    /// backoff schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Request id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// `touch`: still working on these deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Touch {
+    /// The consumer id.
+    pub sub: String,
+    /// Delivery ids (1 to 10000).
+    pub ids: Vec<u64>,
+    /// New deadline, in ms from now; absent = the queue's ack timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extend_ms: Option<u64>,
+    /// Request id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
 }
 
 /// `hello`: who the client is.
@@ -161,6 +260,45 @@ pub enum ServerFrame {
     Pong(Ping),
     /// Messages were dropped because the session read too slowly.
     Dropped(Dropped),
+    /// A queue message for one of the session's consumers.
+    Delivery(QueueDelivery),
+    /// Confirms an `enqueue`: the message is durable.
+    Enqueued(Enqueued),
+}
+
+/// `delivery`: a queue message handed to one consumer, to be settled with
+/// `ack`, `nack` or `reject` by its `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(try_from = "json::QueueDelivery", into = "json::QueueDelivery")]
+pub struct QueueDelivery {
+    /// The consumer id.
+    pub sub: String,
+    /// The queue.
+    pub queue: String,
+    /// Delivery id (unique per queue; a redelivery gets a new one).
+    pub id: u64,
+    /// The message's id in its queue.
+    pub seq: u64,
+    /// Times this message has been delivered, this one included.
+    pub count: u32,
+    /// Its priority.
+    pub priority: u8,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// Message headers.
+    pub headers: Headers,
+}
+
+/// `enqueued`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Enqueued {
+    /// The request id of the `enqueue`.
+    pub rid: u64,
+    /// The queue.
+    pub queue: String,
+    /// The message's id in the queue.
+    pub seq: u64,
 }
 
 /// `welcome`.
@@ -289,6 +427,12 @@ pub enum ErrorCode {
     /// The broker holds `topics.max_topics` topics and will not create one
     /// more.
     TooManyTopics,
+    /// The queue holds its `max_length` messages.
+    QueueFull,
+    /// A delivery id is not in flight to this consumer.
+    UnknownDelivery,
+    /// No queue has this name.
+    UnknownQueue,
 }
 
 impl ErrorCode {
@@ -311,6 +455,9 @@ impl ErrorCode {
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Internal => "internal",
             ErrorCode::TooManyTopics => "too_many_topics",
+            ErrorCode::QueueFull => "queue_full",
+            ErrorCode::UnknownDelivery => "unknown_delivery",
+            ErrorCode::UnknownQueue => "unknown_queue",
         }
     }
 }
@@ -368,6 +515,106 @@ pub(crate) mod json {
         pub headers: Headers,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub retained: bool,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Enqueue {
+        pub queue: String,
+        pub payload: String,
+        #[serde(default, skip_serializing_if = "is_utf8")]
+        pub encoding: Encoding,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub headers: Headers,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        pub priority: u8,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ttl_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rid: Option<u64>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct QueueDelivery {
+        pub sub: String,
+        pub queue: String,
+        pub id: u64,
+        pub seq: u64,
+        pub count: u32,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        pub priority: u8,
+        pub payload: String,
+        #[serde(default, skip_serializing_if = "is_utf8")]
+        pub encoding: Encoding,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub headers: Headers,
+    }
+
+    fn is_zero(p: &u8) -> bool {
+        *p == 0
+    }
+
+    impl TryFrom<Enqueue> for super::Enqueue {
+        type Error = String;
+        fn try_from(e: Enqueue) -> Result<Self, String> {
+            Ok(super::Enqueue {
+                payload: decode_payload(e.payload, e.encoding)?,
+                queue: e.queue,
+                headers: e.headers,
+                priority: e.priority,
+                ttl_ms: e.ttl_ms,
+                rid: e.rid,
+            })
+        }
+    }
+
+    impl From<super::Enqueue> for Enqueue {
+        fn from(e: super::Enqueue) -> Self {
+            let (payload, encoding) = payload_to_json(&e.payload);
+            Enqueue {
+                payload: payload.into_owned(),
+                encoding,
+                queue: e.queue,
+                headers: e.headers,
+                priority: e.priority,
+                ttl_ms: e.ttl_ms,
+                rid: e.rid,
+            }
+        }
+    }
+
+    impl TryFrom<QueueDelivery> for super::QueueDelivery {
+        type Error = String;
+        fn try_from(d: QueueDelivery) -> Result<Self, String> {
+            Ok(super::QueueDelivery {
+                payload: decode_payload(d.payload, d.encoding)?,
+                sub: d.sub,
+                queue: d.queue,
+                id: d.id,
+                seq: d.seq,
+                count: d.count,
+                priority: d.priority,
+                headers: d.headers,
+            })
+        }
+    }
+
+    impl From<super::QueueDelivery> for QueueDelivery {
+        fn from(d: super::QueueDelivery) -> Self {
+            let (payload, encoding) = payload_to_json(&d.payload);
+            QueueDelivery {
+                payload: payload.into_owned(),
+                encoding,
+                sub: d.sub,
+                queue: d.queue,
+                id: d.id,
+                seq: d.seq,
+                count: d.count,
+                priority: d.priority,
+                headers: d.headers,
+            }
+        }
     }
 
     fn is_utf8(e: &Encoding) -> bool {

@@ -13,6 +13,7 @@ pub mod wsframe;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use uuid::Uuid;
@@ -20,16 +21,18 @@ use uuid::Uuid;
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
     CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError,
-    encoding_slot, next_sink_id,
+    encoding_slot,
 };
 pub use rate::{RateLimiter, Verdict};
 
 // `Sink` for `Outbound::id`.
-use crate::broker::{Broker, BrokerError, Publish, Sink as _, Subscription};
+use crate::broker::{Broker, BrokerError, Enqueue, Publish, Settle, Sink as _, Subscription};
+use crate::store::Durable;
 use crate::config::SessionConfig;
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{
-    ClientFrame, ErrorCode, ErrorFrame, Limits, PROTOCOL_VERSION, Receipt, ServerFrame, Welcome,
+    ClientFrame, Enqueued, ErrorCode, ErrorFrame, Limits, PROTOCOL_VERSION, Receipt, ServerFrame,
+    Welcome,
 };
 use crate::routing;
 use crate::taskq::TaskError;
@@ -56,7 +59,24 @@ pub struct Session {
     config: SessionConfig,
     /// The session's subscriptions by id.
     subs: HashMap<String, Subscription>,
+    /// The session's queue consumers by id (the same id space as `subs`).
+    consumers: HashMap<String, Subscription>,
+    /// Confirmations waiting for a durable write (receipts of enqueues and
+    /// acks); past [`MAX_PENDING_CONFIRMS`] the session waits inline, so
+    /// a client that pipelines is slowed instead of buffered without
+    /// bound.
+    pending: Arc<AtomicUsize>,
     frames: u64,
+}
+
+/// Most confirmations one session may have waiting for the disk before
+/// it stops reading frames until one completes.
+pub const MAX_PENDING_CONFIRMS: usize = 4096;
+
+/// What to send once a durable write completes.
+enum Confirm {
+    Enqueued { queue: String, seq: u64 },
+    Receipt,
 }
 
 impl Session {
@@ -78,6 +98,8 @@ impl Session {
             out,
             config,
             subs: HashMap::new(),
+            consumers: HashMap::new(),
+            pending: Arc::new(AtomicUsize::new(0)),
             frames: 0,
         }
     }
@@ -130,8 +152,115 @@ impl Session {
             | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
             BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
             BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
+            BrokerError::QueueFull(_) => ErrorCode::QueueFull,
+            BrokerError::UnknownDelivery(_) => ErrorCode::UnknownDelivery,
+            BrokerError::DuplicateConsumer => ErrorCode::DuplicateSubscription,
+            BrokerError::UnknownConsumer => ErrorCode::UnknownSubscription,
+            BrokerError::UnknownQueue(_) => ErrorCode::UnknownQueue,
+            BrokerError::InvalidPriority(_)
+            | BrokerError::InvalidPrefetch(_)
+            | BrokerError::InvalidIds(_) => ErrorCode::InvalidField,
         };
         self.error(format, code, e.to_string(), rid);
+    }
+
+    /// Sends `confirm` once `durable` completes (an error frame if the
+    /// write failed), without holding up the frames that follow, up to
+    /// [`MAX_PENDING_CONFIRMS`] at once.
+    async fn confirm_when_durable(
+        &self,
+        format: Format,
+        rid: u64,
+        durable: Durable,
+        confirm: Confirm,
+    ) {
+        let out = self.out.clone();
+        let send = move |result: Result<(), crate::store::CommitError>| {
+            let frame = match (result, confirm) {
+                (Ok(()), Confirm::Enqueued { queue, seq }) => {
+                    ServerFrame::Enqueued(Enqueued { rid, queue, seq })
+                }
+                (Ok(()), Confirm::Receipt) => ServerFrame::Receipt(Receipt { rid }),
+                (Err(e), _) => ServerFrame::Error(ErrorFrame {
+                    code: ErrorCode::Internal,
+                    message: format!("the write did not become durable: {e}"),
+                    rid: Some(rid),
+                }),
+            };
+            let _ = out.push_frame(Lane::High, format, &frame);
+        };
+        if self.pending.load(Ordering::Acquire) >= MAX_PENDING_CONFIRMS {
+            send(durable.await);
+            return;
+        }
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let pending = self.pending.clone();
+        actix_rt::spawn(async move {
+            send(durable.await);
+            pending.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
+    fn has_id(&self, id: &str) -> bool {
+        self.subs.contains_key(id) || self.consumers.contains_key(id)
+    }
+
+    fn check_new_id(&self, format: Format, id: &str, rid: Option<u64>) -> bool {
+        if self.has_id(id) {
+            self.error(
+                format,
+                ErrorCode::DuplicateSubscription,
+                format!("subscription id {id:?} is already in use"),
+                rid,
+            );
+            return false;
+        }
+        if self.subs.len() + self.consumers.len() >= self.config.max_subscriptions {
+            self.error(
+                format,
+                ErrorCode::TooManySubscriptions,
+                format!(
+                    "at most {} subscriptions and consumers per session",
+                    self.config.max_subscriptions
+                ),
+                rid,
+            );
+            return false;
+        }
+        true
+    }
+
+    async fn settle(
+        &self,
+        format: Format,
+        sub: &str,
+        ids: Vec<u64>,
+        how: Settle,
+        rid: Option<u64>,
+    ) {
+        let Some(consumer) = self.consumers.get(sub) else {
+            self.error(
+                format,
+                ErrorCode::UnknownSubscription,
+                format!("no consumer {sub:?}"),
+                rid,
+            );
+            return;
+        };
+        match self
+            .broker
+            .settle(&consumer.filter, self.out.id(), sub, ids, how)
+            .await
+        {
+            Ok(Some(durable)) => {
+                if let Some(rid) = rid {
+                    self.confirm_when_durable(format, rid, durable, Confirm::Receipt)
+                        .await;
+                }
+            }
+            Ok(None) => self.receipt(format, rid),
+            Err(e) => self.broker_error(format, e, rid),
+        }
     }
 
     /// Handles one decoded frame that arrived in `format`.
@@ -190,25 +319,7 @@ impl Session {
                     );
                     return Next::Continue;
                 }
-                if self.subs.contains_key(&s.id) {
-                    self.error(
-                        format,
-                        ErrorCode::DuplicateSubscription,
-                        format!("subscription id {:?} is already in use", s.id),
-                        s.rid,
-                    );
-                    return Next::Continue;
-                }
-                if self.subs.len() >= self.config.max_subscriptions {
-                    self.error(
-                        format,
-                        ErrorCode::TooManySubscriptions,
-                        format!(
-                            "at most {} subscriptions per session",
-                            self.config.max_subscriptions
-                        ),
-                        s.rid,
-                    );
+                if !self.check_new_id(format, &s.id, s.rid) {
                     return Next::Continue;
                 }
                 let sub = Subscription::new(
@@ -224,6 +335,19 @@ impl Session {
                         self.receipt(format, s.rid);
                     }
                     Err(e) => self.broker_error(format, e, s.rid),
+                }
+            }
+            ClientFrame::Unsubscribe(u) if self.consumers.contains_key(&u.id) => {
+                if let Some(c) = self.consumers.remove(&u.id) {
+                    c.cancel();
+                    match self
+                        .broker
+                        .cancel_consumer(&c.filter, self.out.id(), &u.id)
+                        .await
+                    {
+                        Ok(()) => self.receipt(format, u.rid),
+                        Err(e) => self.broker_error(format, e, u.rid),
+                    }
                 }
             }
             ClientFrame::Unsubscribe(u) => match self.subs.remove(&u.id) {
@@ -273,6 +397,91 @@ impl Session {
                 }
             }
             ClientFrame::Ping(p) => self.reply(format, ServerFrame::Pong(p)),
+            ClientFrame::Enqueue(e) => {
+                if e.payload.len() > self.config.max_payload {
+                    self.error(
+                        format,
+                        ErrorCode::PayloadTooLarge,
+                        format!(
+                            "payload of {} bytes is over the {}-byte limit",
+                            e.payload.len(),
+                            self.config.max_payload
+                        ),
+                        e.rid,
+                    );
+                    return Next::Continue;
+                }
+                let queue = e.queue.clone();
+                let msg = Enqueue {
+                    queue: e.queue,
+                    payload: Bytes::from(e.payload),
+                    headers: e.headers,
+                    priority: e.priority,
+                    ttl_ms: e.ttl_ms,
+                };
+                match self.broker.enqueue(msg).await {
+                    Ok((seq, durable)) => match (e.rid, durable) {
+                        (Some(rid), Some(d)) => {
+                            self.confirm_when_durable(
+                                format,
+                                rid,
+                                d,
+                                Confirm::Enqueued { queue, seq },
+                            )
+                            .await;
+                        }
+                        (Some(rid), None) => {
+                            self.reply(format, ServerFrame::Enqueued(Enqueued { rid, queue, seq }));
+                        }
+                        (None, _) => {}
+                    },
+                    Err(err) => self.broker_error(format, err, e.rid),
+                }
+            }
+            ClientFrame::Consume(c) => {
+                if let Err(e) = routing::validate_topic(&c.queue) {
+                    self.error(
+                        format,
+                        ErrorCode::InvalidField,
+                        format!("queue: {e}"),
+                        c.rid,
+                    );
+                    return Next::Continue;
+                }
+                if !self.check_new_id(format, &c.id, c.rid) {
+                    return Next::Continue;
+                }
+                let sub = Subscription::new(
+                    self.out.clone(),
+                    &c.id,
+                    &c.queue,
+                    Bytes::new(),
+                    encoding_slot(format),
+                );
+                match self.broker.consume(&c.queue, sub.clone(), c.prefetch).await {
+                    Ok(()) => {
+                        self.consumers.insert(c.id, sub);
+                        self.receipt(format, c.rid);
+                    }
+                    Err(e) => self.broker_error(format, e, c.rid),
+                }
+            }
+            ClientFrame::Ack(a) => {
+                self.settle(format, &a.sub, a.ids, Settle::Ack, a.rid)
+                    .await;
+            }
+            ClientFrame::Nack(n) => {
+                self.settle(format, &n.sub, n.ids, Settle::Nack(n.delay_ms), n.rid)
+                    .await;
+            }
+            ClientFrame::Reject(r) => {
+                self.settle(format, &r.sub, r.ids, Settle::Reject, r.rid)
+                    .await;
+            }
+            ClientFrame::Touch(t) => {
+                self.settle(format, &t.sub, t.ids, Settle::Touch(t.extend_ms), t.rid)
+                    .await;
+            }
             ClientFrame::Close(c) => return Next::Close { drain: c.drain },
         }
         Next::Continue
@@ -284,6 +493,11 @@ impl Session {
         for (id, sub) in std::mem::take(&mut self.subs) {
             sub.cancel();
             let _ = self.broker.unsubscribe(sink, &id, &sub.filter).await;
+        }
+        // Unacknowledged deliveries go back to their queues at once.
+        for (id, c) in std::mem::take(&mut self.consumers) {
+            c.cancel();
+            let _ = self.broker.cancel_consumer(&c.filter, sink, &id).await;
         }
         self.sessions.remove(self.id);
     }

@@ -18,10 +18,10 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use super::wsframe;
-use crate::broker::{Delivery, Published, Sink, Subscription};
+use crate::broker::{Delivery, Published, QueuedDelivery, Sink, Subscription, next_sink_id};
 use crate::config::SlowConsumer;
 use crate::protocol::codec::{self, Format};
-use crate::protocol::frame::{Dropped, Priority, ServerFrame};
+use crate::protocol::frame::{Dropped, Priority, QueueDelivery, ServerFrame};
 
 /// Which lane a frame waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,14 +139,6 @@ pub struct Outbound {
     dropped: AtomicU64,
 }
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A fresh id for a [`Sink`]: sinks of every kind share one sequence so
-/// that ids never collide.
-pub fn next_sink_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
-}
-
 impl Outbound {
     /// An empty queue of at most `limit` bytes.
     pub fn new(limit: usize, policy: SlowConsumer, quantum: usize, format: Format) -> Arc<Self> {
@@ -168,10 +160,28 @@ impl Outbound {
     /// [`PushError::Dropped`] if the policy dropped it, [`PushError::Closed`]
     /// if the session is closing (or the policy just closed it).
     pub fn push(&self, lane: Lane, frame: OutFrame) -> Result<(), PushError> {
+        self.push_inner(lane, frame, false)
+    }
+
+    /// Queues a frame only if it fits under the bound as things stand:
+    /// no policy applies and nothing is counted as dropped. For frames the
+    /// producer keeps and offers again later (queue deliveries).
+    ///
+    /// # Errors
+    /// [`PushError::Dropped`] if it does not fit now, [`PushError::Closed`]
+    /// if the session is closing.
+    pub fn push_if_room(&self, lane: Lane, frame: OutFrame) -> Result<(), PushError> {
+        self.push_inner(lane, frame, true)
+    }
+
+    fn push_inner(&self, lane: Lane, frame: OutFrame, if_room: bool) -> Result<(), PushError> {
         let size = frame.size();
         let mut st = self.state.lock();
         if st.close.is_some() || st.finished {
             return Err(PushError::Closed);
+        }
+        if if_room && st.bytes + size > self.limit {
+            return Err(PushError::Dropped);
         }
         if size > self.limit.saturating_sub(st.high_bytes) {
             // This frame cannot fit even with the normal lane empty (a
@@ -415,6 +425,30 @@ impl Sink for Outbound {
 
     fn is_closed(&self) -> bool {
         self.is_closing()
+    }
+
+    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
+        let format = format_from(sub.encoding as u8);
+        let m = d.message;
+        let frame = ServerFrame::Delivery(QueueDelivery {
+            sub: sub.id.to_string(),
+            queue: d.queue.to_owned(),
+            id: d.id,
+            seq: m.seq,
+            count: m.deliveries,
+            priority: m.priority,
+            payload: m.payload.to_vec(),
+            headers: m.headers.clone(),
+        });
+        let body = codec::encode_server(format, &frame);
+        // High lane: the drop-oldest policy never discards a delivery (the
+        // queue would only time it out); past the bound the queue keeps
+        // the message and offers it again after this consumer's next ack.
+        match self.push_if_room(Lane::High, OutFrame::data(format, Bytes::new(), body.into())) {
+            Ok(()) => Delivery::Queued,
+            Err(PushError::Dropped) => Delivery::Dropped,
+            Err(PushError::Closed) => Delivery::Closed,
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! the schema version, checked on every open so that a database written by
 //! an incompatible Wharf is refused instead of misread.
 
+pub mod queues;
 mod retained;
 mod writer;
 
@@ -12,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 pub use retained::RetainedRecord;
 pub use writer::{
-    CommitError, Durable, StoreWriter, SubmitError, WRITER_QUEUE, Write, WriterHandle,
+    CommitError, Durable, ReadReply, ReadResult, StoreWriter, SubmitError, WRITER_QUEUE, Write,
+    WriterHandle,
 };
 
 use crate::config::StoreConfig;
@@ -223,6 +225,40 @@ impl Store {
             source,
         })
     }
+}
+
+/// Appends `headers` as `count (u32 BE) | (len u32 BE, bytes)` per key and
+/// value: the header encoding of every stored message kind.
+fn encode_headers(out: &mut Vec<u8>, headers: &crate::protocol::frame::Headers) {
+    out.extend_from_slice(&(headers.len() as u32).to_be_bytes());
+    for (k, v) in headers {
+        for part in [k.as_bytes(), v.as_bytes()] {
+            out.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+}
+
+/// Reads what [`encode_headers`] wrote, starting at `*at`; `None` if the
+/// bytes are truncated or not UTF-8.
+fn decode_headers(value: &[u8], at: &mut usize) -> Option<crate::protocol::frame::Headers> {
+    let count = u32::from_be_bytes(value.get(*at..*at + 4)?.try_into().ok()?);
+    *at += 4;
+    let take = |at: &mut usize| -> Option<String> {
+        let len = u32::from_be_bytes(value.get(*at..*at + 4)?.try_into().ok()?) as usize;
+        let s = std::str::from_utf8(value.get(*at + 4..(*at + 4).checked_add(len)?)?)
+            .ok()?
+            .to_owned();
+        *at += 4 + len;
+        Some(s)
+    };
+    let mut headers = crate::protocol::frame::Headers::new();
+    for _ in 0..count {
+        let k = take(at)?;
+        let v = take(at)?;
+        headers.insert(k, v);
+    }
+    Some(headers)
 }
 
 /// How long [`Store::open`] waits for sled's file lock to be released.

@@ -27,13 +27,7 @@ pub struct RetainedRecord {
 pub fn put(topic: &str, seq: u64, headers: &Headers, payload: &[u8]) -> Write {
     let mut value = Vec::with_capacity(12 + payload.len());
     value.extend_from_slice(&seq.to_be_bytes());
-    value.extend_from_slice(&(headers.len() as u32).to_be_bytes());
-    for (k, v) in headers {
-        for part in [k.as_bytes(), v.as_bytes()] {
-            value.extend_from_slice(&(part.len() as u32).to_be_bytes());
-            value.extend_from_slice(part);
-        }
-    }
+    super::encode_headers(&mut value, headers);
     value.extend_from_slice(payload);
     Write::Put {
         tree: TREE,
@@ -53,22 +47,8 @@ pub fn delete(topic: &str) -> Write {
 fn decode(key: &[u8], value: &[u8]) -> Option<RetainedRecord> {
     let topic = String::from_utf8(key.to_vec()).ok()?;
     let seq = u64::from_be_bytes(value.get(..8)?.try_into().ok()?);
-    let count = u32::from_be_bytes(value.get(8..12)?.try_into().ok()?);
-    let mut at = 12;
-    let take = |at: &mut usize| -> Option<String> {
-        let len = u32::from_be_bytes(value.get(*at..*at + 4)?.try_into().ok()?) as usize;
-        let s = std::str::from_utf8(value.get(*at + 4..*at + 4 + len)?)
-            .ok()?
-            .to_owned();
-        *at += 4 + len;
-        Some(s)
-    };
-    let mut headers = Headers::new();
-    for _ in 0..count {
-        let k = take(&mut at)?;
-        let v = take(&mut at)?;
-        headers.insert(k, v);
-    }
+    let mut at = 8;
+    let headers = super::decode_headers(value, &mut at)?;
     Some(RetainedRecord {
         topic,
         seq,

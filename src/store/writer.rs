@@ -48,7 +48,23 @@ pub enum Write {
         /// The key.
         key: Vec<u8>,
     },
+    /// Remove every key from `from` to `to` (both included) in `tree`.
+    DeleteRange {
+        /// The tree.
+        tree: &'static str,
+        /// First key.
+        from: Vec<u8>,
+        /// Last key.
+        to: Vec<u8>,
+    },
 }
+
+/// Key-value pairs read back by [`WriterHandle::read`].
+pub type ReadResult = Result<Vec<(Vec<u8>, Vec<u8>)>, CommitError>;
+
+/// What to do with a read's result; runs on the writer thread, so it must
+/// only hand the result on (submit a task), never block.
+pub type ReadReply = Box<dyn FnOnce(ReadResult) + Send>;
 
 /// Why a commit failed (shared by every write of the group).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +86,13 @@ enum Msg {
     Writes {
         writes: Vec<Write>,
         done: Option<oneshot::Sender<Result<(), CommitError>>>,
+    },
+    Read {
+        tree: &'static str,
+        from: Vec<u8>,
+        to: Vec<u8>,
+        limit: usize,
+        reply: ReadReply,
     },
     Close,
 }
@@ -113,6 +136,35 @@ impl WriterHandle {
             })?;
         Ok(Durable(rx))
     }
+
+    /// Reads up to `limit` pairs of `tree` from `from` to `to` (both
+    /// included), in key order, after every write submitted before it has
+    /// been applied (read-your-writes), and hands them to `reply` on the
+    /// writer thread. Used to bring messages kept only on disk back into
+    /// memory without a task ever touching the disk.
+    ///
+    /// # Errors
+    /// As [`WriterHandle::submit`]; `reply` is then not called.
+    pub fn read(
+        &self,
+        tree: &'static str,
+        (from, to): (Vec<u8>, Vec<u8>),
+        limit: usize,
+        reply: ReadReply,
+    ) -> Result<(), SubmitError> {
+        self.tx
+            .try_send(Msg::Read {
+                tree,
+                from,
+                to,
+                limit,
+                reply,
+            })
+            .map_err(|e| match e {
+                TrySendError::Full(_) => SubmitError::Full,
+                TrySendError::Disconnected(_) => SubmitError::Closed,
+            })
+    }
 }
 
 impl std::fmt::Debug for WriterHandle {
@@ -146,13 +198,16 @@ impl StoreWriter {
                 run(db, db_file, blobs, &rx, mode, interval);
                 let _ = closed_tx.send(());
                 // Refuse whatever still arrives, until every handle is gone.
+                let closed = || CommitError("the store writer has shut down".into());
                 for m in rx.iter() {
-                    if let Msg::Writes {
-                        done: Some(done), ..
-                    } = m
-                    {
-                        let _ =
-                            done.send(Err(CommitError("the store writer has shut down".into())));
+                    match m {
+                        Msg::Writes {
+                            done: Some(done), ..
+                        } => {
+                            let _ = done.send(Err(closed()));
+                        }
+                        Msg::Read { reply, .. } => reply(Err(closed())),
+                        _ => {}
                     }
                 }
             })?;
@@ -244,6 +299,21 @@ fn run(
         }
         let closing = group.iter().any(|m| matches!(m, Msg::Close));
         let mut result = apply(&db, &group);
+        // Reads see every write queued before them: the group is applied.
+        let mut writes = Vec::with_capacity(group.len());
+        for m in group {
+            match m {
+                Msg::Read {
+                    tree,
+                    from,
+                    to,
+                    limit,
+                    reply,
+                } => reply(read(&db, tree, &from, &to, limit)),
+                other => writes.push(other),
+            }
+        }
+        let group = writes;
         match mode {
             FlushMode::Always => {
                 if result.is_ok() {
@@ -307,6 +377,19 @@ fn sync_new_blobs(dir: &Path, synced: &mut HashSet<OsString>) -> std::io::Result
     Ok(())
 }
 
+fn read(db: &sled::Db, tree: &'static str, from: &[u8], to: &[u8], limit: usize) -> ReadResult {
+    let tree = db
+        .open_tree(tree)
+        .map_err(|e| CommitError(format!("tree {tree}: {e}")))?;
+    tree.range(from..=to)
+        .take(limit)
+        .map(|item| {
+            item.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(|e| CommitError(e.to_string()))
+        })
+        .collect()
+}
+
 /// Applies a group as one sled batch per tree.
 fn apply(db: &sled::Db, group: &[Msg]) -> Result<(), CommitError> {
     let mut batches: Vec<(&'static str, sled::Batch)> = Vec::new();
@@ -316,7 +399,9 @@ fn apply(db: &sled::Db, group: &[Msg]) -> Result<(), CommitError> {
         };
         for w in writes {
             let tree = match w {
-                Write::Put { tree, .. } | Write::Delete { tree, .. } => *tree,
+                Write::Put { tree, .. }
+                | Write::Delete { tree, .. }
+                | Write::DeleteRange { tree, .. } => *tree,
             };
             let i = match batches.iter().position(|(t, _)| *t == tree) {
                 Some(i) => i,
@@ -329,6 +414,15 @@ fn apply(db: &sled::Db, group: &[Msg]) -> Result<(), CommitError> {
             match w {
                 Write::Put { key, value, .. } => batch.insert(key.as_slice(), value.as_slice()),
                 Write::Delete { key, .. } => batch.remove(key.as_slice()),
+                Write::DeleteRange { from, to, .. } => {
+                    let t = db
+                        .open_tree(tree)
+                        .map_err(|e| CommitError(format!("tree {tree}: {e}")))?;
+                    for key in t.range(from.as_slice()..=to.as_slice()).keys() {
+                        let key = key.map_err(|e| CommitError(format!("tree {tree}: {e}")))?;
+                        batch.remove(key);
+                    }
+                }
             }
         }
     }

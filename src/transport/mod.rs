@@ -4,6 +4,7 @@
 
 mod error;
 mod health;
+mod queues;
 mod topics;
 mod ws;
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
+pub use queues::{EnqueueReply, RedriveReply};
 pub use topics::{HEADER_PREFIX, PublishReply};
 
 use actix_web::web;
@@ -46,6 +48,27 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/admin/sessions")
             .route(web::get().to(list_sessions))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/queues")
+            .route(web::get().to(queues::list))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/queues/{name:.+}/messages")
+            .route(web::post().to(queues::enqueue))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/queues/{name:.+}/redrive")
+            .route(web::post().to(queues::redrive))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/queues/{name:.+}")
+            .route(web::get().to(queues::info))
+            .route(web::delete().to(queues::delete))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

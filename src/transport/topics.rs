@@ -7,7 +7,7 @@ use std::pin::Pin;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 
@@ -42,7 +42,7 @@ pub struct PublishReply {
     pub dropped: usize,
 }
 
-fn bad(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+pub(crate) fn bad(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError {
         status,
         code,
@@ -50,18 +50,10 @@ fn bad(status: StatusCode, code: &'static str, message: impl Into<String>) -> Ap
     }
 }
 
-pub(crate) async fn publish(
-    req: HttpRequest,
-    name: web::Path<String>,
-    mut body: web::Payload,
-    app: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let query = web::Query::<PublishQuery>::from_query(req.query_string())
-        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))?
-        .into_inner();
-    let limit = app.config.session.max_payload;
+/// Reads a request body of at most `limit` bytes.
+pub(crate) async fn read_payload(body: &mut web::Payload, limit: usize) -> Result<Bytes, ApiError> {
     let mut payload = BytesMut::new();
-    while let Some(chunk) = poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await {
+    while let Some(chunk) = poll_fn(|cx| Pin::new(&mut *body).poll_next(cx)).await {
         let chunk = chunk.map_err(|e| bad(StatusCode::BAD_REQUEST, "bad_body", e.to_string()))?;
         if payload.len() + chunk.len() > limit {
             return Err(bad(
@@ -72,6 +64,11 @@ pub(crate) async fn publish(
         }
         payload.extend_from_slice(&chunk);
     }
+    Ok(payload.freeze())
+}
+
+/// The `x-wharf-*` request headers, as message headers.
+pub(crate) fn message_headers(req: &HttpRequest) -> Result<Headers, ApiError> {
     let mut headers = Headers::new();
     for (key, value) in req.headers() {
         if let Some(name) = key.as_str().strip_prefix(HEADER_PREFIX) {
@@ -85,34 +82,56 @@ pub(crate) async fn publish(
             headers.insert(name.to_owned(), value.to_owned());
         }
     }
+    Ok(headers)
+}
+
+/// A broker error as an HTTP status and code.
+pub(crate) fn api_error(e: BrokerError) -> ApiError {
+    let (status, code) = match &e {
+        BrokerError::InvalidTopic(_) => (StatusCode::BAD_REQUEST, "invalid_topic"),
+        BrokerError::InvalidFilter(_) => (StatusCode::BAD_REQUEST, "invalid_filter"),
+        BrokerError::InvalidPriority(_)
+        | BrokerError::InvalidPrefetch(_)
+        | BrokerError::InvalidIds(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
+        BrokerError::Task(TaskError::Overloaded { .. })
+        | BrokerError::Contended
+        | BrokerError::StoreBusy(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+        BrokerError::TooManyTopics(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_topics"),
+        BrokerError::QueueFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
+        BrokerError::UnknownQueue(_) => (StatusCode::NOT_FOUND, "unknown_queue"),
+        BrokerError::UnknownDelivery(_) => (StatusCode::CONFLICT, "unknown_delivery"),
+        BrokerError::DuplicateConsumer => (StatusCode::CONFLICT, "duplicate_subscription"),
+        BrokerError::UnknownConsumer => (StatusCode::NOT_FOUND, "unknown_subscription"),
+        BrokerError::Task(_) | BrokerError::Store(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        }
+    };
+    bad(status, code, e.to_string())
+}
+
+pub(crate) async fn publish(
+    req: HttpRequest,
+    name: web::Path<String>,
+    mut body: web::Payload,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let query = web::Query::<PublishQuery>::from_query(req.query_string())
+        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))?
+        .into_inner();
+    let payload = read_payload(&mut body, app.config.session.max_payload).await?;
+    let headers = message_headers(&req)?;
     let topic = name.into_inner();
     let outcome = app
         .broker
         .publish(Publish {
             topic: topic.clone(),
-            payload: payload.freeze(),
+            payload,
             headers,
             retain: query.retain,
             priority: query.priority,
         })
         .await
-        .map_err(|e| match e {
-            BrokerError::InvalidTopic(t) => bad(
-                StatusCode::BAD_REQUEST,
-                "invalid_topic",
-                format!("topic: {t}"),
-            ),
-            BrokerError::Task(TaskError::Overloaded { .. })
-            | BrokerError::Contended
-            | BrokerError::StoreBusy(_) => {
-                bad(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string())
-            }
-            other => bad(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                other.to_string(),
-            ),
-        })?;
+        .map_err(api_error)?;
     Ok(HttpResponse::Accepted().json(PublishReply {
         topic,
         seq: outcome.seq,

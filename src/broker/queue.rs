@@ -1,0 +1,978 @@
+//! A queue's state and the tasks that change it. Everything here runs
+//! inside the queue's task queue: one task at a time, never blocking, and
+//! every disk write handed to the store writer.
+//!
+//! A message is in exactly one place: `ready` (in memory, per priority,
+//! oldest first), `delayed` (waiting for its not-before time), `inflight`
+//! (delivered, waiting for an ack), or on disk only (`spilled`, past the
+//! memory window). Tasks validate first and mutate last, so a refused
+//! request changes nothing.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use super::sink::{Delivery, Subscription};
+use crate::config::{ExpiredPolicy, QueueOptions};
+use crate::protocol::frame::Headers;
+use crate::store::queues::{
+    self as records, MESSAGES_TREE, PRIORITIES, StoredMessage, decode_message,
+};
+use crate::store::{Durable, ReadResult, SubmitError, Write, WriterHandle};
+use crate::taskq::{Priority as Lane, TaskQueue};
+
+/// Header naming why a message was dead-lettered: `max-deliveries`,
+/// `rejected` or `expired`.
+pub const DEAD_LETTER_REASON: &str = "dead-letter-reason";
+/// Header naming the queue a dead-lettered message came from.
+pub const DEAD_LETTER_FROM: &str = "dead-letter-from";
+/// Header with the message's seq in the queue it came from.
+pub const DEAD_LETTER_SEQ: &str = "dead-letter-seq";
+/// Header with the message's delivery count when it was dead-lettered.
+pub const DEAD_LETTER_DELIVERIES: &str = "dead-letter-deliveries";
+
+/// Messages read back from disk at least at a time (even past the window,
+/// so that a high priority waiting on disk is never starved by a window
+/// full of lower ones).
+const REFILL_MIN: usize = 64;
+
+pub(crate) type QueueTq = TaskQueue<QueueState>;
+
+/// A queue resource as the registry keeps it.
+#[derive(Clone)]
+pub(crate) struct QueueHandle {
+    pub(crate) tq: QueueTq,
+    pub(crate) shared: Arc<QueueShared>,
+}
+
+/// What others may read without a task.
+#[derive(Debug, Default)]
+pub(crate) struct QueueShared {
+    /// Set while the queue has deadlines to watch (in-flight deliveries,
+    /// delayed or expiring messages, a refill to retry): the broker's
+    /// ticker only visits such queues.
+    pub(crate) needs_tick: AtomicBool,
+    /// A refill's answer could not be handed to the queue (overloaded):
+    /// the next tick asks again.
+    pub(crate) refill_lost: AtomicBool,
+}
+
+/// The current time in Unix milliseconds (stored with messages, so it must
+/// survive a restart: not a monotonic clock).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Why a queue operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum QueueError {
+    /// `max_length` messages are held already.
+    Full(u64),
+    /// These delivery ids are not in flight to this consumer.
+    UnknownDelivery(Vec<u64>),
+    /// The consumer id is in use on this queue.
+    DuplicateConsumer,
+    /// No such consumer on this queue.
+    UnknownConsumer,
+    /// The store writer refused the write.
+    Store(SubmitError),
+    /// The queue was deleted.
+    Deleted,
+}
+
+/// A message to enqueue.
+#[derive(Debug)]
+pub(crate) struct Incoming {
+    pub(crate) priority: u8,
+    pub(crate) headers: Headers,
+    pub(crate) payload: Bytes,
+    /// Time to live asked for by the publisher (capped by the queue's).
+    pub(crate) ttl_ms: Option<u64>,
+    /// Delivery count carried over (0 for a new message).
+    pub(crate) deliveries: u32,
+    /// When it was first enqueued, for a message moved between queues.
+    pub(crate) enqueued_ms: Option<u64>,
+    /// An absolute expiry carried over from the queue it was moved from.
+    pub(crate) expires_ms: u64,
+    /// Writes that must commit in the same batch (the delete of the copy
+    /// this one replaces, for a move).
+    pub(crate) with: Vec<Write>,
+}
+
+impl Incoming {
+    /// A fresh message.
+    pub(crate) fn new(priority: u8, headers: Headers, payload: Bytes, ttl_ms: Option<u64>) -> Self {
+        Incoming {
+            priority,
+            headers,
+            payload,
+            ttl_ms,
+            deliveries: 0,
+            enqueued_ms: None,
+            expires_ms: 0,
+            with: Vec::new(),
+        }
+    }
+}
+
+/// A delivery as a consumer's sink sees it.
+#[derive(Debug)]
+pub struct QueuedDelivery<'a> {
+    /// The queue's name.
+    pub queue: &'a str,
+    /// The delivery id to ack, nack, reject or touch (unique per queue).
+    pub id: u64,
+    /// The message (`deliveries` is this delivery's count, from 1).
+    pub message: &'a StoredMessage,
+}
+
+/// A queue's numbers, for the admin API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueInfo {
+    /// The queue's name.
+    pub name: String,
+    /// Messages waiting (ready, delayed, and on disk past the window).
+    pub depth: u64,
+    /// Of which ready now.
+    pub ready: u64,
+    /// Of which waiting for a redelivery delay.
+    pub delayed: u64,
+    /// Of which kept only on disk.
+    pub on_disk: u64,
+    /// Delivered and not yet acknowledged.
+    pub in_flight: u64,
+    /// Consumers attached.
+    pub consumers: u64,
+    /// The dead-letter queue's name, if it has one.
+    pub dead_letter: Option<String>,
+    /// Messages the dead-letter queue holds (filled in by the broker).
+    pub dead_letter_depth: Option<u64>,
+    /// Counters since start.
+    pub stats: QueueCounters,
+}
+
+/// Counters of one queue since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueCounters {
+    /// Messages enqueued.
+    pub enqueued: u64,
+    /// Deliveries made (redeliveries included).
+    pub delivered: u64,
+    /// Messages acknowledged.
+    pub acked: u64,
+    /// Deliveries that came back (nack, timeout, consumer gone).
+    pub returned: u64,
+    /// Messages moved to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Messages deleted unconsumed (expired with `expired = "drop"`, or
+    /// dead-lettered without a dead-letter queue).
+    pub discarded: u64,
+}
+
+struct Inflight {
+    msg: StoredMessage,
+    consumer: u64,
+    deadline_ms: u64,
+}
+
+struct Consumer {
+    cid: u64,
+    sub: Subscription,
+    prefetch: u32,
+    inflight: u32,
+    /// Its sink refused a delivery (outbound full): skipped until it acks.
+    blocked: bool,
+}
+
+/// Why a message leaves for the dead-letter queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeadReason {
+    MaxDeliveries,
+    Rejected,
+    Expired,
+}
+
+impl DeadReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::MaxDeliveries => "max-deliveries",
+            DeadReason::Rejected => "rejected",
+            DeadReason::Expired => "expired",
+        }
+    }
+}
+
+/// The state a queue resource owns.
+pub(crate) struct QueueState {
+    name: Arc<str>,
+    id: u32,
+    opts: QueueOptions,
+    ready: [VecDeque<StoredMessage>; PRIORITIES],
+    ready_len: usize,
+    /// Per priority: messages on disk only, with seq above `loaded_upto`.
+    spilled: [u64; PRIORITIES],
+    loaded_upto: [u64; PRIORITIES],
+    /// Seqs loaded at start out of order (delivered before the restart,
+    /// past the window): a refill that reads them again skips them.
+    loaded_extra: HashSet<u64>,
+    refilling: bool,
+    delayed: BTreeMap<(u64, u64), StoredMessage>,
+    inflight: HashMap<u64, Inflight>,
+    consumers: Vec<Consumer>,
+    rr: usize,
+    next_cid: u64,
+    next_seq: u64,
+    next_delivery: u64,
+    /// Messages in memory that carry an expiry.
+    expiring: usize,
+    last_expiry_scan: u64,
+    writer: Option<WriterHandle>,
+    dlq: Option<QueueHandle>,
+    /// Its own handle, for the store writer's answers to refill reads.
+    me: Option<QueueHandle>,
+    shared: Arc<QueueShared>,
+    stats: QueueCounters,
+    deleted: bool,
+}
+
+impl QueueState {
+    pub(crate) fn new(
+        name: Arc<str>,
+        id: u32,
+        opts: QueueOptions,
+        writer: Option<WriterHandle>,
+        dlq: Option<QueueHandle>,
+        shared: Arc<QueueShared>,
+    ) -> Self {
+        QueueState {
+            name,
+            id,
+            opts,
+            ready: Default::default(),
+            ready_len: 0,
+            spilled: [0; PRIORITIES],
+            loaded_upto: [0; PRIORITIES],
+            loaded_extra: HashSet::new(),
+            refilling: false,
+            delayed: BTreeMap::new(),
+            inflight: HashMap::new(),
+            consumers: Vec::new(),
+            rr: 0,
+            next_cid: 1,
+            next_seq: 1,
+            next_delivery: 1,
+            expiring: 0,
+            last_expiry_scan: 0,
+            writer,
+            dlq,
+            me: None,
+            shared,
+            stats: QueueCounters::default(),
+            deleted: false,
+        }
+    }
+
+    /// Gives the queue its own handle (right after creation).
+    pub(crate) fn set_handle(&mut self, me: QueueHandle) {
+        self.me = Some(me);
+    }
+
+    /// Installs what the store held at start.
+    pub(crate) fn restore(
+        &mut self,
+        messages: Vec<StoredMessage>,
+        spilled: [u64; PRIORITIES],
+        loaded_upto: [u64; PRIORITIES],
+        next_seq: u64,
+    ) {
+        self.next_seq = self.next_seq.max(next_seq);
+        self.spilled = spilled;
+        self.loaded_upto = loaded_upto;
+        for m in messages {
+            let p = usize::from(m.priority.min(9));
+            if m.seq > self.loaded_upto[p] {
+                self.loaded_extra.insert(m.seq);
+            }
+            self.hold(m);
+        }
+        self.after();
+    }
+
+    fn holds(&self) -> u64 {
+        (self.ready_len + self.delayed.len() + self.inflight.len()) as u64
+            + self.spilled.iter().sum::<u64>()
+    }
+
+    /// Adds a message: persisted (with `m.with` in the same batch), then
+    /// held in memory or, past the window, left on disk. Returns its seq
+    /// and, with a store, when it is durable.
+    pub(crate) fn enqueue(
+        &mut self,
+        m: Incoming,
+        now: u64,
+    ) -> Result<(u64, Option<Durable>), QueueError> {
+        if self.deleted {
+            return Err(QueueError::Deleted);
+        }
+        if self.holds() >= self.opts.max_length {
+            return Err(QueueError::Full(self.opts.max_length));
+        }
+        let ttl = match (m.ttl_ms.filter(|&t| t > 0), self.opts.ttl_ms) {
+            (Some(a), 0) => a,
+            (Some(a), b) => a.min(b),
+            (None, b) => b,
+        };
+        let mut expires_ms = if ttl > 0 { now.saturating_add(ttl) } else { 0 };
+        if m.expires_ms > 0 {
+            expires_ms = if expires_ms == 0 {
+                m.expires_ms
+            } else {
+                expires_ms.min(m.expires_ms)
+            };
+        }
+        let msg = StoredMessage {
+            seq: self.next_seq,
+            priority: m.priority.min(9),
+            headers: m.headers,
+            payload: m.payload,
+            enqueued_ms: m.enqueued_ms.unwrap_or(now),
+            expires_ms,
+            deliveries: m.deliveries,
+            not_before_ms: 0,
+        };
+        let durable = match &self.writer {
+            Some(w) => {
+                let mut writes = Vec::with_capacity(2 + m.with.len());
+                writes.push(records::put_message(self.id, &msg));
+                if msg.deliveries > 0 {
+                    writes.push(records::put_deliveries(self.id, &msg));
+                }
+                writes.extend(m.with);
+                Some(w.submit(writes).map_err(QueueError::Store)?)
+            }
+            None => None,
+        };
+        self.next_seq += 1;
+        self.stats.enqueued += 1;
+        let seq = msg.seq;
+        let p = usize::from(msg.priority);
+        if self.writer.is_some()
+            && (self.spilled[p] > 0 || self.ready_len >= self.opts.memory_window)
+        {
+            self.spilled[p] += 1;
+        } else {
+            self.loaded_upto[p] = self.loaded_upto[p].max(seq);
+            self.hold(msg);
+        }
+        self.dispatch(now);
+        self.after();
+        Ok((seq, durable))
+    }
+
+    /// Puts a message in memory: ready, or delayed if not due.
+    fn hold(&mut self, m: StoredMessage) {
+        if m.expires_ms > 0 {
+            self.expiring += 1;
+        }
+        if m.not_before_ms > 0 {
+            self.delayed.insert((m.not_before_ms, m.seq), m);
+            return;
+        }
+        let q = &mut self.ready[usize::from(m.priority.min(9))];
+        // Returned messages go back to their place: order is by seq.
+        let at = match q.back() {
+            Some(last) if last.seq > m.seq => q.partition_point(|x| x.seq < m.seq),
+            _ => q.len(),
+        };
+        q.insert(at, m);
+        self.ready_len += 1;
+    }
+
+    fn unhold(&mut self, m: &StoredMessage) {
+        if m.expires_ms > 0 {
+            self.expiring = self.expiring.saturating_sub(1);
+        }
+    }
+
+    /// Adds a consumer with `prefetch` credit and delivers what it can take.
+    pub(crate) fn consume(
+        &mut self,
+        sub: Subscription,
+        prefetch: u32,
+        now: u64,
+    ) -> Result<(), QueueError> {
+        if self.deleted {
+            return Err(QueueError::Deleted);
+        }
+        if self.consumer_index(sub.sink.id(), &sub.id).is_some() {
+            return Err(QueueError::DuplicateConsumer);
+        }
+        let cid = self.next_cid;
+        self.next_cid += 1;
+        self.consumers.push(Consumer {
+            cid,
+            sub,
+            prefetch: prefetch.max(1),
+            inflight: 0,
+            blocked: false,
+        });
+        self.dispatch(now);
+        self.after();
+        Ok(())
+    }
+
+    fn consumer_index(&self, sink: u64, id: &str) -> Option<usize> {
+        self.consumers
+            .iter()
+            .position(|c| c.sub.sink.id() == sink && &*c.sub.id == id)
+    }
+
+    /// Removes a consumer; its unacknowledged deliveries come back at once.
+    pub(crate) fn cancel(&mut self, sink: u64, id: &str, now: u64) -> Result<(), QueueError> {
+        let i = self
+            .consumer_index(sink, id)
+            .ok_or(QueueError::UnknownConsumer)?;
+        let c = self.consumers.remove(i);
+        self.return_all_of(c.cid, now);
+        self.dispatch(now);
+        self.after();
+        Ok(())
+    }
+
+    fn return_all_of(&mut self, cid: u64, now: u64) {
+        let ids: Vec<u64> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.consumer == cid)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            if let Some(f) = self.inflight.remove(&id) {
+                self.unhold(&f.msg);
+                self.give_back(f.msg, Some(0), now);
+            }
+        }
+    }
+
+    /// Checks that every id is in flight to this consumer.
+    fn owned(&self, sink: u64, sub: &str, ids: &[u64]) -> Result<usize, QueueError> {
+        let ci = self
+            .consumer_index(sink, sub)
+            .ok_or(QueueError::UnknownConsumer)?;
+        let cid = self.consumers[ci].cid;
+        let unknown: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|id| self.inflight.get(id).is_none_or(|f| f.consumer != cid))
+            .collect();
+        if unknown.is_empty() {
+            Ok(ci)
+        } else {
+            Err(QueueError::UnknownDelivery(unknown))
+        }
+    }
+
+    fn settle(&mut self, ci: usize, id: u64) -> Option<StoredMessage> {
+        let f = self.inflight.remove(&id)?;
+        let c = &mut self.consumers[ci];
+        c.inflight = c.inflight.saturating_sub(1);
+        c.blocked = false;
+        Some(f.msg)
+    }
+
+    /// Acknowledges deliveries: the messages are deleted. All or nothing.
+    pub(crate) fn ack(
+        &mut self,
+        sink: u64,
+        sub: &str,
+        ids: &[u64],
+        now: u64,
+    ) -> Result<Option<Durable>, QueueError> {
+        let ci = self.owned(sink, sub, ids)?;
+        let durable = match &self.writer {
+            Some(w) => {
+                let mut writes = Vec::with_capacity(ids.len() * 2);
+                for id in ids {
+                    if let Some(f) = self.inflight.get(id) {
+                        writes.extend(records::delete_message(self.id, f.msg.priority, f.msg.seq));
+                    }
+                }
+                Some(w.submit(writes).map_err(QueueError::Store)?)
+            }
+            None => None,
+        };
+        for &id in ids {
+            if let Some(m) = self.settle(ci, id) {
+                self.unhold(&m);
+                self.stats.acked += 1;
+            }
+        }
+        self.dispatch(now);
+        self.after();
+        Ok(durable)
+    }
+
+    /// Gives deliveries back: redelivered after `delay_ms`, or after the
+    /// backoff schedule's delay when none is given.
+    pub(crate) fn nack(
+        &mut self,
+        sink: u64,
+        sub: &str,
+        ids: &[u64],
+        delay_ms: Option<u64>,
+        now: u64,
+    ) -> Result<(), QueueError> {
+        let ci = self.owned(sink, sub, ids)?;
+        for &id in ids {
+            if let Some(m) = self.settle(ci, id) {
+                self.unhold(&m);
+                self.give_back(m, delay_ms, now);
+            }
+        }
+        self.dispatch(now);
+        self.after();
+        Ok(())
+    }
+
+    /// Sends deliveries straight to the dead-letter queue.
+    pub(crate) fn reject(
+        &mut self,
+        sink: u64,
+        sub: &str,
+        ids: &[u64],
+        now: u64,
+    ) -> Result<(), QueueError> {
+        let ci = self.owned(sink, sub, ids)?;
+        for &id in ids {
+            if let Some(m) = self.settle(ci, id) {
+                self.unhold(&m);
+                self.dead_letter(m, DeadReason::Rejected);
+            }
+        }
+        self.dispatch(now);
+        self.after();
+        Ok(())
+    }
+
+    /// Extends deliveries' ack deadline to `extend_ms` (default: the ack
+    /// timeout) from now.
+    pub(crate) fn touch(
+        &mut self,
+        sink: u64,
+        sub: &str,
+        ids: &[u64],
+        extend_ms: Option<u64>,
+        now: u64,
+    ) -> Result<(), QueueError> {
+        self.owned(sink, sub, ids)?;
+        let deadline = now.saturating_add(extend_ms.unwrap_or(self.opts.ack_timeout_ms));
+        for id in ids {
+            if let Some(f) = self.inflight.get_mut(id) {
+                f.deadline_ms = deadline;
+            }
+        }
+        Ok(())
+    }
+
+    /// A message comes back from a consumer (its count already raised by
+    /// the delivery): dead-lettered past `max_deliveries`, else held again
+    /// after `delay_ms` (`None`: the backoff schedule).
+    fn give_back(&mut self, mut m: StoredMessage, delay_ms: Option<u64>, now: u64) {
+        self.stats.returned += 1;
+        if self.opts.max_deliveries > 0 && m.deliveries >= self.opts.max_deliveries {
+            self.dead_letter(m, DeadReason::MaxDeliveries);
+            return;
+        }
+        let delay = delay_ms.unwrap_or_else(|| {
+            let steps = &self.opts.backoff_ms;
+            let i = (m.deliveries as usize).saturating_sub(1);
+            steps.get(i).or(steps.last()).copied().unwrap_or(0)
+        });
+        m.not_before_ms = if delay > 0 {
+            now.saturating_add(delay)
+        } else {
+            0
+        };
+        if m.not_before_ms > 0 {
+            if let Some(w) = &self.writer {
+                // Best effort: a lost delay only means an early redelivery.
+                let _ = w.submit(vec![records::put_deliveries(self.id, &m)]);
+            }
+        }
+        self.hold(m);
+    }
+
+    /// Moves a message to the dead-letter queue (in one store batch with
+    /// its delete here), or deletes it when there is none.
+    fn dead_letter(&mut self, m: StoredMessage, reason: DeadReason) {
+        let removal: Vec<Write> = match &self.writer {
+            Some(_) => records::delete_message(self.id, m.priority, m.seq).into(),
+            None => Vec::new(),
+        };
+        let expired_drop = reason == DeadReason::Expired && self.opts.expired == ExpiredPolicy::Drop;
+        let Some(dlq) = self.dlq.clone().filter(|_| !expired_drop) else {
+            self.stats.discarded += 1;
+            if let Some(w) = &self.writer {
+                let _ = w.submit(removal);
+            }
+            return;
+        };
+        let mut headers = m.headers;
+        headers.insert(DEAD_LETTER_REASON.into(), reason.as_str().into());
+        headers.insert(DEAD_LETTER_FROM.into(), self.name.to_string());
+        headers.insert(DEAD_LETTER_SEQ.into(), m.seq.to_string());
+        headers.insert(DEAD_LETTER_DELIVERIES.into(), m.deliveries.to_string());
+        let incoming = Incoming {
+            priority: m.priority,
+            headers,
+            payload: m.payload,
+            ttl_ms: None,
+            deliveries: 0,
+            enqueued_ms: Some(m.enqueued_ms),
+            expires_ms: 0,
+            with: removal,
+        };
+        self.stats.dead_lettered += 1;
+        let name = self.name.clone();
+        let sent = dlq.tq.execute(Lane::Normal, move |d| {
+            if let Err(e) = d.enqueue(incoming, now_ms()) {
+                tracing::error!(queue = %name, "dead-letter queue refused a message, which stays on disk for the next start: {e:?}");
+            }
+        });
+        if let Err(e) = sent {
+            tracing::error!(queue = %self.name, "dead-letter queue overloaded; the message stays on disk for the next start: {e}");
+        }
+    }
+
+    /// The next consumer with credit, round robin.
+    fn next_consumer(&mut self) -> Option<usize> {
+        let n = self.consumers.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let c = &self.consumers[i];
+            if !c.blocked && c.inflight < c.prefetch && !c.sub.is_cancelled() {
+                self.rr = (i + 1) % n;
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The highest-priority ready message, dead-lettering expired ones on
+    /// the way. Stops (returns `None`) at a priority whose messages wait
+    /// on disk, so a lower priority never jumps ahead of them.
+    fn pop_ready(&mut self, now: u64) -> Option<StoredMessage> {
+        for p in (0..PRIORITIES).rev() {
+            loop {
+                let Some(m) = self.ready[p].pop_front() else {
+                    if self.spilled[p] > 0 {
+                        self.request_refill();
+                        return None;
+                    }
+                    break;
+                };
+                self.ready_len -= 1;
+                if m.expires_ms > 0 && now >= m.expires_ms {
+                    self.unhold(&m);
+                    self.dead_letter(m, DeadReason::Expired);
+                    continue;
+                }
+                return Some(m);
+            }
+        }
+        None
+    }
+
+    /// Hands ready messages to consumers with credit.
+    fn dispatch(&mut self, now: u64) {
+        if self.consumers.is_empty() || self.deleted {
+            self.request_refill();
+            return;
+        }
+        let mut closed = false;
+        while let Some(ci) = self.next_consumer() {
+            let Some(mut m) = self.pop_ready(now) else {
+                break;
+            };
+            m.deliveries = m.deliveries.saturating_add(1);
+            let id = self.next_delivery;
+            let c = &self.consumers[ci];
+            let outcome = c.sub.sink.deliver_queued(
+                &c.sub,
+                &QueuedDelivery {
+                    queue: &self.name,
+                    id,
+                    message: &m,
+                },
+            );
+            match outcome {
+                Delivery::Queued => {
+                    self.next_delivery += 1;
+                    self.stats.delivered += 1;
+                    if let Some(w) = &self.writer {
+                        // Best effort: a lost count only undercounts.
+                        let _ = w.submit(vec![records::put_deliveries(self.id, &m)]);
+                    }
+                    let c = &mut self.consumers[ci];
+                    c.inflight += 1;
+                    let cid = c.cid;
+                    self.inflight.insert(
+                        id,
+                        Inflight {
+                            msg: m,
+                            consumer: cid,
+                            deadline_ms: now.saturating_add(self.opts.ack_timeout_ms),
+                        },
+                    );
+                }
+                Delivery::Dropped => {
+                    m.deliveries -= 1;
+                    self.unhold(&m);
+                    self.hold(m);
+                    self.consumers[ci].blocked = true;
+                }
+                Delivery::Closed => {
+                    m.deliveries -= 1;
+                    self.unhold(&m);
+                    self.hold(m);
+                    self.consumers[ci].blocked = true;
+                    closed = true;
+                }
+            }
+        }
+        if closed {
+            let gone: Vec<u64> = self
+                .consumers
+                .iter()
+                .filter(|c| c.sub.is_cancelled() || c.sub.sink.is_closed())
+                .map(|c| c.cid)
+                .collect();
+            self.consumers
+                .retain(|c| !(c.sub.is_cancelled() || c.sub.sink.is_closed()));
+            self.rr = 0;
+            for cid in gone {
+                self.return_all_of(cid, now);
+            }
+            if !self.consumers.is_empty() {
+                self.dispatch(now);
+            }
+        }
+        self.request_refill();
+    }
+
+    /// Asks the store writer for spilled messages of the highest priority
+    /// that runs low in memory (one read at a time).
+    fn request_refill(&mut self) {
+        if self.refilling || self.deleted {
+            return;
+        }
+        let (Some(writer), Some(me)) = (&self.writer, &self.me) else {
+            return;
+        };
+        let low = (self.opts.memory_window / 4).max(1);
+        let Some(p) = (0..PRIORITIES)
+            .rev()
+            .find(|&p| self.spilled[p] > 0 && self.ready[p].len() < low)
+        else {
+            return;
+        };
+        let limit = self
+            .opts
+            .memory_window
+            .saturating_sub(self.ready_len)
+            .max(REFILL_MIN);
+        let me = me.clone();
+        let range = records::range_after(self.id, p as u8, self.loaded_upto[p]);
+        let reply = Box::new(move |result: ReadResult| {
+            let shared = me.shared.clone();
+            let sent = me.tq.execute(Lane::High, move |q: &mut QueueState| {
+                q.refilled(p, limit, result, now_ms());
+            });
+            if sent.is_err() {
+                shared.refill_lost.store(true, Ordering::Release);
+                shared.needs_tick.store(true, Ordering::Release);
+            }
+        });
+        match writer.read(MESSAGES_TREE, range, limit, reply) {
+            Ok(()) => self.refilling = true,
+            Err(e) => {
+                tracing::warn!(queue = %self.name, "refill from disk postponed: {e}");
+                self.shared.refill_lost.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// The store writer's answer to a refill read.
+    pub(crate) fn refilled(&mut self, p: usize, limit: usize, result: ReadResult, now: u64) {
+        self.refilling = false;
+        match result {
+            Err(e) => {
+                tracing::error!(queue = %self.name, "reading spilled messages failed: {e}");
+                self.shared.refill_lost.store(true, Ordering::Release);
+            }
+            Ok(pairs) => {
+                let complete = pairs.len() < limit;
+                for (k, v) in pairs {
+                    let Some((_, m)) = decode_message(&k, &v) else {
+                        tracing::warn!(queue = %self.name, key = ?k, "skipping an undecodable spilled message");
+                        continue;
+                    };
+                    self.loaded_upto[p] = self.loaded_upto[p].max(m.seq);
+                    if self.loaded_extra.remove(&m.seq) {
+                        continue;
+                    }
+                    self.spilled[p] = self.spilled[p].saturating_sub(1);
+                    self.hold(m);
+                }
+                if complete {
+                    // Everything on disk above loaded_upto is in memory now.
+                    self.spilled[p] = 0;
+                }
+            }
+        }
+        self.dispatch(now);
+        self.after();
+    }
+
+    /// Deadlines: expired ack timeouts come back, delayed messages whose
+    /// time has come become ready, expired messages leave.
+    pub(crate) fn tick(&mut self, now: u64) {
+        if self.shared.refill_lost.swap(false, Ordering::AcqRel) {
+            self.refilling = false;
+        }
+        // A consumer whose outbound queue was full gets another offer.
+        for c in &mut self.consumers {
+            c.blocked = false;
+        }
+        let late: Vec<u64> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.deadline_ms <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in late {
+            if let Some(f) = self.inflight.remove(&id) {
+                if let Some(c) = self.consumers.iter_mut().find(|c| c.cid == f.consumer) {
+                    c.inflight = c.inflight.saturating_sub(1);
+                    c.blocked = false;
+                }
+                self.unhold(&f.msg);
+                self.give_back(f.msg, Some(0), now);
+            }
+        }
+        while let Some(entry) = self.delayed.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let mut m = entry.remove();
+            m.not_before_ms = 0;
+            self.unhold(&m);
+            self.hold(m);
+        }
+        if self.expiring > 0 && now >= self.last_expiry_scan.saturating_add(1000) {
+            self.last_expiry_scan = now;
+            for p in 0..PRIORITIES {
+                let q = std::mem::take(&mut self.ready[p]);
+                let mut keep = VecDeque::with_capacity(q.len());
+                for m in q {
+                    if m.expires_ms > 0 && now >= m.expires_ms {
+                        self.ready_len -= 1;
+                        self.unhold(&m);
+                        self.dead_letter(m, DeadReason::Expired);
+                    } else {
+                        keep.push_back(m);
+                    }
+                }
+                self.ready[p] = keep;
+            }
+        }
+        self.dispatch(now);
+        self.after();
+    }
+
+    /// Updates what the ticker reads.
+    fn after(&self) {
+        let busy = !self.inflight.is_empty()
+            || !self.delayed.is_empty()
+            || self.expiring > 0
+            || self.consumers.iter().any(|c| c.blocked)
+            || self.shared.refill_lost.load(Ordering::Acquire);
+        self.shared.needs_tick.store(busy, Ordering::Release);
+    }
+
+    /// Takes up to `max` ready messages (for moving them elsewhere), with
+    /// the writes that delete them here.
+    pub(crate) fn take_ready(&mut self, max: usize) -> Vec<(StoredMessage, Vec<Write>)> {
+        let mut out = Vec::new();
+        for p in (0..PRIORITIES).rev() {
+            while out.len() < max {
+                let Some(m) = self.ready[p].pop_front() else {
+                    break;
+                };
+                self.ready_len -= 1;
+                self.unhold(&m);
+                let removal = match &self.writer {
+                    Some(_) => records::delete_message(self.id, m.priority, m.seq).into(),
+                    None => Vec::new(),
+                };
+                out.push((m, removal));
+            }
+        }
+        self.request_refill();
+        self.after();
+        out
+    }
+
+    /// Puts back messages [`QueueState::take_ready`] took but could not
+    /// place.
+    pub(crate) fn put_back(&mut self, messages: Vec<StoredMessage>) {
+        for m in messages {
+            self.hold(m);
+        }
+        self.after();
+    }
+
+    /// The queue's numbers.
+    pub(crate) fn info(&self) -> QueueInfo {
+        let on_disk: u64 = self.spilled.iter().sum();
+        QueueInfo {
+            name: self.name.to_string(),
+            depth: self.ready_len as u64 + self.delayed.len() as u64 + on_disk,
+            ready: self.ready_len as u64,
+            delayed: self.delayed.len() as u64,
+            on_disk,
+            in_flight: self.inflight.len() as u64,
+            consumers: self.consumers.len() as u64,
+            dead_letter: None,
+            dead_letter_depth: None,
+            stats: self.stats,
+        }
+    }
+
+    /// Deletes the queue: every message, on disk too. Consumers are
+    /// dropped; later tasks are refused with `Deleted`.
+    pub(crate) fn delete(&mut self, name: &str) -> Option<Durable> {
+        self.deleted = true;
+        self.consumers.clear();
+        self.inflight.clear();
+        self.delayed.clear();
+        self.ready = Default::default();
+        self.ready_len = 0;
+        self.spilled = [0; PRIORITIES];
+        self.expiring = 0;
+        self.me = None;
+        self.dlq = None;
+        self.after();
+        let w = self.writer.as_ref()?;
+        w.submit(records::delete_queue(name, self.id).into()).ok()
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;

@@ -1,0 +1,567 @@
+//! The broker's queues: a registry of queue resources by name, the
+//! operations on them, the bindings that copy topic messages into them, and
+//! the ticker that drives their deadlines.
+//!
+//! A queue is created by its `[[queues]]` declaration, or on first use
+//! (enqueue or consume) with `[queue_defaults]`. Creating a queue also
+//! creates its dead-letter queue (`<name>.dlq` unless configured), an
+//! ordinary queue without a dead-letter queue of its own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::queue::{Incoming, QueueError, QueueHandle, QueueInfo, QueueShared, QueueState, now_ms};
+use super::sink::{Delivery, Sink, Subscription, next_sink_id};
+use super::{Broker, BrokerError, Published};
+use crate::config::{QueueDecl, QueueOptions};
+use crate::protocol::frame::Headers;
+use crate::routing;
+use crate::store::queues::{self as records, LoadedQueues};
+use crate::store::{Durable, SubmitError};
+use crate::taskq::{Priority as Lane, TaskQueue};
+
+/// Suffix of dead-letter queues' default names.
+pub const DLQ_SUFFIX: &str = ".dlq";
+
+/// Largest prefetch a consumer may ask for.
+pub const MAX_PREFETCH: u32 = 10_000;
+
+/// Most delivery ids in one ack, nack, reject or touch.
+pub const MAX_IDS: usize = 10_000;
+
+/// Header a bound queue adds to each copied topic message: the topic.
+pub const TOPIC_HEADER: &str = "topic";
+
+/// Messages moved per step of a redrive.
+const REDRIVE_BATCH: usize = 1000;
+
+/// The queues part of the registry.
+#[derive(Default)]
+pub(crate) struct QueueRegistry {
+    queues: HashMap<Arc<str>, QueueHandle>,
+    defaults: QueueOptions,
+    declared: HashMap<String, QueueOptions>,
+    next_id: u32,
+}
+
+/// A message to put on a queue.
+#[derive(Debug, Clone, Default)]
+pub struct Enqueue {
+    /// The queue's name (topic-name rules: no wildcards).
+    pub queue: String,
+    /// Payload bytes.
+    pub payload: Bytes,
+    /// Headers.
+    pub headers: Headers,
+    /// 0 (lowest, default) to 9.
+    pub priority: u8,
+    /// Time to live in ms (the queue's `ttl_ms` caps it).
+    pub ttl_ms: Option<u64>,
+}
+
+/// What the consumer of a delivery decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Done: delete the message.
+    Ack,
+    /// Give it back: redelivered after the delay (ms), or after the
+    /// queue's backoff schedule when `None`.
+    Nack(Option<u64>),
+    /// Send it to the dead-letter queue.
+    Reject,
+    /// Still working: extend the ack deadline by this much (ms), or by
+    /// the ack timeout when `None`.
+    Touch(Option<u64>),
+}
+
+impl From<QueueError> for BrokerError {
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::Full(n) => BrokerError::QueueFull(n),
+            QueueError::UnknownDelivery(ids) => BrokerError::UnknownDelivery(ids),
+            QueueError::DuplicateConsumer => BrokerError::DuplicateConsumer,
+            QueueError::UnknownConsumer => BrokerError::UnknownConsumer,
+            QueueError::Store(e) => BrokerError::StoreBusy(e),
+            QueueError::Deleted => BrokerError::Contended,
+        }
+    }
+}
+
+/// Copies the messages of bound topic filters into a queue.
+struct BindSink {
+    id: u64,
+    name: Arc<str>,
+    queue: QueueHandle,
+}
+
+impl Sink for BindSink {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+        if msg.retained {
+            // A retained copy is history, not news: not enqueued again.
+            return Delivery::Queued;
+        }
+        let mut headers = msg.headers.clone();
+        headers.insert(TOPIC_HEADER.into(), msg.topic.to_string());
+        let incoming = Incoming::new(0, headers, msg.payload.clone(), None);
+        let name = self.name.clone();
+        let sent = self.queue.tq.execute(Lane::Normal, move |q| {
+            if let Err(e) = q.enqueue(incoming, now_ms()) {
+                tracing::warn!(queue = %name, "bound queue refused a topic message: {e:?}");
+            }
+        });
+        match sent {
+            Ok(()) => Delivery::Queued,
+            Err(_) => Delivery::Dropped,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+fn is_dlq_name(name: &str) -> bool {
+    name.ends_with(DLQ_SUFFIX)
+}
+
+impl Broker {
+    fn queue_registry(&self) -> parking_lot::RwLockWriteGuard<'_, QueueRegistry> {
+        self.inner.queues.write()
+    }
+
+    /// Sets the options of queues: `defaults` for queues created on first
+    /// use, and each declaration's own. Call before queues are created.
+    pub fn configure_queues(&self, defaults: QueueOptions, declared: &[QueueDecl]) {
+        let mut reg = self.queue_registry();
+        reg.declared = declared
+            .iter()
+            .map(|d| (d.name.clone(), d.options(&defaults)))
+            .collect();
+        reg.defaults = defaults;
+    }
+
+    /// The options a queue named `name` gets.
+    fn options_for(reg: &QueueRegistry, name: &str) -> QueueOptions {
+        match reg.declared.get(name) {
+            Some(o) => o.clone(),
+            None => reg.defaults.clone(),
+        }
+    }
+
+    /// The queue `name`, created with its dead-letter queue if `create`.
+    fn queue(&self, name: &str, create: bool) -> Result<Option<QueueHandle>, BrokerError> {
+        if let Some(q) = self.inner.queues.read().queues.get(name) {
+            return Ok(Some(q.clone()));
+        }
+        if !create {
+            return Ok(None);
+        }
+        routing::validate_topic(name).map_err(BrokerError::InvalidTopic)?;
+        let mut reg = self.queue_registry();
+        Ok(Some(self.create_queue(&mut reg, name, None)))
+    }
+
+    /// Creates `name` (and its dead-letter queue) under the registry lock,
+    /// or returns the existing one. `id` is the stored id when restoring.
+    fn create_queue(&self, reg: &mut QueueRegistry, name: &str, id: Option<u32>) -> QueueHandle {
+        if let Some(q) = reg.queues.get(name) {
+            return q.clone();
+        }
+        let mut opts = Self::options_for(reg, name);
+        let dlq = if is_dlq_name(name) {
+            // A dead-letter queue keeps what it is given.
+            opts.max_deliveries = 0;
+            None
+        } else {
+            let dlq_name = if opts.dead_letter.is_empty() {
+                format!("{name}{DLQ_SUFFIX}")
+            } else {
+                opts.dead_letter.clone()
+            };
+            if dlq_name == name {
+                None
+            } else {
+                Some(self.create_queue(reg, &dlq_name, None))
+            }
+        };
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let id = reg.next_id;
+                reg.next_id += 1;
+                if let Some(w) = &self.inner.writer {
+                    // Ordered before any of its messages by the writer.
+                    if let Err(e) = w.submit(vec![records::put_queue(name, id, b"")]) {
+                        tracing::error!(queue = name, "recording the new queue failed: {e}");
+                    }
+                }
+                id
+            }
+        };
+        reg.next_id = reg.next_id.max(id + 1);
+        let shared = Arc::new(QueueShared::default());
+        let name: Arc<str> = name.into();
+        let tq = TaskQueue::new(
+            QueueState::new(
+                name.clone(),
+                id,
+                opts,
+                self.inner.writer.clone(),
+                dlq,
+                shared.clone(),
+            ),
+            &self.inner.scheduler,
+        );
+        let handle = QueueHandle { tq, shared };
+        let me = handle.clone();
+        if handle
+            .tq
+            .execute(Lane::High, move |q| q.set_handle(me))
+            .is_err()
+        {
+            tracing::error!(queue = %name, "a new queue could not take its own handle");
+        }
+        reg.queues.insert(name, handle.clone());
+        handle
+    }
+
+    /// Re-creates the queues the store holds, with their windows of
+    /// messages, and deletes orphaned records. Call before serving.
+    ///
+    /// # Errors
+    /// A queue refusing the restore task.
+    pub async fn restore_queues(&self, loaded: LoadedQueues) -> Result<usize, BrokerError> {
+        if !loaded.orphans.is_empty() {
+            if let Some(w) = &self.inner.writer {
+                let _ = w.submit(loaded.orphans);
+            }
+        }
+        let mut messages = 0;
+        for q in &loaded.queues {
+            if routing::validate_topic(&q.name).is_err() {
+                tracing::warn!(queue = %q.name, "skipping a stored queue with an invalid name");
+            }
+        }
+        let handles: Vec<_> = {
+            let mut reg = self.queue_registry();
+            // Stored ids first, so that new queues (dead-letter queues
+            // created along the way) never take one.
+            reg.next_id = loaded.queues.iter().map(|q| q.id + 1).max().unwrap_or(0);
+            loaded
+                .queues
+                .into_iter()
+                .filter(|q| routing::validate_topic(&q.name).is_ok())
+                .map(|q| {
+                    let h = self.create_queue(&mut reg, &q.name, Some(q.id));
+                    (h, q)
+                })
+                .collect()
+        };
+        for (h, q) in handles {
+            messages += q.messages.len() as u64 + q.spilled.iter().sum::<u64>();
+            h.tq.submit(move |s| s.restore(q.messages, q.spilled, q.loaded_upto, q.next_seq))
+                .await?;
+        }
+        Ok(messages as usize)
+    }
+
+    /// Creates the declared queues and subscribes each to its bound topic
+    /// filters.
+    ///
+    /// # Errors
+    /// A filter that is not valid, or a topic refusing the subscription.
+    pub async fn declare_queues(&self, declared: &[QueueDecl]) -> Result<(), BrokerError> {
+        for d in declared {
+            let Some(queue) = self.queue(&d.name, true)? else {
+                continue;
+            };
+            for filter in &d.bind {
+                let sink = Arc::new(BindSink {
+                    id: next_sink_id(),
+                    name: d.name.as_str().into(),
+                    queue: queue.clone(),
+                });
+                let sub = Subscription::new(
+                    sink,
+                    &format!("bind:{}", d.name),
+                    filter,
+                    Bytes::new(),
+                    0,
+                );
+                self.subscribe(sub).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts a message on a queue (created on first use). Returns its seq
+    /// once the task has run, and with a store the [`Durable`] that
+    /// completes when it is on disk: a publisher is told the message is
+    /// safe only after awaiting it.
+    ///
+    /// # Errors
+    /// An invalid name or priority, a full queue, an overloaded queue or
+    /// store writer.
+    pub async fn enqueue(&self, msg: Enqueue) -> Result<(u64, Option<Durable>), BrokerError> {
+        if msg.priority > 9 {
+            return Err(BrokerError::InvalidPriority(msg.priority));
+        }
+        let queue = self.queue(&msg.queue, true)?.ok_or(BrokerError::Contended)?;
+        let incoming = Incoming::new(msg.priority, msg.headers, msg.payload, msg.ttl_ms);
+        Ok(queue
+            .tq
+            .submit(move |q| q.enqueue(incoming, now_ms()))
+            .await??)
+    }
+
+    /// [`Broker::enqueue`], then waits until the message is durable.
+    ///
+    /// # Errors
+    /// As [`Broker::enqueue`], or the store failing the write.
+    pub async fn enqueue_durable(&self, msg: Enqueue) -> Result<u64, BrokerError> {
+        let (seq, durable) = self.enqueue(msg).await?;
+        if let Some(d) = durable {
+            d.await.map_err(|e| BrokerError::Store(e.to_string()))?;
+        }
+        Ok(seq)
+    }
+
+    /// Attaches `sub` (its `filter` is ignored) as a consumer of `queue`
+    /// (created on first use) with `prefetch` credit.
+    ///
+    /// # Errors
+    /// An invalid name or prefetch, a duplicate consumer, an overloaded
+    /// queue.
+    pub async fn consume(
+        &self,
+        queue: &str,
+        sub: Subscription,
+        prefetch: u32,
+    ) -> Result<(), BrokerError> {
+        if prefetch == 0 || prefetch > MAX_PREFETCH {
+            return Err(BrokerError::InvalidPrefetch(prefetch));
+        }
+        let q = self.queue(queue, true)?.ok_or(BrokerError::Contended)?;
+        Ok(q.tq.submit(move |q| q.consume(sub, prefetch, now_ms())).await??)
+    }
+
+    /// Detaches a consumer; its unacknowledged deliveries go back to the
+    /// queue at once.
+    ///
+    /// # Errors
+    /// An unknown queue or consumer, an overloaded queue.
+    pub async fn cancel_consumer(&self, queue: &str, sink: u64, id: &str) -> Result<(), BrokerError> {
+        let q = self
+            .queue(queue, false)?
+            .ok_or_else(|| BrokerError::UnknownQueue(queue.to_owned()))?;
+        let id: Arc<str> = id.into();
+        // High lane: a disconnect returns deliveries ahead of queued work.
+        Ok(q
+            .tq
+            .submit_high(move |q| q.cancel(sink, &id, now_ms()))
+            .await??)
+    }
+
+    /// Settles deliveries of consumer `id` of `sink` on `queue`: all of
+    /// `ids` or none. An ack returns the [`Durable`] of the deletes.
+    ///
+    /// # Errors
+    /// An unknown queue, consumer or delivery, or an overloaded queue.
+    pub async fn settle(
+        &self,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settle,
+    ) -> Result<Option<Durable>, BrokerError> {
+        if ids.is_empty() || ids.len() > MAX_IDS {
+            return Err(BrokerError::InvalidIds(ids.len()));
+        }
+        let q = self
+            .queue(queue, false)?
+            .ok_or_else(|| BrokerError::UnknownQueue(queue.to_owned()))?;
+        let id: Arc<str> = id.into();
+        Ok(q.tq
+            .submit(move |q| {
+                let now = now_ms();
+                match how {
+                    Settle::Ack => q.ack(sink, &id, &ids, now),
+                    Settle::Nack(delay) => q.nack(sink, &id, &ids, delay, now).map(|()| None),
+                    Settle::Reject => q.reject(sink, &id, &ids, now).map(|()| None),
+                    Settle::Touch(ms) => q.touch(sink, &id, &ids, ms, now).map(|()| None),
+                }
+            })
+            .await??)
+    }
+
+    /// A queue's numbers (with its dead-letter queue's depth), if it
+    /// exists.
+    pub async fn queue_info(&self, name: &str) -> Option<QueueInfo> {
+        let q = self.queue(name, false).ok()??;
+        let mut info = q.tq.submit(|q| q.info()).await.ok()?;
+        let dlq_name = {
+            let reg = self.inner.queues.read();
+            let opts = Self::options_for(&reg, name);
+            if is_dlq_name(name) {
+                None
+            } else if opts.dead_letter.is_empty() {
+                Some(format!("{name}{DLQ_SUFFIX}"))
+            } else {
+                Some(opts.dead_letter)
+            }
+        };
+        if let Some(dlq_name) = dlq_name {
+            if let Some(dlq) = self.queue(&dlq_name, false).ok().flatten() {
+                info.dead_letter_depth = dlq.tq.submit(|q| q.info().depth).await.ok();
+            }
+            info.dead_letter = Some(dlq_name);
+        }
+        Some(info)
+    }
+
+    /// Names of the queues that exist.
+    pub fn queue_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .inner
+            .queues
+            .read()
+            .queues
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Moves the ready messages of a dead-letter queue back to the queues
+    /// they came from (their `dead-letter-from` header), or to `to` if
+    /// given, with their delivery count reset. Each move is one store
+    /// batch. Returns how many moved; messages still on disk move as they
+    /// are read back (call again until it returns 0).
+    ///
+    /// # Errors
+    /// An unknown queue, or a target refusing messages (those stay).
+    pub async fn redrive(&self, dlq: &str, to: Option<&str>) -> Result<u64, BrokerError> {
+        let source = self
+            .queue(dlq, false)?
+            .ok_or_else(|| BrokerError::UnknownQueue(dlq.to_owned()))?;
+        let mut moved = 0u64;
+        loop {
+            let batch = source
+                .tq
+                .submit(|q| q.take_ready(REDRIVE_BATCH))
+                .await?;
+            if batch.is_empty() {
+                return Ok(moved);
+            }
+            let mut failed = Vec::new();
+            let mut first_error = None;
+            for (m, removal) in batch {
+                let target = to
+                    .map(str::to_owned)
+                    .or_else(|| m.headers.get(super::queue::DEAD_LETTER_FROM).cloned());
+                let Some(target) = target.filter(|t| t != dlq) else {
+                    failed.push(m);
+                    first_error.get_or_insert(BrokerError::UnknownQueue(
+                        "(no dead-letter-from header)".into(),
+                    ));
+                    continue;
+                };
+                let queue = match self.queue(&target, true) {
+                    Ok(Some(q)) => q,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        failed.push(m);
+                        first_error.get_or_insert(e);
+                        continue;
+                    }
+                };
+                let mut headers = m.headers.clone();
+                for h in [
+                    super::queue::DEAD_LETTER_REASON,
+                    super::queue::DEAD_LETTER_FROM,
+                    super::queue::DEAD_LETTER_SEQ,
+                    super::queue::DEAD_LETTER_DELIVERIES,
+                ] {
+                    headers.remove(h);
+                }
+                let incoming = Incoming {
+                    priority: m.priority,
+                    headers,
+                    payload: m.payload.clone(),
+                    ttl_ms: None,
+                    deliveries: 0,
+                    enqueued_ms: Some(m.enqueued_ms),
+                    expires_ms: 0,
+                    with: removal,
+                };
+                match queue.tq.submit(move |q| q.enqueue(incoming, now_ms())).await {
+                    Ok(Ok(_)) => moved += 1,
+                    Ok(Err(e)) => {
+                        failed.push(m);
+                        first_error.get_or_insert(e.into());
+                    }
+                    Err(e) => {
+                        failed.push(m);
+                        first_error.get_or_insert(e.into());
+                    }
+                }
+            }
+            if !failed.is_empty() {
+                let _ = source.tq.submit(move |q| q.put_back(failed)).await;
+            }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Deletes a queue and every message it holds (not its dead-letter
+    /// queue). Returns whether it existed.
+    ///
+    /// # Errors
+    /// The queue refusing the task, or the store failing the deletes.
+    pub async fn delete_queue(&self, name: &str) -> Result<bool, BrokerError> {
+        let Some(q) = self.inner.queues.write().queues.remove(name) else {
+            return Ok(false);
+        };
+        let owned: Arc<str> = name.into();
+        if let Some(d) = q.tq.submit_high(move |s| s.delete(&owned)).await? {
+            d.await.map_err(|e| BrokerError::Store(e.to_string()))?;
+        }
+        Ok(true)
+    }
+
+    /// Runs the deadline task of every queue that has deadlines to watch.
+    /// The server calls it every [`QUEUE_TICK`](super::QUEUE_TICK).
+    pub fn tick_queues(&self) {
+        let busy: Vec<QueueHandle> = self
+            .inner
+            .queues
+            .read()
+            .queues
+            .values()
+            .filter(|q| q.shared.needs_tick.load(Ordering::Acquire))
+            .cloned()
+            .collect();
+        for q in busy {
+            if let Err(e) = q.tq.execute(Lane::High, |s| s.tick(now_ms())) {
+                tracing::debug!("queue tick postponed: {e}");
+            }
+        }
+    }
+}
+
+impl From<SubmitError> for BrokerError {
+    fn from(e: SubmitError) -> Self {
+        BrokerError::StoreBusy(e)
+    }
+}

@@ -1,0 +1,291 @@
+//! The client's queue operations: enqueue with a durable confirmation,
+//! consume with prefetch, and settle deliveries.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Client, ClientError, Command, Route, wait};
+use crate::protocol::frame::{
+    ClientFrame, Consume, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle, Touch,
+    Unsubscribe,
+};
+
+/// Options of one enqueue beyond queue and payload.
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueOptions {
+    /// Headers.
+    pub headers: Headers,
+    /// 0 (default) to 9; higher is delivered first.
+    pub priority: u8,
+    /// Time to live in ms.
+    pub ttl_ms: Option<u64>,
+}
+
+/// The deliveries of one consumer, in the order the queue sends them.
+pub struct Consumer {
+    id: String,
+    rx: mpsc::Receiver<QueueDelivery>,
+}
+
+impl Consumer {
+    /// The consumer id (the `sub` of its deliveries; what settling takes).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The next delivery; `None` once the connection is closed.
+    pub async fn recv(&mut self) -> Option<QueueDelivery> {
+        self.rx.recv().await
+    }
+
+    /// The next delivery if one arrives within `timeout`.
+    pub async fn recv_timeout(&mut self, timeout: Duration) -> Option<QueueDelivery> {
+        actix_rt::time::timeout(timeout, self.rx.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// A delivery already received, without waiting.
+    pub fn try_recv(&mut self) -> Option<QueueDelivery> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl Client {
+    /// Puts a message on a queue and waits until the broker has it on
+    /// disk; returns its id (seq) in the queue.
+    ///
+    /// # Errors
+    /// The server refusing (invalid name, queue full, payload too large),
+    /// a timeout, or a closed connection.
+    pub async fn enqueue(
+        &self,
+        queue: &str,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<u64, ClientError> {
+        self.enqueue_with(queue, payload.into(), EnqueueOptions::default())
+            .await
+    }
+
+    /// [`Client::enqueue`] with headers, priority and time to live.
+    ///
+    /// # Errors
+    /// As [`Client::enqueue`].
+    pub async fn enqueue_with(
+        &self,
+        queue: &str,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<u64, ClientError> {
+        let rid = self.next_id();
+        let frame = ClientFrame::Enqueue(Enqueue {
+            queue: queue.to_owned(),
+            payload,
+            headers: options.headers,
+            priority: options.priority,
+            ttl_ms: options.ttl_ms,
+            rid: Some(rid),
+        });
+        match self.request(frame, Some(rid)).await? {
+            ServerFrame::Enqueued(e) => Ok(e.seq),
+            other => Err(ClientError::Connect(format!(
+                "expected enqueued, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Starts an enqueue and returns at once; the answer arrives later
+    /// through the returned future, so many can be in flight (pipelined).
+    ///
+    /// # Errors
+    /// [`ClientError::Closed`] now; the future gives the server's answer.
+    pub async fn enqueue_pipelined(
+        &self,
+        queue: &str,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<impl std::future::Future<Output = Result<u64, ClientError>> + use<>, ClientError>
+    {
+        let rid = self.next_id();
+        let frame = ClientFrame::Enqueue(Enqueue {
+            queue: queue.to_owned(),
+            payload,
+            headers: options.headers,
+            priority: options.priority,
+            ttl_ms: options.ttl_ms,
+            rid: Some(rid),
+        });
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Request {
+                frame,
+                rid: Some(rid),
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        let timeout = self.options.timeout;
+        Ok(async move {
+            match wait(rx, timeout).await? {
+                ServerFrame::Enqueued(e) => Ok(e.seq),
+                other => Err(ClientError::Connect(format!(
+                    "expected enqueued, got {other:?}"
+                ))),
+            }
+        })
+    }
+
+    /// Consumes a queue with `prefetch` credit; confirmed before it
+    /// returns. Deliveries are buffered up to the subscription buffer.
+    ///
+    /// # Errors
+    /// The server refusing (invalid name or prefetch), a timeout, or a
+    /// closed connection.
+    pub async fn consume(&self, queue: &str, prefetch: u32) -> Result<Consumer, ClientError> {
+        let id = format!("c{}", self.next_id());
+        let rid = self.next_id();
+        let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
+        let (reply, answer) = oneshot::channel();
+        let frame = ClientFrame::Consume(Consume {
+            id: id.clone(),
+            queue: queue.to_owned(),
+            prefetch,
+            rid: Some(rid),
+        });
+        self.commands
+            .send(Command::Subscribe {
+                frame,
+                id: id.clone(),
+                rid,
+                tx: Route::Deliveries(tx),
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        wait(answer, self.options.timeout).await?;
+        Ok(Consumer { id, rx })
+    }
+
+    /// Stops consuming; the consumer's unacknowledged deliveries go back
+    /// to the queue.
+    ///
+    /// # Errors
+    /// As [`Client::consume`].
+    pub async fn cancel(&self, consumer: Consumer) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        let (reply, answer) = oneshot::channel();
+        let frame = ClientFrame::Unsubscribe(Unsubscribe {
+            id: consumer.id.clone(),
+            rid: Some(rid),
+        });
+        self.commands
+            .send(Command::Unsubscribe {
+                frame,
+                id: consumer.id,
+                rid,
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        wait(answer, self.options.timeout).await.map(|_| ())
+    }
+
+    async fn settle(&self, make: impl FnOnce(Option<u64>) -> ClientFrame, confirm: bool) -> Result<(), ClientError> {
+        if confirm {
+            let rid = self.next_id();
+            self.request(make(Some(rid)), Some(rid)).await.map(|_| ())
+        } else {
+            self.commands
+                .send(Command::Send(make(None)))
+                .await
+                .map_err(|_| ClientError::Closed)
+        }
+    }
+
+    /// Acknowledges deliveries of `consumer` and waits until the deletes
+    /// are on disk.
+    ///
+    /// # Errors
+    /// The server refusing (unknown delivery), a timeout, or a closed
+    /// connection.
+    pub async fn ack(&self, consumer: &str, ids: &[u64]) -> Result<(), ClientError> {
+        let (sub, ids) = (consumer.to_owned(), ids.to_vec());
+        self.settle(|rid| ClientFrame::Ack(Settle { sub, ids, rid }), true)
+            .await
+    }
+
+    /// Acknowledges without waiting for an answer (an error arrives via
+    /// [`Client::next_error`]).
+    ///
+    /// # Errors
+    /// [`ClientError::Closed`].
+    pub async fn ack_nowait(&self, consumer: &str, ids: &[u64]) -> Result<(), ClientError> {
+        let (sub, ids) = (consumer.to_owned(), ids.to_vec());
+        self.settle(|rid| ClientFrame::Ack(Settle { sub, ids, rid }), false)
+            .await
+    }
+
+    /// Gives deliveries back, for redelivery after `delay_ms` (`None`: the
+    /// queue's backoff schedule).
+    ///
+    /// # Errors
+    /// As [`Client::ack`].
+    pub async fn nack(
+        &self,
+        consumer: &str,
+        ids: &[u64],
+        delay_ms: Option<u64>,
+    ) -> Result<(), ClientError> {
+        let (sub, ids) = (consumer.to_owned(), ids.to_vec());
+        self.settle(
+            |rid| {
+                ClientFrame::Nack(Nack {
+                    sub,
+                    ids,
+                    delay_ms,
+                    rid,
+                })
+            },
+            true,
+        )
+        .await
+    }
+
+    /// Sends deliveries to the dead-letter queue.
+    ///
+    /// # Errors
+    /// As [`Client::ack`].
+    pub async fn reject(&self, consumer: &str, ids: &[u64]) -> Result<(), ClientError> {
+        let (sub, ids) = (consumer.to_owned(), ids.to_vec());
+        self.settle(|rid| ClientFrame::Reject(Settle { sub, ids, rid }), true)
+            .await
+    }
+
+    /// Extends deliveries' ack deadline to `extend_ms` from now (`None`:
+    /// the queue's ack timeout).
+    ///
+    /// # Errors
+    /// As [`Client::ack`].
+    pub async fn touch(
+        &self,
+        consumer: &str,
+        ids: &[u64],
+        extend_ms: Option<u64>,
+    ) -> Result<(), ClientError> {
+        let (sub, ids) = (consumer.to_owned(), ids.to_vec());
+        self.settle(
+            |rid| {
+                ClientFrame::Touch(Touch {
+                    sub,
+                    ids,
+                    extend_ms,
+                    rid,
+                })
+            },
+            true,
+        )
+        .await
+    }
+}

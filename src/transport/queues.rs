@@ -1,0 +1,128 @@
+//! Queues over HTTP: `POST /queues/{name}/messages` enqueues (201 once the
+//! message is durable), `GET /queues/{name}` reports depth, in-flight
+//! deliveries, consumers and the dead-letter queue's depth, `GET /queues`
+//! lists them, `POST /queues/{name}/redrive` moves a dead-letter queue's
+//! messages back, and `DELETE /queues/{name}` deletes a queue.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+
+use super::topics::{api_error, bad, message_headers, read_payload};
+use super::{ApiError, AppState};
+use crate::broker::Enqueue;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnqueueQuery {
+    #[serde(default)]
+    priority: u8,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+}
+
+/// The JSON answer to an HTTP enqueue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueueReply {
+    /// The queue.
+    pub queue: String,
+    /// The message's id (seq) in the queue.
+    pub id: u64,
+}
+
+/// The JSON answer to a redrive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveReply {
+    /// Messages moved.
+    pub moved: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RedriveQuery {
+    #[serde(default)]
+    to: Option<String>,
+}
+
+fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))
+}
+
+pub(crate) async fn enqueue(
+    req: HttpRequest,
+    name: web::Path<String>,
+    mut body: web::Payload,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let q: EnqueueQuery = query(&req)?;
+    let payload = read_payload(&mut body, app.config.session.max_payload).await?;
+    let headers = message_headers(&req)?;
+    let queue = name.into_inner();
+    let id = app
+        .broker
+        .enqueue_durable(Enqueue {
+            queue: queue.clone(),
+            payload,
+            headers,
+            priority: q.priority,
+            ttl_ms: q.ttl_ms,
+        })
+        .await
+        .map_err(api_error)?;
+    Ok(HttpResponse::Created().json(EnqueueReply { queue, id }))
+}
+
+pub(crate) async fn info(
+    name: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    match app.broker.queue_info(&name).await {
+        Some(info) => Ok(HttpResponse::Ok().json(info)),
+        None => Err(bad(
+            StatusCode::NOT_FOUND,
+            "unknown_queue",
+            format!("no queue named {:?}", name.as_str()),
+        )),
+    }
+}
+
+pub(crate) async fn list(app: web::Data<AppState>) -> HttpResponse {
+    let mut all = Vec::new();
+    for name in app.broker.queue_names() {
+        if let Some(info) = app.broker.queue_info(&name).await {
+            all.push(info);
+        }
+    }
+    HttpResponse::Ok().json(all)
+}
+
+pub(crate) async fn redrive(
+    req: HttpRequest,
+    name: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let q: RedriveQuery = query(&req)?;
+    let moved = app
+        .broker
+        .redrive(&name, q.to.as_deref())
+        .await
+        .map_err(api_error)?;
+    Ok(HttpResponse::Ok().json(RedriveReply { moved }))
+}
+
+pub(crate) async fn delete(
+    name: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    if app.broker.delete_queue(&name).await.map_err(api_error)? {
+        Ok(HttpResponse::NoContent().finish())
+    } else {
+        Err(bad(
+            StatusCode::NOT_FOUND,
+            "unknown_queue",
+            format!("no queue named {:?}", name.as_str()),
+        ))
+    }
+}
