@@ -1,0 +1,335 @@
+//! Durable queues over real WebSockets and HTTP on loopback.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestBroker, block_on, http};
+use wharf::client::{Client, ClientOptions, EnqueueOptions};
+use wharf::protocol::frame::ErrorCode;
+
+const T: Duration = Duration::from_secs(10);
+
+async fn connect(b: &TestBroker) -> Client {
+    Client::connect(&b.ws_url(), ClientOptions::default())
+        .await
+        .expect("connect")
+}
+
+fn info(b: &TestBroker, queue: &str) -> serde_json::Value {
+    let (status, body) = http(b.addr, "GET", &format!("/queues/{queue}"), "");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn competing_consumers_share_a_queue_and_acks_delete() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let producer = connect(&b).await;
+        let c1 = connect(&b).await;
+        let c2 = connect(&b).await;
+        let mut k1 = c1.consume("jobs", 5).await.unwrap();
+        let mut k2 = c2.consume("jobs", 5).await.unwrap();
+        for i in 0..20u32 {
+            let seq = producer.enqueue("jobs", i.to_be_bytes().to_vec()).await.unwrap();
+            assert_eq!(seq, u64::from(i) + 1);
+        }
+        let mut seen = Vec::new();
+        let mut per = [0, 0];
+        while seen.len() < 20 {
+            tokio::select! {
+                Some(d) = k1.recv() => { per[0] += 1; seen.push(d.seq); c1.ack(k1.id(), &[d.id]).await.unwrap(); }
+                Some(d) = k2.recv() => { per[1] += 1; seen.push(d.seq); c2.ack(k2.id(), &[d.id]).await.unwrap(); }
+                _ = actix_rt::time::sleep(T) => panic!("deliveries stopped at {}", seen.len()),
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=20).collect::<Vec<u64>>(), "each exactly once");
+        assert!(per[0] > 0 && per[1] > 0, "both consumers got work: {per:?}");
+        let i = info(&b, "jobs");
+        assert_eq!(i["depth"], 0, "{i}");
+        assert_eq!(i["in_flight"], 0, "{i}");
+        assert_eq!(i["consumers"], 2, "{i}");
+        assert_eq!(i["stats"]["acked"], 20, "{i}");
+        assert_eq!(i["dead_letter"], "jobs.dlq", "{i}");
+    });
+}
+
+#[test]
+fn prefetch_bounds_unacknowledged_deliveries() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let c = connect(&b).await;
+        for i in 0..10u8 {
+            c.enqueue("pf", vec![i]).await.unwrap();
+        }
+        let mut k = c.consume("pf", 3).await.unwrap();
+        let mut got = Vec::new();
+        while let Some(d) = k.recv_timeout(Duration::from_millis(300)).await {
+            got.push(d);
+        }
+        assert_eq!(got.len(), 3, "prefetch 3");
+        c.ack(k.id(), &[got[0].id, got[1].id]).await.unwrap();
+        let mut more = 0;
+        while k.recv_timeout(Duration::from_millis(300)).await.is_some() {
+            more += 1;
+        }
+        assert_eq!(more, 2, "two acks free two credits");
+        // An id that is not in flight is refused, and nothing changes.
+        match c.ack(k.id(), &[got[2].id, 999_999]).await {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, ErrorCode::UnknownDelivery)
+            }
+            other => panic!("expected unknown_delivery, got {other:?}"),
+        }
+        c.ack(k.id(), &[got[2].id]).await.unwrap();
+    });
+}
+
+#[test]
+fn http_enqueue_is_created_and_consumable() {
+    let b = TestBroker::start(|_| {});
+    let (status, body) = http(b.addr, "POST", "/queues/web/messages?priority=3", "hello");
+    assert_eq!(status, 201, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["id"], 1);
+    assert_eq!(v["queue"], "web");
+    let (status, body) = http(b.addr, "POST", "/queues/web/messages?priority=12", "x");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid_field"), "{body}");
+    let (status, body) = http(b.addr, "GET", "/queues/nope", "");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("unknown_queue"), "{body}");
+    block_on(async {
+        let c = connect(&b).await;
+        let mut k = c.consume("web", 1).await.unwrap();
+        let d = k.recv_timeout(T).await.expect("the message");
+        assert_eq!(d.payload, b"hello");
+        assert_eq!(d.priority, 3);
+        assert_eq!(d.count, 1);
+        c.ack(k.id(), &[d.id]).await.unwrap();
+    });
+    assert_eq!(info(&b, "web")["depth"], 0);
+}
+
+#[test]
+fn higher_priorities_first_fifo_within() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let c = connect(&b).await;
+        let order = [(0u8, "a"), (5, "b"), (9, "c"), (5, "d"), (0, "e"), (9, "f")];
+        for (p, v) in order {
+            let o = EnqueueOptions {
+                priority: p,
+                ..EnqueueOptions::default()
+            };
+            c.enqueue_with("prio", v.as_bytes().to_vec(), o).await.unwrap();
+        }
+        let mut k = c.consume("prio", 100).await.unwrap();
+        let mut got = String::new();
+        for _ in 0..6 {
+            let d = k.recv_timeout(T).await.expect("a delivery");
+            got.push_str(std::str::from_utf8(&d.payload).unwrap());
+        }
+        assert_eq!(got, "cfbdae");
+    });
+}
+
+#[test]
+fn ack_timeout_redelivers_and_touch_extends() {
+    let b = TestBroker::start(|c| c.queue_defaults.ack_timeout_ms = 400);
+    block_on(async {
+        let c = connect(&b).await;
+        c.enqueue("slow", b"one".to_vec()).await.unwrap();
+        c.enqueue("slow", b"two".to_vec()).await.unwrap();
+        let mut k = c.consume("slow", 2).await.unwrap();
+        let a = k.recv_timeout(T).await.unwrap();
+        let bb = k.recv_timeout(T).await.unwrap();
+        let (touched, dropped) = if a.payload == b"one" { (a, bb) } else { (bb, a) };
+        // Keep "one" alive past its timeout; let "two" time out.
+        for _ in 0..4 {
+            actix_rt::time::sleep(Duration::from_millis(200)).await;
+            c.touch(k.id(), &[touched.id], Some(400)).await.unwrap();
+        }
+        let again = k.recv_timeout(T).await.expect("the timed-out delivery again");
+        assert_eq!(again.seq, dropped.seq);
+        assert_eq!(again.count, 2, "count raised");
+        assert_ne!(again.id, dropped.id, "a new delivery id");
+        // The old delivery id is gone; the touched one is still ours.
+        c.ack(k.id(), &[touched.id]).await.unwrap();
+        assert!(c.ack(k.id(), &[dropped.id]).await.is_err());
+        c.ack(k.id(), &[again.id]).await.unwrap();
+    });
+}
+
+#[test]
+fn max_deliveries_and_reject_dead_letter_with_reasons_and_redrive_moves_back() {
+    let b = TestBroker::start(|c| {
+        c.queue_defaults.max_deliveries = 2;
+        c.queue_defaults.backoff_ms = vec![];
+    });
+    block_on(async {
+        let c = connect(&b).await;
+        c.enqueue("work", b"poison".to_vec()).await.unwrap();
+        c.enqueue("work", b"bad".to_vec()).await.unwrap();
+        let mut k = c.consume("work", 1).await.unwrap();
+        let mut deliveries = 0;
+        let mut rejected = false;
+        while let Some(d) = k.recv_timeout(Duration::from_millis(1500)).await {
+            deliveries += 1;
+            if d.payload == b"bad" {
+                c.reject(k.id(), &[d.id]).await.unwrap();
+                rejected = true;
+            } else {
+                c.nack(k.id(), &[d.id], None).await.unwrap();
+            }
+        }
+        assert!(rejected);
+        assert_eq!(deliveries, 3, "poison twice, bad once");
+        let mut dlq = c.consume("work.dlq", 10).await.unwrap();
+        let mut reasons = Vec::new();
+        for _ in 0..2 {
+            let d = dlq.recv_timeout(T).await.expect("a dead letter");
+            assert_eq!(d.headers["dead-letter-from"], "work");
+            reasons.push((
+                String::from_utf8(d.payload.clone()).unwrap(),
+                d.headers["dead-letter-reason"].clone(),
+            ));
+            c.nack(dlq.id(), &[d.id], Some(0)).await.unwrap();
+        }
+        reasons.sort();
+        assert_eq!(
+            reasons,
+            vec![
+                ("bad".into(), "rejected".into()),
+                ("poison".into(), "max-deliveries".into())
+            ]
+        );
+        c.cancel(dlq).await.unwrap();
+        let w = info(&b, "work");
+        assert_eq!(w["dead_letter_depth"], 2, "{w}");
+        let (status, body) = http(b.addr, "POST", "/queues/work.dlq/redrive", "");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"moved\":2"), "{body}");
+        let d = k.recv_timeout(T).await.expect("redriven");
+        assert_eq!(d.count, 1, "count reset by the redrive");
+        assert!(!d.headers.contains_key("dead-letter-reason"));
+    });
+}
+
+#[test]
+fn ttl_expires_to_the_dead_letter_queue_and_is_never_delivered() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let c = connect(&b).await;
+        let o = EnqueueOptions {
+            ttl_ms: Some(200),
+            ..EnqueueOptions::default()
+        };
+        c.enqueue_with("ttl", b"short".to_vec(), o).await.unwrap();
+        c.enqueue("ttl", b"long".to_vec()).await.unwrap();
+        actix_rt::time::sleep(Duration::from_millis(1500)).await;
+        let mut k = c.consume("ttl", 10).await.unwrap();
+        let d = k.recv_timeout(T).await.unwrap();
+        assert_eq!(d.payload, b"long");
+        assert!(k.recv_timeout(Duration::from_millis(300)).await.is_none());
+        let mut dlq = c.consume("ttl.dlq", 10).await.unwrap();
+        let e = dlq.recv_timeout(T).await.expect("expired one");
+        assert_eq!(e.payload, b"short");
+        assert_eq!(e.headers["dead-letter-reason"], "expired");
+    });
+}
+
+#[test]
+fn nack_with_delay_waits_before_redelivery() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let c = connect(&b).await;
+        c.enqueue("later", b"x".to_vec()).await.unwrap();
+        let mut k = c.consume("later", 1).await.unwrap();
+        let d = k.recv_timeout(T).await.unwrap();
+        let t0 = Instant::now();
+        c.nack(k.id(), &[d.id], Some(600)).await.unwrap();
+        let again = k.recv_timeout(T).await.expect("redelivered");
+        let waited = t0.elapsed();
+        assert!(waited >= Duration::from_millis(550), "{waited:?}");
+        assert_eq!(again.count, 2);
+        assert_eq!(info(&b, "later")["in_flight"], 1);
+    });
+}
+
+#[test]
+fn a_consumer_that_disconnects_gives_its_deliveries_back_at_once() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let p = connect(&b).await;
+        for i in 0..4u8 {
+            p.enqueue("handoff", vec![i]).await.unwrap();
+        }
+        let first = connect(&b).await;
+        let mut k1 = first.consume("handoff", 4).await.unwrap();
+        for _ in 0..4 {
+            k1.recv_timeout(T).await.unwrap();
+        }
+        let second = connect(&b).await;
+        let mut k2 = second.consume("handoff", 10).await.unwrap();
+        assert!(k2.recv_timeout(Duration::from_millis(200)).await.is_none());
+        let t0 = Instant::now();
+        drop(k1);
+        first.close(false).await.unwrap();
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let d = k2.recv_timeout(T).await.expect("handed over");
+            assert_eq!(d.count, 2);
+            got.push(d.payload[0]);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "not via the ack timeout");
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1, 2, 3]);
+    });
+}
+
+#[test]
+fn ten_thousand_durable_messages_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = TestBroker::start_in(&data, |_| {});
+    block_on(async {
+        let c = connect(&b).await;
+        let mut waits = Vec::new();
+        for i in 0..10_000u32 {
+            let w = c
+                .enqueue_pipelined("keep", i.to_be_bytes().to_vec(), EnqueueOptions::default())
+                .await
+                .unwrap();
+            waits.push(w);
+            if waits.len() >= 512 {
+                for w in waits.drain(..) {
+                    w.await.unwrap();
+                }
+            }
+        }
+        for w in waits {
+            w.await.unwrap();
+        }
+    });
+    b.stop().unwrap();
+    // A small window: most of them come back from disk as consumers go.
+    let b = TestBroker::start_in(&data, |c| c.queue_defaults.memory_window = 1000);
+    assert_eq!(info(&b, "keep")["depth"], 10_000);
+    block_on(async {
+        let c = connect(&b).await;
+        let mut k = c.consume("keep", 500).await.unwrap();
+        let mut next = 0u32;
+        while next < 10_000 {
+            let d = k.recv_timeout(T).await.unwrap_or_else(|| panic!("stopped at {next}"));
+            assert_eq!(d.payload, next.to_be_bytes(), "in order");
+            c.ack_nowait(k.id(), &[d.id]).await.unwrap();
+            next += 1;
+        }
+        c.ping().await.unwrap();
+    });
+    let i = info(&b, "keep");
+    assert_eq!(i["depth"], 0, "{i}");
+}
