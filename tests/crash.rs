@@ -112,3 +112,160 @@ fn confirmed_retained_messages_survive_kill_9() {
         confirmed.len()
     );
 }
+
+#[test]
+fn confirmed_queue_messages_and_acks_survive_kill_9() {
+    use std::collections::{BTreeSet, HashMap};
+    use wharf::client::EnqueueOptions;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut broker, url) = spawn(&data);
+
+    // Four publishers enqueue pipelined with receipts; one consumer acks
+    // with receipts. Payload = "p:n".
+    let enqueued: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let acked: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    // Acks sent whose receipt may not have arrived: such a message may be
+    // gone or not.
+    let ack_sent: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let delivered: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads: Vec<_> = (0..4)
+        .map(|p| {
+            let (url, enqueued, stop) = (url.clone(), enqueued.clone(), stop.clone());
+            std::thread::spawn(move || {
+                block_on(async move {
+                    let Ok(c) = Client::connect(&url, ClientOptions::default()).await else {
+                        return;
+                    };
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
+                        let mut waits = Vec::new();
+                        for _ in 0..64 {
+                            let payload = format!("{p}:{n}");
+                            n += 1;
+                            match c
+                                .enqueue_pipelined("crash", payload.clone().into_bytes(), EnqueueOptions::default())
+                                .await
+                            {
+                                Ok(w) => waits.push((payload, w)),
+                                Err(_) => return,
+                            }
+                        }
+                        for (payload, w) in waits {
+                            match w.await {
+                                Ok(_) => {
+                                    enqueued.lock().unwrap().insert(payload);
+                                }
+                                Err(_) => return,
+                            }
+                        }
+                    }
+                })
+            })
+        })
+        .collect();
+    {
+        let (url, acked, delivered, stop) =
+            (url.clone(), acked.clone(), delivered.clone(), stop.clone());
+        let ack_sent = ack_sent.clone();
+        threads.push(std::thread::spawn(move || {
+            block_on(async move {
+                let Ok(c) = Client::connect(&url, ClientOptions::default()).await else {
+                    return;
+                };
+                let Ok(mut k) = c.consume("crash", 50).await else {
+                    return;
+                };
+                let mut unacked = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(d) = k.recv_timeout(Duration::from_secs(1)).await else {
+                        continue;
+                    };
+                    let payload = String::from_utf8(d.payload).unwrap();
+                    delivered.lock().unwrap().insert(payload.clone());
+                    // Some deliveries are left unacknowledged (fewer than the
+                    // prefetch): in flight at the crash, they must come back
+                    // with their count raised.
+                    if d.seq % 3 == 0 && unacked < 20 {
+                        unacked += 1;
+                        continue;
+                    }
+                    ack_sent.lock().unwrap().insert(payload.clone());
+                    match c.ack(k.id(), &[d.id]).await {
+                        Ok(()) => {
+                            acked.lock().unwrap().insert(payload);
+                        }
+                        Err(_) => return,
+                    }
+                }
+            })
+        }));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while enqueued.lock().unwrap().len() < 3000 || acked.lock().unwrap().len() < 300 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no progress: {} enqueued, {} acked",
+            enqueued.lock().unwrap().len(),
+            acked.lock().unwrap().len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    broker.signal("KILL");
+    let status = broker.wait_exit(Duration::from_secs(10));
+    assert!(!status.success(), "it was killed");
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let enqueued = enqueued.lock().unwrap().clone();
+    let acked = acked.lock().unwrap().clone();
+    let delivered = delivered.lock().unwrap().clone();
+    let ack_sent = ack_sent.lock().unwrap().clone();
+
+    let (_broker, url) = spawn(&data);
+    let found: HashMap<String, u32> = block_on(async move {
+        let c = Client::connect(&url, ClientOptions::default())
+            .await
+            .unwrap();
+        let mut k = c.consume("crash", 1000).await.unwrap();
+        let mut found = HashMap::new();
+        while let Some(d) = k.recv_timeout(Duration::from_secs(2)).await {
+            let payload = String::from_utf8(d.payload).unwrap();
+            assert!(
+                found.insert(payload.clone(), d.count).is_none(),
+                "{payload} delivered twice after the restart"
+            );
+            c.ack_nowait(k.id(), &[d.id]).await.unwrap();
+        }
+        found
+    });
+    for m in &enqueued {
+        assert!(
+            found.contains_key(m) || ack_sent.contains(m),
+            "{m} was confirmed, never acked, and is gone ({} found, {} enqueued)",
+            found.len(),
+            enqueued.len()
+        );
+    }
+    for m in &acked {
+        assert!(!found.contains_key(m), "{m} was acked (confirmed) and came back");
+    }
+    let mut raised = 0;
+    for (m, count) in &found {
+        if delivered.contains(m) {
+            assert!(*count >= 2, "{m} was in flight at the crash; count {count}");
+            raised += 1;
+        }
+    }
+    let unconfirmed = found.keys().filter(|m| !enqueued.contains(*m)).count();
+    eprintln!(
+        "{} enqueues confirmed, {} acks confirmed; after the restart {} messages: \
+         {raised} were in flight at the crash (count raised), {unconfirmed} were never confirmed",
+        enqueued.len(),
+        acked.len(),
+        found.len()
+    );
+}
