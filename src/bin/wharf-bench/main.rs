@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+mod queues;
+
 use clap::Parser;
 use wharf::client::{Client, ClientOptions};
 use wharf::protocol::Format;
@@ -68,6 +70,16 @@ struct Args {
     /// Encoding: bin or json.
     #[arg(long, default_value = "bin")]
     format: String,
+    /// Durable enqueues per publisher in the queue scenarios.
+    #[arg(long, default_value_t = 5000)]
+    queue_messages: usize,
+    /// Messages stored before the restart scenario (0 skips it; needs a
+    /// spawned broker).
+    #[arg(long, default_value_t = 1_000_000)]
+    restart_messages: usize,
+    /// Only the queue scenarios.
+    #[arg(long)]
+    queues_only: bool,
 }
 
 /// CPU seconds (user + system) of a process, from /proc.
@@ -80,7 +92,7 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-struct Cpu {
+pub(crate) struct Cpu {
     wall: Instant,
     own: f64,
     broker: Option<f64>,
@@ -122,7 +134,7 @@ fn options(args: &Args) -> ClientOptions {
     }
 }
 
-struct Row {
+pub(crate) struct Row {
     scenario: String,
     result: String,
     gen_cores: f64,
@@ -422,31 +434,57 @@ struct Spawned {
     _dir: PathBuf,
 }
 
-impl Drop for Spawned {
-    fn drop(&mut self) {
+impl Spawned {
+    /// Stops the broker (SIGTERM, wait) and keeps its data directory.
+    fn stop_keeping_data(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self._dir);
+        self._dir = PathBuf::new();
     }
 }
 
-fn spawn_broker(args: &Args) -> (Spawned, String) {
-    use std::io::{BufRead, BufReader};
-    let exe = args.broker.clone().unwrap_or_else(|| {
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+        if !self._dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self._dir);
+        }
+    }
+}
+
+/// The wharf binary next to this one (or `--broker`).
+fn broker_exe(args: &Args) -> PathBuf {
+    args.broker.clone().unwrap_or_else(|| {
         std::env::current_exe()
             .expect("own path")
             .with_file_name("wharf")
-    });
+    })
+}
+
+/// The config every spawned broker gets: no rate limit, a large outbound
+/// bound, plus `extra`.
+const BENCH_CONFIG: &str =
+    "[session]\noutbound_limit = 268435456\nrate_per_s = 10000000\nrate_burst = 10000000\n";
+
+fn spawn_broker(args: &Args) -> (Spawned, String) {
     let dir = std::env::temp_dir().join(format!("wharf-bench-{}", std::process::id()));
+    spawn_broker_in(args, &dir, "")
+}
+
+/// Spawns a broker on a free port with its data in `dir/data` and waits
+/// until it listens.
+fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned, String) {
+    use std::io::{BufRead, BufReader};
+    let exe = broker_exe(args);
     let config = dir.join("bench.toml");
-    std::fs::create_dir_all(&dir).expect("bench dir");
-    std::fs::write(
-        &config,
-        "[session]\noutbound_limit = 268435456\nrate_per_s = 10000000\nrate_burst = 10000000\n",
-    )
-    .expect("bench config");
+    std::fs::create_dir_all(dir).expect("bench dir");
+    std::fs::write(&config, format!("{BENCH_CONFIG}{extra}")).expect("bench config");
     let mut child = Command::new(&exe)
         .args(["serve", "--bind", "127.0.0.1:0", "--config"])
         .arg(&config)
@@ -468,7 +506,13 @@ fn spawn_broker(args: &Args) -> (Spawned, String) {
         }
     };
     std::thread::spawn(move || for _ in lines {});
-    (Spawned { child, _dir: dir }, format!("ws://{addr}/ws"))
+    (
+        Spawned {
+            child,
+            _dir: dir.to_owned(),
+        },
+        format!("ws://{addr}/ws"),
+    )
 }
 
 fn main() {
@@ -488,14 +532,32 @@ fn main() {
         "broker: {url}  format: {}  payload: {} B",
         args.format, args.size
     );
-    let mut rows = vec![
-        throughput(&args, &url, "bench/one", 1),
-        throughput(&args, &url, "bench/fan", args.fanout),
-        latency(&args, &url),
-        durable(&args, &url, 64),
-        durable(&args, &url, 4096),
-    ];
-    rows.extend(idle_connections(&args, &url));
+    let mut rows = Vec::new();
+    if !args.queues_only {
+        rows.extend([
+            throughput(&args, &url, "bench/one", 1),
+            throughput(&args, &url, "bench/fan", args.fanout),
+            latency(&args, &url),
+            durable(&args, &url, 64),
+            durable(&args, &url, 4096),
+        ]);
+    }
+    rows.extend(queues::scenarios(&args, &url, "always"));
+    if args.url.is_none() {
+        // The same against a broker that flushes on an interval.
+        let dir = std::env::temp_dir().join(format!("wharf-bench-{}-int", std::process::id()));
+        let (s, url) = spawn_broker_in(&args, &dir, "[store]\nflush = \"interval\"\n");
+        let mut a = args.clone();
+        a.pid = Some(s.child.id());
+        rows.extend(queues::scenarios(&a, &url, "interval"));
+        drop(s);
+        if args.restart_messages > 0 {
+            rows.extend(queues::restart(&args));
+        }
+    }
+    if !args.queues_only {
+        rows.extend(idle_connections(&args, &url));
+    }
     println!();
     println!("| scenario | result | load generator CPU | broker CPU |");
     println!("|---|---|---:|---:|");

@@ -1,0 +1,183 @@
+//! Queue scenarios: durable enqueues with receipts (1 and 8 publishers,
+//! 64 B and 4 KiB), enqueue + consume + ack end to end, and the time a
+//! broker with a million stored messages takes to be ready again.
+
+use std::time::{Duration, Instant};
+
+use wharf::client::{Client, EnqueueOptions};
+
+use super::{Args, Cpu, Row, options, spawn_broker_in};
+
+/// Every queue scenario against the broker at `url`, whose store flushes
+/// per `flush` (for the labels).
+pub(crate) fn scenarios(args: &Args, url: &str, flush: &str) -> Vec<Row> {
+    vec![
+        enqueue(args, url, 1, 64, flush),
+        enqueue(args, url, 8, 64, flush),
+        enqueue(args, url, 1, 4096, flush),
+        enqueue(args, url, 8, 4096, flush),
+        round_trip(args, url, flush),
+    ]
+}
+
+/// `publishers` clients enqueue `queue_messages` each, keeping
+/// `durable_window` unconfirmed at a time; returns confirmed msg/s.
+fn enqueue(args: &Args, url: &str, publishers: usize, size: usize, flush: &str) -> Row {
+    let queue = format!("bench/enqueue/{publishers}/{size}");
+    let cpu = Cpu::start(args.pid);
+    let start = Instant::now();
+    let n = args.queue_messages;
+    let sent = run_publishers(args, url, &queue, publishers, n, size);
+    let elapsed = start.elapsed();
+    let (gen_cores, broker_cores) = cpu.cores();
+    Row {
+        scenario: format!(
+            "durable enqueue, flush = {flush}, {publishers} publisher(s) x {} in flight, {size} B",
+            args.durable_window
+        ),
+        result: format!("{:.0} confirmed msg/s", sent as f64 / elapsed.as_secs_f64()),
+        gen_cores,
+        broker_cores,
+    }
+}
+
+/// Starts `publishers` threads that each enqueue `n` messages with
+/// receipts (a window in flight) and waits for them; returns the total.
+fn run_publishers(
+    args: &Args,
+    url: &str,
+    queue: &str,
+    publishers: usize,
+    n: usize,
+    size: usize,
+) -> usize {
+    let window = args.durable_window.max(1);
+    let threads: Vec<_> = (0..publishers)
+        .map(|_| {
+            let (url, opts, queue) = (url.to_owned(), options(args), queue.to_owned());
+            std::thread::spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    let c = Client::connect(&url, opts).await.expect("publisher connects");
+                    let payload = vec![0x5au8; size];
+                    type Wait = std::pin::Pin<
+                        Box<dyn std::future::Future<Output = Result<u64, wharf::client::ClientError>>>,
+                    >;
+                    let mut waits: std::collections::VecDeque<Wait> =
+                        std::collections::VecDeque::new();
+                    for _ in 0..n {
+                        if waits.len() >= window {
+                            let w = waits.pop_front().expect("a wait");
+                            w.await.expect("durable enqueue");
+                        }
+                        let w = c
+                            .enqueue_pipelined(&queue, payload.clone(), EnqueueOptions::default())
+                            .await
+                            .expect("enqueue");
+                        waits.push_back(Box::pin(w));
+                    }
+                    for w in waits {
+                        w.await.expect("durable enqueue");
+                    }
+                })
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("publisher thread");
+    }
+    n * publishers
+}
+
+/// 4 publishers enqueue while 2 consumers (prefetch 500) take and ack
+/// (acks batched, not awaited); returns consumed msg/s end to end.
+fn round_trip(args: &Args, url: &str, flush: &str) -> Row {
+    let queue = "bench/roundtrip";
+    let (publishers, consumers) = (4, 2);
+    let total = args.queue_messages * publishers;
+    let cpu = Cpu::start(args.pid);
+    let start = Instant::now();
+    let per_consumer = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let consumer_threads: Vec<_> = (0..consumers)
+        .map(|_| {
+            let (url, opts, done) = (url.to_owned(), options(args), per_consumer.clone());
+            std::thread::spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    use std::sync::atomic::Ordering;
+                    let c = Client::connect(&url, opts).await.expect("consumer connects");
+                    let mut k = c.consume(queue, 500).await.expect("consume");
+                    let mut ids = Vec::with_capacity(100);
+                    while done.load(Ordering::Relaxed) < total {
+                        let Some(d) = k.recv_timeout(Duration::from_millis(200)).await else {
+                            continue;
+                        };
+                        ids.push(d.id);
+                        while ids.len() < 100 {
+                            match k.try_recv() {
+                                Some(d) => ids.push(d.id),
+                                None => break,
+                            }
+                        }
+                        done.fetch_add(ids.len(), Ordering::Relaxed);
+                        c.ack_nowait(k.id(), &ids).await.expect("ack");
+                        ids.clear();
+                    }
+                    c.ping().await.expect("ping");
+                })
+            })
+        })
+        .collect();
+    run_publishers(args, url, queue, publishers, args.queue_messages, 64);
+    for t in consumer_threads {
+        t.join().expect("consumer thread");
+    }
+    let elapsed = start.elapsed();
+    let (gen_cores, broker_cores) = cpu.cores();
+    Row {
+        scenario: format!(
+            "enqueue + consume + ack, flush = {flush}, {publishers} publishers, {consumers} consumers (prefetch 500), 64 B"
+        ),
+        result: format!("{:.0} msg/s end to end", total as f64 / elapsed.as_secs_f64()),
+        gen_cores,
+        broker_cores,
+    }
+}
+
+/// Fills a queue with `restart_messages` 64-byte messages, stops the
+/// broker, starts it again and reports the time until it listens (queues
+/// restored) and until the first delivery.
+pub(crate) fn restart(args: &Args) -> Option<Row> {
+    let dir = std::env::temp_dir().join(format!("wharf-bench-{}-restart", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let extra = "[store]\nflush = \"interval\"\n";
+    let (broker, url) = spawn_broker_in(args, &dir, extra);
+    let per = args.restart_messages.div_ceil(8);
+    let mut fill = args.clone();
+    fill.durable_window = 256;
+    let t0 = Instant::now();
+    let stored = run_publishers(&fill, &url, "bench/restart", 8, per, 64);
+    let filled = t0.elapsed();
+    broker.stop_keeping_data();
+    let t1 = Instant::now();
+    let (broker, url) = spawn_broker_in(args, &dir, extra);
+    let listening = t1.elapsed();
+    let first = actix_rt::System::new().block_on(async {
+        let c = Client::connect(&url, options(args)).await.expect("connect");
+        let mut k = c.consume("bench/restart", 100).await.expect("consume");
+        k.recv_timeout(Duration::from_secs(30)).await.expect("a delivery");
+        t1.elapsed()
+    });
+    drop(broker);
+    Some(Row {
+        scenario: format!(
+            "restart with {stored} stored messages (filled in {:.1} s)",
+            filled.as_secs_f64()
+        ),
+        result: format!(
+            "listening after {:.2} s, first delivery after {:.2} s",
+            listening.as_secs_f64(),
+            first.as_secs_f64()
+        ),
+        gen_cores: 0.0,
+        broker_cores: None,
+    })
+}
