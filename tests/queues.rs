@@ -333,3 +333,97 @@ fn ten_thousand_durable_messages_survive_a_restart() {
     let i = info(&b, "keep");
     assert_eq!(i["depth"], 0, "{i}");
 }
+
+fn named(id: &str) -> ClientOptions {
+    ClientOptions {
+        client_id: Some(id.into()),
+        ..ClientOptions::default()
+    }
+}
+
+#[test]
+fn durable_subscription_keeps_messages_while_away_and_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = TestBroker::start_in(&data, |_| {});
+    block_on(async {
+        let c = Client::connect(&b.ws_url(), named("alice")).await.unwrap();
+        let mut s = c.subscribe_durable("news", "news/#", 10).await.unwrap();
+        let p = connect(&b).await;
+        p.publish_confirmed("news/a", b"1".to_vec()).await.unwrap();
+        let d = s.recv_timeout(T).await.expect("live delivery");
+        assert_eq!(d.payload, b"1");
+        assert_eq!(d.headers["topic"], "news/a");
+        c.ack(s.id(), &[d.id]).await.unwrap();
+        // Away: the session ends, the subscription stays.
+        c.close(false).await.unwrap();
+        for i in 2..=4u8 {
+            p.publish_confirmed("news/b", vec![b'0' + i]).await.unwrap();
+        }
+        p.publish_confirmed("other", b"no".to_vec()).await.unwrap();
+    });
+    // The backlog is flushed asynchronously: give it a moment before the
+    // restart.
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        info(&b, "$durable/alice/news")["depth"] == 3
+    }));
+    b.stop().unwrap();
+    let b = TestBroker::start_in(&data, |_| {});
+    // Published while alice is away and after the restart: kept too.
+    block_on(async {
+        let p = connect(&b).await;
+        p.publish_confirmed("news/c", b"5".to_vec()).await.unwrap();
+    });
+    let backlog = info(&b, "$durable/alice/news");
+    assert_eq!(backlog["depth"], 4, "{backlog}");
+    block_on(async {
+        let c = Client::connect(&b.ws_url(), named("alice")).await.unwrap();
+        let mut s = c.subscribe_durable("news", "news/#", 10).await.unwrap();
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let d = s.recv_timeout(T).await.expect("backlog");
+            got.push(d.payload[0]);
+            c.ack(s.id(), &[d.id]).await.unwrap();
+        }
+        assert_eq!(got, b"2345", "in order");
+        assert!(s.recv_timeout(Duration::from_millis(200)).await.is_none());
+        // Unsubscribing deletes the subscription and its backlog.
+        c.cancel(s).await.unwrap();
+    });
+    let (status, _) = http(b.addr, "GET", "/queues/$durable/alice/news", "");
+    assert_eq!(status, 404);
+    block_on(async {
+        // An anonymous client cannot subscribe durably.
+        let anon = connect(&b).await;
+        match anon.subscribe_durable("x", "news/#", 10).await {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, ErrorCode::InvalidField)
+            }
+            other => panic!("expected invalid_field, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn a_declared_queue_collects_its_bound_topics() {
+    let b = TestBroker::start(|c| {
+        c.queues.push(wharf::config::QueueDecl {
+            name: "orders".into(),
+            bind: vec!["shop/+/orders".into()],
+            max_deliveries: Some(9),
+            ..Default::default()
+        });
+    });
+    block_on(async {
+        let p = connect(&b).await;
+        p.publish_confirmed("shop/eu/orders", b"o1".to_vec()).await.unwrap();
+        p.publish_confirmed("shop/eu/returns", b"r1".to_vec()).await.unwrap();
+        p.publish_confirmed("shop/us/orders", b"o2".to_vec()).await.unwrap();
+        let mut k = p.consume("orders", 10).await.unwrap();
+        let a = k.recv_timeout(T).await.unwrap();
+        let bb = k.recv_timeout(T).await.unwrap();
+        assert_eq!((a.payload.as_slice(), bb.payload.as_slice()), (&b"o1"[..], &b"o2"[..]));
+        assert_eq!(bb.headers["topic"], "shop/us/orders");
+        assert!(k.recv_timeout(Duration::from_millis(200)).await.is_none());
+    });
+}

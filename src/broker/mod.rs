@@ -28,7 +28,10 @@ pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, QueueCounters,
     QueueInfo, QueuedDelivery,
 };
-pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settle, TOPIC_HEADER};
+pub use queues::{
+    DLQ_SUFFIX, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settle,
+    TOPIC_HEADER, durable_queue_name,
+};
 pub use sink::{Delivery, Sink, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 
@@ -90,6 +93,10 @@ pub enum BrokerError {
     /// An ack, nack, reject or touch names 1 to [`MAX_IDS`] deliveries.
     #[error("{0} delivery ids: give 1 to 10000")]
     InvalidIds(usize),
+    /// A durable subscription cannot be named from this client id and
+    /// subscription id.
+    #[error("durable subscription: {0}")]
+    InvalidDurable(String),
 }
 
 /// How often queues with deadlines (ack timeouts, delays, expiry) are

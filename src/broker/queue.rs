@@ -46,6 +46,8 @@ pub(crate) type QueueTq = TaskQueue<QueueState>;
 pub(crate) struct QueueHandle {
     pub(crate) tq: QueueTq,
     pub(crate) shared: Arc<QueueShared>,
+    /// Its id in the store's keys.
+    pub(crate) id: u32,
 }
 
 /// What others may read without a task.
@@ -172,6 +174,9 @@ pub struct QueueCounters {
     /// Messages deleted unconsumed (expired with `expired = "drop"`, or
     /// dead-lettered without a dead-letter queue).
     pub discarded: u64,
+    /// Enqueues refused because the queue was full (for a queue bound to
+    /// topics, or a durable subscription: topic messages not kept).
+    pub refused: u64,
 }
 
 struct Inflight {
@@ -320,6 +325,7 @@ impl QueueState {
             return Err(QueueError::Deleted);
         }
         if self.holds() >= self.opts.max_length {
+            self.stats.refused += 1;
             return Err(QueueError::Full(self.opts.max_length));
         }
         let ttl = match (m.ttl_ms.filter(|&t| t > 0), self.opts.ttl_ms) {

@@ -38,6 +38,13 @@ pub const TOPIC_HEADER: &str = "topic";
 /// Messages moved per step of a redrive.
 const REDRIVE_BATCH: usize = 1000;
 
+/// Prefix of the queues that hold durable subscriptions:
+/// `$durable/<client id>/<subscription id>`.
+pub const DURABLE_PREFIX: &str = "$durable/";
+
+/// Credit of a durable subscription that does not ask for one.
+pub const DURABLE_PREFETCH: u32 = 100;
+
 /// The queues part of the registry.
 #[derive(Default)]
 pub(crate) struct QueueRegistry {
@@ -45,6 +52,16 @@ pub(crate) struct QueueRegistry {
     defaults: QueueOptions,
     declared: HashMap<String, QueueOptions>,
     next_id: u32,
+    /// Topic subscriptions that copy messages into queues, by queue.
+    binds: HashMap<String, Vec<Subscription>>,
+}
+
+/// What the store keeps with a queue: the filters bound to it when they
+/// were not declared in config (durable subscriptions).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct StoredMeta {
+    #[serde(default)]
+    bind: Vec<String>,
 }
 
 /// A message to put on a queue.
@@ -131,6 +148,23 @@ fn is_dlq_name(name: &str) -> bool {
     name.ends_with(DLQ_SUFFIX)
 }
 
+/// The queue holding durable subscription `sub` of client `client`.
+///
+/// # Errors
+/// [`BrokerError::InvalidDurable`] if either name has a character that
+/// would make the queue name ambiguous (`/`, `+`, `#`, NUL) or is empty.
+pub fn durable_queue_name(client: &str, sub: &str) -> Result<String, BrokerError> {
+    let bad = |s: &str| s.is_empty() || s.contains(['/', '+', '#', '\0']);
+    if bad(client) || bad(sub) {
+        return Err(BrokerError::InvalidDurable(
+            "client id and subscription id must be non-empty without '/', '+', '#' or NUL".into(),
+        ));
+    }
+    let name = format!("{DURABLE_PREFIX}{client}/{sub}");
+    routing::validate_topic(&name).map_err(BrokerError::InvalidTopic)?;
+    Ok(name)
+}
+
 impl Broker {
     fn queue_registry(&self) -> parking_lot::RwLockWriteGuard<'_, QueueRegistry> {
         self.inner.queues.write()
@@ -175,8 +209,9 @@ impl Broker {
             return q.clone();
         }
         let mut opts = Self::options_for(reg, name);
-        let dlq = if is_dlq_name(name) {
-            // A dead-letter queue keeps what it is given.
+        let dlq = if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) {
+            // A dead-letter queue keeps what it is given; a durable
+            // subscription redelivers until its subscriber acks.
             opts.max_deliveries = 0;
             None
         } else {
@@ -219,7 +254,7 @@ impl Broker {
             ),
             &self.inner.scheduler,
         );
-        let handle = QueueHandle { tq, shared };
+        let handle = QueueHandle { tq, shared, id };
         let me = handle.clone();
         if handle
             .tq
@@ -264,10 +299,22 @@ impl Broker {
                 })
                 .collect()
         };
+        let mut rebind = Vec::new();
         for (h, q) in handles {
             messages += q.messages.len() as u64 + q.spilled.iter().sum::<u64>();
+            if !q.meta.is_empty() {
+                match serde_json::from_slice::<StoredMeta>(&q.meta) {
+                    Ok(meta) => rebind.push((q.name.clone(), h.clone(), meta.bind)),
+                    Err(e) => tracing::warn!(queue = %q.name, "ignoring unreadable queue metadata: {e}"),
+                }
+            }
             h.tq.submit(move |s| s.restore(q.messages, q.spilled, q.loaded_upto, q.next_seq))
                 .await?;
+        }
+        // Durable subscriptions keep collecting while their clients are
+        // away, from the moment the broker serves again.
+        for (name, handle, filters) in rebind {
+            self.bind(&name, &handle, &filters).await?;
         }
         Ok(messages as usize)
     }
@@ -282,23 +329,124 @@ impl Broker {
             let Some(queue) = self.queue(&d.name, true)? else {
                 continue;
             };
-            for filter in &d.bind {
-                let sink = Arc::new(BindSink {
-                    id: next_sink_id(),
-                    name: d.name.as_str().into(),
-                    queue: queue.clone(),
-                });
-                let sub = Subscription::new(
-                    sink,
-                    &format!("bind:{}", d.name),
-                    filter,
-                    Bytes::new(),
-                    0,
-                );
-                self.subscribe(sub).await?;
-            }
+            self.bind(&d.name, &queue, &d.bind).await?;
         }
         Ok(())
+    }
+
+    /// Makes `filters` the topic filters copied into `queue` (replacing
+    /// any it had).
+    async fn bind(
+        &self,
+        name: &str,
+        queue: &QueueHandle,
+        filters: &[String],
+    ) -> Result<(), BrokerError> {
+        self.unbind(name).await;
+        let mut subs = Vec::with_capacity(filters.len());
+        for filter in filters {
+            let sink = Arc::new(BindSink {
+                id: next_sink_id(),
+                name: name.into(),
+                queue: queue.clone(),
+            });
+            let sub = Subscription::new(sink, &format!("bind:{name}"), filter, Bytes::new(), 0);
+            if let Err(e) = self.subscribe(sub.clone()).await {
+                for s in subs {
+                    self.drop_binding(s).await;
+                }
+                return Err(e);
+            }
+            subs.push(sub);
+        }
+        self.queue_registry().binds.insert(name.to_owned(), subs);
+        Ok(())
+    }
+
+    /// Stops copying topic messages into the queue `name`.
+    async fn unbind(&self, name: &str) {
+        let old = self.queue_registry().binds.remove(name).unwrap_or_default();
+        for sub in old {
+            self.drop_binding(sub).await;
+        }
+    }
+
+    async fn drop_binding(&self, sub: Subscription) {
+        sub.cancel();
+        let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
+    }
+
+    /// The filters bound to a queue.
+    fn bound_filters(&self, name: &str) -> Vec<String> {
+        self.inner
+            .queues
+            .read()
+            .binds
+            .get(name)
+            .map(|subs| subs.iter().map(|s| s.filter.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Subscribes durably: the queue `$durable/<client>/<consumer.id>`
+    /// (see [`durable_queue_name`]; `consumer.filter` must be that name)
+    /// collects the messages of `filter` from now on, across disconnects
+    /// and restarts, and `consumer` consumes it with `prefetch` credit.
+    /// Subscribing again (after a reconnect) resumes the backlog; with
+    /// another filter the binding is replaced and the backlog kept.
+    ///
+    /// # Errors
+    /// An invalid filter or name, or a refused subscription or consumer.
+    pub async fn subscribe_durable(
+        &self,
+        client: &str,
+        filter: &str,
+        consumer: Subscription,
+        prefetch: u32,
+    ) -> Result<(), BrokerError> {
+        routing::validate_filter(filter).map_err(BrokerError::InvalidFilter)?;
+        if prefetch == 0 || prefetch > MAX_PREFETCH {
+            return Err(BrokerError::InvalidPrefetch(prefetch));
+        }
+        let name = durable_queue_name(client, &consumer.id)?;
+        if *consumer.filter != *name {
+            return Err(BrokerError::InvalidDurable(format!(
+                "the consumer must name the queue {name:?}"
+            )));
+        }
+        let queue = self.queue(&name, true)?.ok_or(BrokerError::Contended)?;
+        if self.bound_filters(&name) != [filter] {
+            self.bind(&name, &queue, &[filter.to_owned()]).await?;
+            if let Some(w) = &self.inner.writer {
+                let meta = serde_json::to_vec(&StoredMeta {
+                    bind: vec![filter.to_owned()],
+                })
+                .map_err(|e| BrokerError::Store(e.to_string()))?;
+                w.submit(vec![records::put_queue(&name, queue.id, &meta)])?
+                    .await
+                    .map_err(|e| BrokerError::Store(e.to_string()))?;
+            }
+        }
+        Ok(queue
+            .tq
+            .submit(move |q| q.consume(consumer, prefetch, now_ms()))
+            .await??)
+    }
+
+    /// Ends a durable subscription for good: the binding, the consumer of
+    /// `sink` if attached, and the backlog are deleted.
+    ///
+    /// # Errors
+    /// The queue refusing the tasks, or the store failing the deletes.
+    pub async fn unsubscribe_durable(
+        &self,
+        client: &str,
+        sub_id: &str,
+        sink: u64,
+    ) -> Result<bool, BrokerError> {
+        let name = durable_queue_name(client, sub_id)?;
+        self.unbind(&name).await;
+        let _ = self.cancel_consumer(&name, sink, sub_id).await;
+        self.delete_queue(&name).await
     }
 
     /// Puts a message on a queue (created on first use). Returns its seq

@@ -288,6 +288,8 @@ impl Client {
             id: id.clone(),
             filter: filter.to_owned(),
             rid: Some(rid),
+            durable: false,
+            prefetch: None,
         });
         self.commands
             .send(Command::Subscribe {

@@ -7,8 +7,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Client, ClientError, Command, Route, wait};
 use crate::protocol::frame::{
-    ClientFrame, Consume, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle, Touch,
-    Unsubscribe,
+    ClientFrame, Consume, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle, Subscribe,
+    Touch, Unsubscribe,
 };
 
 /// Options of one enqueue beyond queue and payload.
@@ -26,6 +26,12 @@ pub struct EnqueueOptions {
 pub struct Consumer {
     id: String,
     rx: mpsc::Receiver<QueueDelivery>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer").field("id", &self.id).finish()
+    }
 }
 
 impl Consumer {
@@ -168,8 +174,51 @@ impl Client {
         Ok(Consumer { id, rx })
     }
 
+    /// Subscribes durably to a topic filter under the name `id`: messages
+    /// published while this client (same client id in
+    /// [`ClientOptions::client_id`](super::ClientOptions), which is
+    /// required) is away are kept and delivered when it subscribes again
+    /// with the same `id`. Deliveries are acknowledged like a queue's;
+    /// [`Client::cancel`] ends the subscription and deletes its backlog.
+    ///
+    /// # Errors
+    /// As [`Client::consume`]; `invalid_field` without a client id.
+    pub async fn subscribe_durable(
+        &self,
+        id: &str,
+        filter: &str,
+        prefetch: u32,
+    ) -> Result<Consumer, ClientError> {
+        let rid = self.next_id();
+        let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
+        let (reply, answer) = oneshot::channel();
+        let frame = ClientFrame::Subscribe(Subscribe {
+            id: id.to_owned(),
+            filter: filter.to_owned(),
+            rid: Some(rid),
+            durable: true,
+            prefetch: Some(prefetch),
+        });
+        self.commands
+            .send(Command::Subscribe {
+                frame,
+                id: id.to_owned(),
+                rid,
+                tx: Route::Deliveries(tx),
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        wait(answer, self.options.timeout).await?;
+        Ok(Consumer {
+            id: id.to_owned(),
+            rx,
+        })
+    }
+
     /// Stops consuming; the consumer's unacknowledged deliveries go back
-    /// to the queue.
+    /// to the queue. For a durable subscription: ends it for good and
+    /// deletes its backlog.
     ///
     /// # Errors
     /// As [`Client::consume`].

@@ -167,6 +167,16 @@ pub struct Subscribe {
     /// failure's `error` carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rid: Option<u64>,
+    /// A durable subscription: named by the client id (from `hello`) and
+    /// `id`, it outlives the connection; messages published while the
+    /// client is away are kept and arrive as `delivery` frames, to be
+    /// acknowledged like queue deliveries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub durable: bool,
+    /// Most unacknowledged deliveries of a durable subscription at once
+    /// (1 to 10000, default 100); ignored otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<u32>,
 }
 
 /// `unsubscribe`: end subscription `id`.

@@ -26,7 +26,10 @@ pub use outbound::{
 pub use rate::{RateLimiter, Verdict};
 
 // `Sink` for `Outbound::id`.
-use crate::broker::{Broker, BrokerError, Enqueue, Publish, Settle, Sink as _, Subscription};
+use crate::broker::{
+    Broker, BrokerError, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, Publish, Settle, Sink as _,
+    Subscription, durable_queue_name,
+};
 use crate::store::Durable;
 use crate::config::SessionConfig;
 use crate::protocol::codec::{self, Format};
@@ -66,6 +69,9 @@ pub struct Session {
     /// a client that pipelines is slowed instead of buffered without
     /// bound.
     pending: Arc<AtomicUsize>,
+    /// Whether the client named itself in `hello` (durable subscriptions
+    /// need a stable name).
+    named: bool,
     frames: u64,
 }
 
@@ -100,6 +106,7 @@ impl Session {
             subs: HashMap::new(),
             consumers: HashMap::new(),
             pending: Arc::new(AtomicUsize::new(0)),
+            named: false,
             frames: 0,
         }
     }
@@ -159,7 +166,8 @@ impl Session {
             BrokerError::UnknownQueue(_) => ErrorCode::UnknownQueue,
             BrokerError::InvalidPriority(_)
             | BrokerError::InvalidPrefetch(_)
-            | BrokerError::InvalidIds(_) => ErrorCode::InvalidField,
+            | BrokerError::InvalidIds(_)
+            | BrokerError::InvalidDurable(_) => ErrorCode::InvalidField,
         };
         self.error(format, code, e.to_string(), rid);
     }
@@ -199,6 +207,41 @@ impl Session {
             send(durable.await);
             pending.fetch_sub(1, Ordering::AcqRel);
         });
+    }
+
+    async fn subscribe_durable(&mut self, format: Format, s: crate::protocol::frame::Subscribe) {
+        if !self.named {
+            self.error(
+                format,
+                ErrorCode::InvalidField,
+                "durable: a durable subscription needs the client id given in hello",
+                s.rid,
+            );
+            return;
+        }
+        let name = match durable_queue_name(&self.client_id, &s.id) {
+            Ok(n) => n,
+            Err(e) => return self.error(format, ErrorCode::InvalidField, e.to_string(), s.rid),
+        };
+        let consumer = Subscription::new(
+            self.out.clone(),
+            &s.id,
+            &name,
+            Bytes::new(),
+            encoding_slot(format),
+        );
+        let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);
+        match self
+            .broker
+            .subscribe_durable(&self.client_id, &s.filter, consumer.clone(), prefetch)
+            .await
+        {
+            Ok(()) => {
+                self.consumers.insert(s.id, consumer);
+                self.receipt(format, s.rid);
+            }
+            Err(e) => self.broker_error(format, e, s.rid),
+        }
     }
 
     fn has_id(&self, id: &str) -> bool {
@@ -291,6 +334,7 @@ impl Session {
                     return Next::Continue;
                 }
                 if let Some(client_id) = h.client_id {
+                    self.named = true;
                     self.client_id = client_id;
                     self.sessions.set_client_id(self.id, self.client_id.clone());
                 }
@@ -322,6 +366,10 @@ impl Session {
                 if !self.check_new_id(format, &s.id, s.rid) {
                     return Next::Continue;
                 }
+                if s.durable {
+                    self.subscribe_durable(format, s).await;
+                    return Next::Continue;
+                }
                 let sub = Subscription::new(
                     self.out.clone(),
                     &s.id,
@@ -340,11 +388,19 @@ impl Session {
             ClientFrame::Unsubscribe(u) if self.consumers.contains_key(&u.id) => {
                 if let Some(c) = self.consumers.remove(&u.id) {
                     c.cancel();
-                    match self
-                        .broker
-                        .cancel_consumer(&c.filter, self.out.id(), &u.id)
-                        .await
-                    {
+                    let done = if c.filter.starts_with(DURABLE_PREFIX) {
+                        // A durable subscription ends for good: its backlog
+                        // goes with it.
+                        self.broker
+                            .unsubscribe_durable(&self.client_id, &u.id, self.out.id())
+                            .await
+                            .map(|_| ())
+                    } else {
+                        self.broker
+                            .cancel_consumer(&c.filter, self.out.id(), &u.id)
+                            .await
+                    };
+                    match done {
                         Ok(()) => self.receipt(format, u.rid),
                         Err(e) => self.broker_error(format, e, u.rid),
                     }

@@ -92,7 +92,8 @@ pub(crate) fn api_error(e: BrokerError) -> ApiError {
         BrokerError::InvalidFilter(_) => (StatusCode::BAD_REQUEST, "invalid_filter"),
         BrokerError::InvalidPriority(_)
         | BrokerError::InvalidPrefetch(_)
-        | BrokerError::InvalidIds(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
+        | BrokerError::InvalidIds(_)
+        | BrokerError::InvalidDurable(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
         BrokerError::Task(TaskError::Overloaded { .. })
         | BrokerError::Contended
         | BrokerError::StoreBusy(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
