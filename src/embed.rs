@@ -30,6 +30,10 @@
 //! }
 //! ```
 
+mod queues;
+
+pub use queues::{ActorConsumer, QueueMessage, Settler};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;

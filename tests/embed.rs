@@ -52,7 +52,8 @@ fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
     config.scheduler.workers = 1;
     config.server.shutdown_timeout_s = 2;
     block_on(async move {
-        let (wharf, auditor, log) = embedded::start(config).await.unwrap();
+        let shop = embedded::start(config).await.unwrap();
+        let (wharf, auditor, log) = (shop.wharf.clone(), shop.auditor.clone(), shop.log.clone());
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let routes = wharf.clone();
@@ -96,6 +97,25 @@ fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
             log.lock().unwrap().as_slice(),
             ["orders/new #1: two coffees"]
         );
+        // The kitchen consumed the ticket from the queue and acked it.
+        for _ in 0..200 {
+            if !shop.prepared.lock().unwrap().is_empty() {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            shop.prepared.lock().unwrap().as_slice(),
+            [("two coffees".to_owned(), 1)]
+        );
+        let q = wharf.broker().queue_info("kitchen/tickets").await.unwrap();
+        assert_eq!((q.depth, q.in_flight, q.stats.acked), (0, 0, 1), "{q:?}");
+        let (status, body) = actix_web::rt::task::spawn_blocking(move || {
+            http(addr, "GET", "/broker/queues/kitchen/tickets", "")
+        })
+        .await
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
         let (status, _) =
             actix_web::rt::task::spawn_blocking(move || http(addr, "GET", "/broker/health", ""))
                 .await
@@ -125,6 +145,7 @@ fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
         let _ = server.await;
         wharf.shutdown().await.unwrap();
         drop(wharf);
+        drop(shop);
     });
     assert!(
         wait_until(Duration::from_secs(10), || broker_threads().is_empty()),

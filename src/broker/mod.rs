@@ -439,6 +439,29 @@ impl Broker {
     }
 }
 
+/// A broker handle that does not keep the broker alive: for sinks the
+/// broker itself holds (which would otherwise form a cycle).
+#[derive(Clone)]
+pub struct WeakBroker {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl WeakBroker {
+    /// The broker, if it still exists.
+    pub fn upgrade(&self) -> Option<Broker> {
+        self.inner.upgrade().map(|inner| Broker { inner })
+    }
+}
+
+impl Broker {
+    /// A handle that does not keep the broker alive.
+    pub fn downgrade(&self) -> WeakBroker {
+        WeakBroker {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+}
+
 impl std::fmt::Debug for Broker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Broker")

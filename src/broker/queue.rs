@@ -22,7 +22,7 @@ use crate::store::queues::{
     self as records, MESSAGES_TREE, PRIORITIES, StoredMessage, decode_message,
 };
 use crate::store::{Durable, ReadResult, SubmitError, Write, WriterHandle};
-use crate::taskq::{Priority as Lane, TaskQueue};
+use crate::taskq::{Priority as Lane, TaskQueue, WeakTaskQueue};
 
 /// Header naming why a message was dead-lettered: `max-deliveries`,
 /// `rejected` or `expired`.
@@ -238,8 +238,9 @@ pub(crate) struct QueueState {
     last_expiry_scan: u64,
     writer: Option<WriterHandle>,
     dlq: Option<QueueHandle>,
-    /// Its own handle, for the store writer's answers to refill reads.
-    me: Option<QueueHandle>,
+    /// Its own handle (weak: no cycle), for the store writer's answers to
+    /// refill reads.
+    me: Option<(WeakTaskQueue<QueueState>, Arc<QueueShared>)>,
     shared: Arc<QueueShared>,
     stats: QueueCounters,
     deleted: bool,
@@ -283,8 +284,8 @@ impl QueueState {
     }
 
     /// Gives the queue its own handle (right after creation).
-    pub(crate) fn set_handle(&mut self, me: QueueHandle) {
-        self.me = Some(me);
+    pub(crate) fn set_handle(&mut self, me: &QueueHandle) {
+        self.me = Some((me.tq.downgrade(), me.shared.clone()));
     }
 
     /// Installs what the store held at start.
@@ -792,11 +793,14 @@ impl QueueState {
             .memory_window
             .saturating_sub(self.ready_len)
             .max(REFILL_MIN);
-        let me = me.clone();
+        let (me, shared) = me.clone();
         let range = records::range_after(self.id, p as u8, self.loaded_upto[p]);
         let reply = Box::new(move |result: ReadResult| {
-            let shared = me.shared.clone();
-            let sent = me.tq.execute(Lane::High, move |q: &mut QueueState| {
+            // A queue dropped meanwhile (shutdown, deletion) needs nothing.
+            let Some(tq) = me.upgrade() else {
+                return;
+            };
+            let sent = tq.execute(Lane::High, move |q: &mut QueueState| {
                 q.refilled(p, limit, result, now_ms());
             });
             if sent.is_err() {

@@ -159,6 +159,7 @@ fn dead_letter_queue() -> QueueHandle {
     QueueHandle {
         tq: TaskQueue::new(state, &scheduler().handle()),
         shared,
+        id: 2,
     }
 }
 
@@ -283,6 +284,9 @@ struct Model {
     stats: QueueCounters,
     /// Delivery id -> seq, for every delivery ever made.
     delivered: BTreeMap<u64, u64>,
+    /// What the sequence exercised (summed over all cases and checked, so
+    /// that the generator cannot quietly stop reaching a path).
+    cov: BTreeMap<&'static str, u64>,
 }
 
 impl Model {
@@ -301,7 +305,12 @@ impl Model {
             last_scan: 0,
             stats: QueueCounters::default(),
             delivered: BTreeMap::new(),
+            cov: BTreeMap::new(),
         }
+    }
+
+    fn hit(&mut self, what: &'static str) {
+        *self.cov.entry(what).or_default() += 1;
     }
 
     fn held(&self) -> usize {
@@ -346,11 +355,17 @@ impl Model {
         let m = self.msgs.get_mut(&seq).unwrap();
         m.st = St::Ready;
         m.not_before = 0;
-        self.ready.insert((Reverse(m.priority), seq));
+        let p = m.priority;
+        self.ready.insert((Reverse(p), seq));
+        if self.ready.range((Reverse(p), seq + 1)..=(Reverse(p), u64::MAX)).next().is_some() {
+            self.hit("back ahead of younger messages");
+        }
     }
 
     fn enqueue(&mut self, priority: u8, ttl: Option<u64>, now: u64) -> Result<u64, QueueError> {
         if self.held() as u64 >= self.opts.max_length {
+            self.hit("enqueue refused: full");
+            self.stats.refused += 1;
             return Err(QueueError::Full(self.opts.max_length));
         }
         // The publisher's TTL, capped by the queue's.
@@ -382,9 +397,15 @@ impl Model {
         if drop || !self.has_dlq {
             m.st = St::Discarded(reason);
             self.stats.discarded += 1;
+            self.hit("discarded");
         } else {
             m.st = St::Dead(reason);
             self.stats.dead_lettered += 1;
+            self.hit(match reason {
+                DeadReason::MaxDeliveries => "dead-lettered: max-deliveries",
+                DeadReason::Rejected => "dead-lettered: rejected",
+                DeadReason::Expired => "dead-lettered: expired",
+            });
         }
     }
 
@@ -403,6 +424,7 @@ impl Model {
             steps.get(i).or(steps.last()).copied().unwrap_or(0)
         });
         if delay > 0 {
+            self.hit("returned with a delay");
             let nb = now + delay;
             let m = self.msgs.get_mut(&seq).unwrap();
             m.st = St::Delayed;
@@ -425,6 +447,7 @@ impl Model {
     fn pop_ready(&mut self, now: u64) -> Option<u64> {
         while let Some((_, seq)) = self.ready.pop_first() {
             if self.msgs[&seq].expired(now) {
+                self.hit("expired at dispatch");
                 self.dead_letter(seq, DeadReason::Expired);
                 continue;
             }
@@ -447,6 +470,10 @@ impl Model {
         loop {
             if !self.cons.iter().any(MCons::eligible) {
                 break;
+            }
+            let top = self.ready.first().map(|k| k.0);
+            if self.ready.last().map(|k| k.0) != top {
+                self.hit("offer among several priorities");
             }
             let Some(seq) = self.pop_ready(now) else {
                 break;
@@ -490,6 +517,7 @@ impl Model {
             );
             match a.outcome {
                 Delivery::Queued => {
+                    self.hit(if a.deliveries > 1 { "redelivered" } else { "delivered" });
                     ensure!(
                         !self.delivered.contains_key(&a.id),
                         "{a:?}: delivery id reused"
@@ -514,6 +542,11 @@ impl Model {
                     );
                 }
                 Delivery::Dropped | Delivery::Closed => {
+                    self.hit(if a.outcome == Delivery::Closed {
+                        "offer to a closed sink"
+                    } else {
+                        "offer to a full sink"
+                    });
                     self.make_ready(seq);
                     self.cons[ci].blocked = true;
                     closed |= a.outcome == Delivery::Closed;
@@ -531,6 +564,9 @@ impl Model {
                 self.cons_by_cid(cid).unwrap().attached = false;
             }
             for cid in gone {
+                if !self.in_flight_of(cid).is_empty() {
+                    self.hit("closed consumer's deliveries returned");
+                }
                 self.return_all_of(cid, now);
             }
             self.dispatch(log, sinks, now)?;
@@ -599,6 +635,7 @@ impl Model {
             .map(|(&id, _)| id)
             .collect();
         for id in late {
+            self.hit("ack timeout");
             let f = self.inflight.remove(&id).unwrap();
             if let Some(c) = self.cons_by_cid(f.cid) {
                 c.inflight -= 1;
@@ -610,6 +647,7 @@ impl Model {
                 break;
             }
             self.delayed.pop_first();
+            self.hit("delay over");
             self.make_ready(seq);
         }
         if self.expiring() > 0 && now >= self.last_scan + SCAN_EVERY {
@@ -621,6 +659,7 @@ impl Model {
                 .copied()
                 .collect();
             for k in expired {
+                self.hit("expired by the scan");
                 self.ready.remove(&k);
                 self.dead_letter(k.1, DeadReason::Expired);
             }
@@ -837,6 +876,7 @@ impl Harness {
         };
         ensure!(got == want, "consume {sink_id}/{sub}: got {got:?}, model {want:?}");
         if got.is_err() {
+            self.m.hit("consume refused: duplicate");
             return self.nothing_offered();
         }
         self.m.cons.push(MCons {
@@ -883,6 +923,16 @@ impl Harness {
             How::Touch(extend) => self.q.touch(sink_id, sub, ids, extend, now),
         };
         let want = self.m.owned(sink_id, sub, ids);
+        self.m.hit(match &want {
+            Ok(_) => match how {
+                How::Ack => "ack",
+                How::Nack(_) => "nack",
+                How::Reject => "reject",
+                How::Touch(_) => "touch",
+            },
+            Err(QueueError::UnknownConsumer) => "settle refused: unknown consumer",
+            Err(_) => "settle refused: unknown delivery",
+        });
         ensure!(
             got == want.clone().map(|_| ()),
             "{how:?} {ids:?} by {sink_id}/{sub}: got {got:?}, model {want:?}"
@@ -1349,13 +1399,20 @@ impl Harness {
     }
 }
 
+static COVERAGE: Mutex<BTreeMap<&str, u64>> = Mutex::new(BTreeMap::new());
+
 fn run_case(cfg: &Cfg, ops: &[Op]) -> Result<(), String> {
     let mut h = Harness::new(cfg);
     for (i, op) in ops.iter().enumerate() {
         h.step(op)
             .map_err(|e| format!("step {i} ({op:?}) at {}: {e}", h.now))?;
     }
-    h.drain().map_err(|e| format!("drain at {}: {e}", h.now))
+    h.drain().map_err(|e| format!("drain at {}: {e}", h.now))?;
+    let mut cov = COVERAGE.lock().unwrap();
+    for (k, n) in std::mem::take(&mut h.m.cov) {
+        *cov.entry(k).or_default() += n;
+    }
+    Ok(())
 }
 
 #[test]
@@ -1380,6 +1437,39 @@ fn random_sequences_match_the_model() {
             panic!("{reason}\nminimal case:\n{cfg:#?}\n{ops:#?}")
         }
         Err(e) => panic!("{e}"),
+    }
+    let cov = COVERAGE.lock().unwrap();
+    println!("{cases} sequences exercised: {cov:#?}");
+    if cases >= 100 {
+        for what in [
+            "delivered",
+            "redelivered",
+            "offer among several priorities",
+            "offer to a full sink",
+            "offer to a closed sink",
+            "closed consumer's deliveries returned",
+            "back ahead of younger messages",
+            "ack",
+            "nack",
+            "reject",
+            "touch",
+            "ack timeout",
+            "returned with a delay",
+            "delay over",
+            "expired at dispatch",
+            "expired by the scan",
+            "dead-lettered: max-deliveries",
+            "dead-lettered: rejected",
+            "dead-lettered: expired",
+            "discarded",
+            "enqueue refused: full",
+            "settle refused: unknown delivery",
+            "settle refused: unknown consumer",
+            "consume refused: duplicate",
+        ] {
+            let n = cov.get(what).copied().unwrap_or(0);
+            assert!(n >= 10, "the random sequences reached {what:?} only {n} times");
+        }
     }
 }
 
@@ -1463,10 +1553,14 @@ fn enqueue_past_max_length_is_refused_and_changes_nothing() {
 
     let before = q.info();
     for priority in [0, 9] {
-        let err = q.enqueue(incoming(4, priority, Some(100)), t).unwrap_err();
-        assert_eq!(err, QueueError::Full(3));
+        let err = q.enqueue(incoming(4, priority, Some(100)), t).map(|x| x.0);
+        assert_eq!(err, Err(QueueError::Full(3)));
     }
-    assert_eq!(q.info(), before);
+    // Only the refusals are counted.
+    let mut after = q.info();
+    assert_eq!(after.stats.refused, before.stats.refused + 2);
+    after.stats.refused = before.stats.refused;
+    assert_eq!(after, before);
     assert_eq!(before.stats.enqueued, 3);
     assert_eq!((before.depth, before.in_flight), (2, 1));
     assert_eq!(ready_seqs(&q, 0), [2, 3]);
@@ -1479,7 +1573,7 @@ fn enqueue_past_max_length_is_refused_and_changes_nothing() {
     assert_eq!(take_log(&log).iter().map(|x| x.seq).collect::<Vec<_>>(), [2]);
     assert_eq!(q.enqueue(incoming(4, 0, None), t).unwrap().0, 4);
     assert_eq!(
-        q.enqueue(incoming(5, 0, None), t).unwrap_err(),
-        QueueError::Full(3)
+        q.enqueue(incoming(5, 0, None), t).map(|x| x.0),
+        Err(QueueError::Full(3))
     );
 }

@@ -258,7 +258,7 @@ impl Broker {
         let me = handle.clone();
         if handle
             .tq
-            .execute(Lane::High, move |q| q.set_handle(me))
+            .execute(Lane::High, move |q| q.set_handle(&me))
             .is_err()
         {
             tracing::error!(queue = %name, "a new queue could not take its own handle");
@@ -678,11 +678,20 @@ impl Broker {
     /// # Errors
     /// The queue refusing the task, or the store failing the deletes.
     pub async fn delete_queue(&self, name: &str) -> Result<bool, BrokerError> {
-        let Some(q) = self.inner.queues.write().queues.remove(name) else {
+        let Some(q) = self.queue(name, false)? else {
             return Ok(false);
         };
         let owned: Arc<str> = name.into();
-        if let Some(d) = q.tq.submit_high(move |s| s.delete(&owned)).await? {
+        // The queue refuses everything once the task has run; only then
+        // does the registry forget it (a refused task leaves it whole).
+        let durable = q.tq.submit_high(move |s| s.delete(&owned)).await?;
+        {
+            let mut reg = self.queue_registry();
+            if reg.queues.get(name).is_some_and(|h| h.tq.same(&q.tq)) {
+                reg.queues.remove(name);
+            }
+        }
+        if let Some(d) = durable {
             d.await.map_err(|e| BrokerError::Store(e.to_string()))?;
         }
         Ok(true)

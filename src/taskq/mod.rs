@@ -79,6 +79,28 @@ impl<S> Clone for TaskQueue<S> {
     }
 }
 
+/// A handle that does not keep the resource alive: for a resource that
+/// must be able to submit to itself later (a callback it hands out)
+/// without a reference cycle.
+pub struct WeakTaskQueue<S> {
+    inner: std::sync::Weak<Inner<S>>,
+}
+
+impl<S> Clone for WeakTaskQueue<S> {
+    fn clone(&self) -> Self {
+        WeakTaskQueue {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S> WeakTaskQueue<S> {
+    /// The resource, if it still exists.
+    pub fn upgrade(&self) -> Option<TaskQueue<S>> {
+        self.inner.upgrade().map(|inner| TaskQueue { inner })
+    }
+}
+
 struct Inner<S> {
     core: Core<S, Job<S>>,
     pool: Arc<PoolShared>,
@@ -219,6 +241,13 @@ impl<S: Send + 'static> TaskQueue<S> {
             }
         }
         Ok(())
+    }
+
+    /// A handle that does not keep the resource alive.
+    pub fn downgrade(&self) -> WeakTaskQueue<S> {
+        WeakTaskQueue {
+            inner: Arc::downgrade(&self.inner),
+        }
     }
 
     /// Whether two handles refer to the same resource.
