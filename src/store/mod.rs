@@ -5,12 +5,14 @@
 //! the schema version, checked on every open so that a database written by
 //! an incompatible Wharf is refused instead of misread.
 
+mod engine;
 pub mod queues;
 mod retained;
 mod writer;
 
 use std::path::{Path, PathBuf};
 
+pub use engine::{Engine, SledEngine};
 pub use retained::RetainedRecord;
 pub use writer::{
     CommitError, Durable, ReadReply, ReadResult, StoreWriter, SubmitError, WRITER_QUEUE, Write,
@@ -70,6 +72,14 @@ pub enum StoreError {
         /// sled's explanation.
         #[source]
         source: sled::Error,
+    },
+    /// The engine could not read a tree back.
+    #[error("store {op} failed: {reason}")]
+    Read {
+        /// What was being read.
+        op: &'static str,
+        /// The engine's explanation.
+        reason: String,
     },
     /// Syncing the database files to disk failed.
     #[error("cannot sync {path} to disk: {source}")]
@@ -197,15 +207,18 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sync`] if the writer thread cannot start.
     pub fn start_writer(&self, config: &StoreConfig) -> Result<StoreWriter, StoreError> {
-        StoreWriter::start(self.db.clone(), config).map_err(|source| StoreError::Sync {
+        let sync_err = |source| StoreError::Sync {
             path: self.path.clone(),
             source,
-        })
+        };
+        let engine = SledEngine::new(self.db.clone(), &config.data_dir).map_err(sync_err)?;
+        StoreWriter::start(Box::new(engine), config).map_err(sync_err)
     }
 
-    fn tree(&self, name: &'static str) -> Result<sled::Tree, StoreError> {
-        self.db.open_tree(name).map_err(|source| StoreError::Io {
-            op: "open tree",
+    /// The database as an [`Engine`], for the loaders.
+    fn engine(&self) -> Result<SledEngine, StoreError> {
+        SledEngine::new(self.db.clone(), &self.path).map_err(|source| StoreError::Sync {
+            path: self.path.clone(),
             source,
         })
     }

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
+use super::engine::Engine;
 use super::writer::Write;
 use super::{Store, StoreError, decode_headers, encode_headers};
 use crate::protocol::frame::Headers;
@@ -224,8 +225,8 @@ pub fn decode_deliveries(value: &[u8]) -> Option<(u32, u64)> {
     ))
 }
 
-fn io(op: &'static str) -> impl Fn(sled::Error) -> StoreError {
-    move |source| StoreError::Io { op, source }
+fn io(op: &'static str) -> impl Fn(super::CommitError) -> StoreError {
+    move |e| StoreError::Read { op, reason: e.0 }
 }
 
 impl Store {
@@ -235,18 +236,24 @@ impl Store {
     /// decoded.
     ///
     /// # Errors
-    /// [`StoreError::Io`] if a tree cannot be read.
+    /// [`StoreError::Read`] if a tree cannot be read.
     pub fn load_queues(&self, window: impl Fn(&str) -> usize) -> Result<LoadedQueues, StoreError> {
-        let mut out = LoadedQueues::default();
-        let mut by_id: HashMap<u32, (LoadedQueue, usize)> = HashMap::new();
-        for item in self.tree(QUEUES_TREE)?.iter() {
-            let (k, v) = item.map_err(io("read queues"))?;
+        load(&self.engine()?, &window)
+    }
+}
+
+/// [`Store::load_queues`] over any engine.
+fn load(engine: &dyn Engine, window: &dyn Fn(&str) -> usize) -> Result<LoadedQueues, StoreError> {
+    let mut out = LoadedQueues::default();
+    let mut by_id: HashMap<u32, (LoadedQueue, usize)> = HashMap::new();
+    engine
+        .scan(QUEUES_TREE, &mut |k, v| {
             let (Ok(name), Some(id)) = (
-                std::str::from_utf8(&k),
-                v.get(..4).and_then(|b| b.try_into().ok()),
+                std::str::from_utf8(k),
+                v.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()),
             ) else {
                 tracing::warn!(key = ?k, "skipping an undecodable queue record");
-                continue;
+                return true;
             };
             let id = u32::from_be_bytes(id);
             let limit = window(name);
@@ -263,11 +270,13 @@ impl Store {
                     limit,
                 ),
             );
-        }
-        let mut deliveries: HashMap<Vec<u8>, (u32, u64)> = HashMap::new();
-        for item in self.tree(DELIVERIES_TREE)?.iter() {
-            let (k, v) = item.map_err(io("read delivery state"))?;
-            match decode_deliveries(&v) {
+            true
+        })
+        .map_err(io("read queues"))?;
+    let mut deliveries: HashMap<Vec<u8>, (u32, u64)> = HashMap::new();
+    engine
+        .scan(DELIVERIES_TREE, &mut |k, v| {
+            match decode_deliveries(v) {
                 Some(d) => {
                     deliveries.insert(k.to_vec(), d);
                 }
@@ -276,31 +285,38 @@ impl Store {
                     key: k.to_vec(),
                 }),
             }
-        }
-        for item in self.tree(MESSAGES_TREE)?.iter() {
-            let (k, v) = item.map_err(io("read queue messages"))?;
-            let Some((id, priority, seq)) = parse_key(&k) else {
+            true
+        })
+        .map_err(io("read delivery state"))?;
+    engine
+        .scan(MESSAGES_TREE, &mut |k, v| {
+            let Some((id, priority, seq)) = parse_key(k) else {
                 tracing::warn!(key = ?k, "skipping an undecodable queue message key");
-                continue;
+                return true;
             };
-            let state = deliveries.remove(k.as_ref());
+            let state = deliveries.remove(k);
             let Some((q, limit)) = by_id.get_mut(&id) else {
                 out.orphans.extend(delete_message(id, priority, seq));
-                continue;
+                return true;
             };
             let p = usize::from(priority);
             q.next_seq = q.next_seq.max(seq.saturating_add(1));
-            if q.messages.len() >= *limit {
+            // Past the window only messages delivered before the restart
+            // are loaded (their delivery state must not be lost); the
+            // queue skips them when it reads the rest back.
+            if q.messages.len() >= *limit && state.is_none() {
                 q.spilled[p] += 1;
-                continue;
+                return true;
             }
-            match decode_message(&k, &v) {
+            match decode_message(k, v) {
                 Some((_, mut m)) => {
                     if let Some((n, nb)) = state {
                         m.deliveries = n;
                         m.not_before_ms = nb;
                     }
-                    q.loaded_upto[p] = seq;
+                    if q.spilled[p] == 0 {
+                        q.loaded_upto[p] = seq;
+                    }
                     q.messages.push(m);
                 }
                 None => {
@@ -308,19 +324,20 @@ impl Store {
                     out.orphans.extend(delete_message(id, priority, seq));
                 }
             }
-        }
-        // Delivery records whose message is gone (acked just before a
-        // crash, the two trees being separate batches).
-        out.orphans
-            .extend(deliveries.into_keys().map(|key| Write::Delete {
-                tree: DELIVERIES_TREE,
-                key,
-            }));
-        let mut queues: Vec<LoadedQueue> = by_id.into_values().map(|(q, _)| q).collect();
-        queues.sort_by_key(|q| q.id);
-        out.queues = queues;
-        Ok(out)
-    }
+            true
+        })
+        .map_err(io("read queue messages"))?;
+    // Delivery records whose message is gone (acked just before a crash,
+    // the two trees being separate batches).
+    out.orphans
+        .extend(deliveries.into_keys().map(|key| Write::Delete {
+            tree: DELIVERIES_TREE,
+            key,
+        }));
+    let mut queues: Vec<LoadedQueue> = by_id.into_values().map(|(q, _)| q).collect();
+    queues.sort_by_key(|q| q.id);
+    out.queues = queues;
+    Ok(out)
 }
 
 #[cfg(test)]

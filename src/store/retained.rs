@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use super::engine::Engine as _;
 use super::writer::Write;
 use super::{Store, StoreError};
 use crate::protocol::frame::Headers;
@@ -65,21 +66,22 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`] if the tree cannot be read.
     pub fn load_retained(&self) -> Result<Vec<RetainedRecord>, StoreError> {
-        let tree = self.tree(TREE)?;
         let mut out = Vec::new();
-        for item in tree.iter() {
-            let (k, v) = item.map_err(|source| StoreError::Io {
+        self.engine()?
+            .scan(TREE, &mut |k, v| {
+                match decode(k, v) {
+                    // An empty retained message means none (it is never
+                    // stored as such); skip it rather than resurrect it.
+                    Some(r) if r.payload.is_empty() => {}
+                    Some(r) => out.push(r),
+                    None => tracing::warn!(key = ?k, "skipping an undecodable retained record"),
+                }
+                true
+            })
+            .map_err(|e| StoreError::Read {
                 op: "read retained messages",
-                source,
+                reason: e.0,
             })?;
-            match decode(&k, &v) {
-                // An empty retained message means none (it is never stored
-                // as such); skip it rather than resurrect it.
-                Some(r) if r.payload.is_empty() => {}
-                Some(r) => out.push(r),
-                None => tracing::warn!(key = ?k, "skipping an undecodable retained record"),
-            }
-        }
         Ok(out)
     }
 }

@@ -9,11 +9,7 @@
 //! `"interval"`: writes are confirmed once applied, and flushed every
 //! `interval_ms`; a crash can lose the last interval's confirmed writes.
 
-use std::collections::HashSet;
-use std::ffi::OsString;
-use std::fs::File;
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -21,6 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use tokio::sync::oneshot;
 
+use super::engine::Engine;
 use crate::config::{FlushMode, StoreConfig};
 
 /// Groups of writes queued for the writer before submitters are refused.
@@ -183,19 +180,18 @@ pub struct StoreWriter {
 }
 
 impl StoreWriter {
-    pub(super) fn start(db: sled::Db, config: &StoreConfig) -> std::io::Result<StoreWriter> {
+    pub(super) fn start(
+        engine: Box<dyn Engine>,
+        config: &StoreConfig,
+    ) -> std::io::Result<StoreWriter> {
         let (tx, rx) = crossbeam_channel::bounded(WRITER_QUEUE);
-        // The file fsynced after each flush: without it "always" would
-        // quietly stop meaning what it says, so it is required.
-        let db_file = File::open(config.data_dir.join("db"))?;
         let mode = config.flush;
         let interval = Duration::from_millis(config.interval_ms.max(1));
         let (closed_tx, closed) = crossbeam_channel::bounded(1);
-        let blobs = config.data_dir.join("blobs");
         std::thread::Builder::new()
             .name("wharf-store-writer".into())
             .spawn(move || {
-                run(db, db_file, blobs, &rx, mode, interval);
+                run(engine, &rx, mode, interval);
                 let _ = closed_tx.send(());
                 // Refuse whatever still arrives, until every handle is gone.
                 let closed = || CommitError("the store writer has shut down".into());
@@ -250,26 +246,9 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(
-    db: sled::Db,
-    db_file: File,
-    blobs: PathBuf,
-    rx: &Receiver<Msg>,
-    mode: FlushMode,
-    interval: Duration,
-) {
+fn run(mut engine: Box<dyn Engine>, rx: &Receiver<Msg>, mode: FlushMode, interval: Duration) {
     let mut dirty = false;
     let mut last_flush = Instant::now();
-    let mut synced_blobs = HashSet::new();
-    let mut durable = |db: &sled::Db| -> Result<(), CommitError> {
-        db.flush().map_err(|e| CommitError(e.to_string()))?;
-        db_file
-            .sync_data()
-            .map_err(|e| CommitError(e.to_string()))?;
-        // sled keeps large values in files of their own and does not fsync
-        // them: do it for each new one, and for the directory naming it.
-        sync_new_blobs(&blobs, &mut synced_blobs).map_err(|e| CommitError(format!("blobs: {e}")))
-    };
     loop {
         let wait = match mode {
             FlushMode::Interval if dirty => interval.saturating_sub(last_flush.elapsed()),
@@ -279,7 +258,7 @@ fn run(
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => {
                 if dirty {
-                    match durable(&db) {
+                    match engine.durable() {
                         // Stays dirty: the next interval tries again.
                         Err(e) => tracing::error!("periodic store flush failed: {e}"),
                         Ok(()) => dirty = false,
@@ -298,7 +277,10 @@ fn run(
             }
         }
         let closing = group.iter().any(|m| matches!(m, Msg::Close));
-        let mut result = apply(&db, &group);
+        let mut result = engine.apply(&mut group.iter().flat_map(|m| match m {
+            Msg::Writes { writes, .. } => writes.as_slice(),
+            _ => &[],
+        }));
         // Reads see every write queued before them: the group is applied.
         let mut writes = Vec::with_capacity(group.len());
         for m in group {
@@ -309,7 +291,7 @@ fn run(
                     to,
                     limit,
                     reply,
-                } => reply(read(&db, tree, &from, &to, limit)),
+                } => reply(engine.read(tree, &from, &to, limit)),
                 other => writes.push(other),
             }
         }
@@ -317,13 +299,13 @@ fn run(
         match mode {
             FlushMode::Always => {
                 if result.is_ok() {
-                    result = durable(&db);
+                    result = engine.durable();
                 }
             }
             FlushMode::Interval => {
                 dirty = true;
                 if last_flush.elapsed() >= interval || closing {
-                    match durable(&db) {
+                    match engine.durable() {
                         Err(e) => tracing::error!("store flush failed: {e}"),
                         Ok(()) => dirty = false,
                     }
@@ -346,90 +328,8 @@ fn run(
             break;
         }
     }
-    if let Err(e) = durable(&db) {
+    if let Err(e) = engine.durable() {
         tracing::error!("final store flush failed: {e}");
     }
 }
 
-/// Fsyncs blob files not synced before, then the blob directory if any
-/// was new; forgets names that no longer exist.
-fn sync_new_blobs(dir: &Path, synced: &mut HashSet<OsString>) -> std::io::Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let mut present = HashSet::new();
-    let mut new = false;
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
-        if !synced.contains(&name) {
-            File::open(entry.path())?.sync_data()?;
-            new = true;
-        }
-        present.insert(name);
-    }
-    *synced = present;
-    if new {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
-}
-
-fn read(db: &sled::Db, tree: &'static str, from: &[u8], to: &[u8], limit: usize) -> ReadResult {
-    let tree = db
-        .open_tree(tree)
-        .map_err(|e| CommitError(format!("tree {tree}: {e}")))?;
-    tree.range(from..=to)
-        .take(limit)
-        .map(|item| {
-            item.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(|e| CommitError(e.to_string()))
-        })
-        .collect()
-}
-
-/// Applies a group as one sled batch per tree.
-fn apply(db: &sled::Db, group: &[Msg]) -> Result<(), CommitError> {
-    let mut batches: Vec<(&'static str, sled::Batch)> = Vec::new();
-    for m in group {
-        let Msg::Writes { writes, .. } = m else {
-            continue;
-        };
-        for w in writes {
-            let tree = match w {
-                Write::Put { tree, .. }
-                | Write::Delete { tree, .. }
-                | Write::DeleteRange { tree, .. } => *tree,
-            };
-            let i = match batches.iter().position(|(t, _)| *t == tree) {
-                Some(i) => i,
-                None => {
-                    batches.push((tree, sled::Batch::default()));
-                    batches.len() - 1
-                }
-            };
-            let batch = &mut batches[i].1;
-            match w {
-                Write::Put { key, value, .. } => batch.insert(key.as_slice(), value.as_slice()),
-                Write::Delete { key, .. } => batch.remove(key.as_slice()),
-                Write::DeleteRange { from, to, .. } => {
-                    let t = db
-                        .open_tree(tree)
-                        .map_err(|e| CommitError(format!("tree {tree}: {e}")))?;
-                    for key in t.range(from.as_slice()..=to.as_slice()).keys() {
-                        let key = key.map_err(|e| CommitError(format!("tree {tree}: {e}")))?;
-                        batch.remove(key);
-                    }
-                }
-            }
-        }
-    }
-    for (tree, batch) in batches {
-        db.open_tree(tree)
-            .and_then(|t| t.apply_batch(batch))
-            .map_err(|e| CommitError(format!("tree {tree}: {e}")))?;
-    }
-    Ok(())
-}

@@ -1,0 +1,174 @@
+//! The storage engine behind a small trait, so that sled could be swapped
+//! for another ordered key-value store: the writer thread and the loaders
+//! use only [`Engine`]; [`SledEngine`] is the one implementation.
+//!
+//! What an engine must provide: named trees of ordered byte keys; a batch
+//! of writes to one tree applied atomically; range reads in key order; and
+//! a way to make everything applied so far survive a crash ([`Engine::durable`]).
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use super::writer::{CommitError, ReadResult, Write};
+
+/// An ordered key-value store with named trees.
+pub trait Engine: Send + 'static {
+    /// Applies writes: those of one tree atomically (one batch per tree).
+    ///
+    /// # Errors
+    /// The engine's failure; writes of trees not yet applied are not.
+    fn apply(&self, writes: &mut dyn Iterator<Item = &Write>) -> Result<(), CommitError>;
+
+    /// Up to `limit` pairs of `tree` from `from` to `to` (both included),
+    /// in key order.
+    fn read(&self, tree: &'static str, from: &[u8], to: &[u8], limit: usize) -> ReadResult;
+
+    /// Visits every pair of `tree` in key order until `visit` returns
+    /// false.
+    ///
+    /// # Errors
+    /// The engine's failure to read.
+    fn scan(
+        &self,
+        tree: &'static str,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), CommitError>;
+
+    /// Makes everything applied so far durable (survives a crash or power
+    /// loss).
+    ///
+    /// # Errors
+    /// The engine's or the file system's failure.
+    fn durable(&mut self) -> Result<(), CommitError>;
+}
+
+/// sled 0.34 as an [`Engine`]. sled's `flush` uses `sync_file_range` on
+/// Linux, not a full fsync (sled issue 1452), and never fsyncs the files it
+/// keeps large values in: [`Engine::durable`] does both.
+pub struct SledEngine {
+    db: sled::Db,
+    db_file: File,
+    blobs: PathBuf,
+    synced_blobs: HashSet<OsString>,
+}
+
+impl SledEngine {
+    /// The engine over an open database in `dir`.
+    ///
+    /// # Errors
+    /// The database file cannot be opened (for fsync).
+    pub fn new(db: sled::Db, dir: &Path) -> std::io::Result<SledEngine> {
+        Ok(SledEngine {
+            db,
+            // Required: without it "durable" would quietly mean less.
+            db_file: File::open(dir.join("db"))?,
+            blobs: dir.join("blobs"),
+            synced_blobs: HashSet::new(),
+        })
+    }
+}
+
+fn fail(tree: &str) -> impl Fn(sled::Error) -> CommitError + '_ {
+    move |e| CommitError(format!("tree {tree}: {e}"))
+}
+
+impl Engine for SledEngine {
+    fn apply(&self, writes: &mut dyn Iterator<Item = &Write>) -> Result<(), CommitError> {
+        let mut batches: Vec<(&'static str, sled::Batch)> = Vec::new();
+        for w in writes {
+            let tree = match w {
+                Write::Put { tree, .. }
+                | Write::Delete { tree, .. }
+                | Write::DeleteRange { tree, .. } => *tree,
+            };
+            let i = match batches.iter().position(|(t, _)| *t == tree) {
+                Some(i) => i,
+                None => {
+                    batches.push((tree, sled::Batch::default()));
+                    batches.len() - 1
+                }
+            };
+            let batch = &mut batches[i].1;
+            match w {
+                Write::Put { key, value, .. } => batch.insert(key.as_slice(), value.as_slice()),
+                Write::Delete { key, .. } => batch.remove(key.as_slice()),
+                Write::DeleteRange { from, to, .. } => {
+                    let t = self.db.open_tree(tree).map_err(fail(tree))?;
+                    for key in t.range(from.as_slice()..=to.as_slice()).keys() {
+                        batch.remove(key.map_err(fail(tree))?);
+                    }
+                }
+            }
+        }
+        for (tree, batch) in batches {
+            self.db
+                .open_tree(tree)
+                .and_then(|t| t.apply_batch(batch))
+                .map_err(fail(tree))?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, tree: &'static str, from: &[u8], to: &[u8], limit: usize) -> ReadResult {
+        let t = self.db.open_tree(tree).map_err(fail(tree))?;
+        t.range(from..=to)
+            .take(limit)
+            .map(|item| {
+                item.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .map_err(fail(tree))
+            })
+            .collect()
+    }
+
+    fn scan(
+        &self,
+        tree: &'static str,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), CommitError> {
+        let t = self.db.open_tree(tree).map_err(fail(tree))?;
+        for item in t.iter() {
+            let (k, v) = item.map_err(fail(tree))?;
+            if !visit(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn durable(&mut self) -> Result<(), CommitError> {
+        self.db.flush().map_err(|e| CommitError(e.to_string()))?;
+        self.db_file
+            .sync_data()
+            .map_err(|e| CommitError(e.to_string()))?;
+        sync_new_blobs(&self.blobs, &mut self.synced_blobs)
+            .map_err(|e| CommitError(format!("blobs: {e}")))
+    }
+}
+
+/// Fsyncs blob files not synced before, then the blob directory if any
+/// was new; forgets names that no longer exist.
+fn sync_new_blobs(dir: &Path, synced: &mut HashSet<OsString>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut present = HashSet::new();
+    let mut new = false;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !synced.contains(&name) {
+            File::open(entry.path())?.sync_data()?;
+            new = true;
+        }
+        present.insert(name);
+    }
+    *synced = present;
+    if new {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
