@@ -553,6 +553,7 @@ fn main() {
         drop(s);
         if args.restart_messages > 0 {
             rows.extend(queues::restart(&args));
+            rows.push(queues::drain_disk(&args, 100_000));
         }
     }
     if !args.queues_only {

@@ -181,3 +181,69 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
         broker_cores: None,
     })
 }
+
+/// Bytes under `dir`, recursively.
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Disk use of a queue's store: after `messages` 64-byte enqueues, after
+/// draining them (consume + ack), and after a restart (sled reclaims
+/// deleted space lazily).
+pub(crate) fn drain_disk(args: &Args, messages: usize) -> Row {
+    let dir = std::env::temp_dir().join(format!("wharf-bench-{}-disk", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (broker, url) = spawn_broker_in(args, &dir, "");
+    let mut fill = args.clone();
+    fill.durable_window = 256;
+    run_publishers(&fill, &url, "bench/disk", 4, messages.div_ceil(4), 64);
+    let full = dir_size(&dir.join("data"));
+    actix_rt::System::new().block_on(async {
+        let c = Client::connect(&url, options(args)).await.expect("connect");
+        let mut k = c.consume("bench/disk", 1000).await.expect("consume");
+        let mut left = messages.div_ceil(4) * 4;
+        let mut ids = Vec::new();
+        while left > 0 {
+            let d = k
+                .recv_timeout(Duration::from_secs(30))
+                .await
+                .expect("a delivery");
+            ids.push(d.id);
+            while let Some(d) = k.try_recv() {
+                ids.push(d.id);
+            }
+            left = left.saturating_sub(ids.len());
+            for chunk in ids.chunks(1000) {
+                c.ack(k.id(), chunk).await.expect("ack");
+            }
+            ids.clear();
+        }
+    });
+    let drained = dir_size(&dir.join("data"));
+    broker.stop_keeping_data();
+    let (broker, _) = spawn_broker_in(args, &dir, "");
+    let restarted = dir_size(&dir.join("data"));
+    drop(broker);
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    Row {
+        scenario: format!("disk use, {messages} x 64 B enqueued then drained"),
+        result: format!(
+            "{:.1} MiB full, {:.1} MiB after the drain, {:.1} MiB after a restart",
+            mib(full),
+            mib(drained),
+            mib(restarted)
+        ),
+        gen_cores: 0.0,
+        broker_cores: None,
+    }
+}
