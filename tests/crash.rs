@@ -146,7 +146,11 @@ fn confirmed_queue_messages_and_acks_survive_kill_9() {
                             let payload = format!("{p}:{n}");
                             n += 1;
                             match c
-                                .enqueue_pipelined("crash", payload.clone().into_bytes(), EnqueueOptions::default())
+                                .enqueue_pipelined(
+                                    "crash",
+                                    payload.clone().into_bytes(),
+                                    EnqueueOptions::default(),
+                                )
                                 .await
                             {
                                 Ok(w) => waits.push((payload, w)),
@@ -251,7 +255,10 @@ fn confirmed_queue_messages_and_acks_survive_kill_9() {
         );
     }
     for m in &acked {
-        assert!(!found.contains_key(m), "{m} was acked (confirmed) and came back");
+        assert!(
+            !found.contains_key(m),
+            "{m} was acked (confirmed) and came back"
+        );
     }
     let mut raised = 0;
     for (m, count) in &found {

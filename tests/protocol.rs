@@ -98,14 +98,15 @@ fn client_frame() -> impl Strategy<Value = ClientFrame> {
                 token,
                 version
             })),
-        (".{0,12}", ".{0,12}", opt_rid.clone())
-            .prop_map(|(id, filter, rid)| ClientFrame::Subscribe(Subscribe {
+        (".{0,12}", ".{0,12}", opt_rid.clone()).prop_map(|(id, filter, rid)| {
+            ClientFrame::Subscribe(Subscribe {
                 id,
                 filter,
                 rid,
                 durable: rid.is_some_and(|r| r % 2 == 0),
                 prefetch: rid.map(|r| (r % 100) as u32),
-            })),
+            })
+        }),
         (".{0,12}", opt_rid.clone())
             .prop_map(|(id, rid)| ClientFrame::Unsubscribe(Unsubscribe { id, rid })),
         (

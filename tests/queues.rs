@@ -32,7 +32,10 @@ fn competing_consumers_share_a_queue_and_acks_delete() {
         let mut k1 = c1.consume("jobs", 5).await.unwrap();
         let mut k2 = c2.consume("jobs", 5).await.unwrap();
         for i in 0..20u32 {
-            let seq = producer.enqueue("jobs", i.to_be_bytes().to_vec()).await.unwrap();
+            let seq = producer
+                .enqueue("jobs", i.to_be_bytes().to_vec())
+                .await
+                .unwrap();
             assert_eq!(seq, u64::from(i) + 1);
         }
         let mut seen = Vec::new();
@@ -124,7 +127,9 @@ fn higher_priorities_first_fifo_within() {
                 priority: p,
                 ..EnqueueOptions::default()
             };
-            c.enqueue_with("prio", v.as_bytes().to_vec(), o).await.unwrap();
+            c.enqueue_with("prio", v.as_bytes().to_vec(), o)
+                .await
+                .unwrap();
         }
         let mut k = c.consume("prio", 100).await.unwrap();
         let mut got = String::new();
@@ -146,13 +151,20 @@ fn ack_timeout_redelivers_and_touch_extends() {
         let mut k = c.consume("slow", 2).await.unwrap();
         let a = k.recv_timeout(T).await.unwrap();
         let bb = k.recv_timeout(T).await.unwrap();
-        let (touched, dropped) = if a.payload == b"one" { (a, bb) } else { (bb, a) };
+        let (touched, dropped) = if a.payload == b"one" {
+            (a, bb)
+        } else {
+            (bb, a)
+        };
         // Keep "one" alive past its timeout; let "two" time out.
         for _ in 0..4 {
             actix_rt::time::sleep(Duration::from_millis(200)).await;
             c.touch(k.id(), &[touched.id], Some(400)).await.unwrap();
         }
-        let again = k.recv_timeout(T).await.expect("the timed-out delivery again");
+        let again = k
+            .recv_timeout(T)
+            .await
+            .expect("the timed-out delivery again");
         assert_eq!(again.seq, dropped.seq);
         assert_eq!(again.count, 2, "count raised");
         assert_ne!(again.id, dropped.id, "a new delivery id");
@@ -284,7 +296,10 @@ fn a_consumer_that_disconnects_gives_its_deliveries_back_at_once() {
             assert_eq!(d.count, 2);
             got.push(d.payload[0]);
         }
-        assert!(t0.elapsed() < Duration::from_secs(5), "not via the ack timeout");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "not via the ack timeout"
+        );
         got.sort_unstable();
         assert_eq!(got, vec![0, 1, 2, 3]);
     });
@@ -323,7 +338,10 @@ fn ten_thousand_durable_messages_survive_a_restart() {
         let mut k = c.consume("keep", 500).await.unwrap();
         let mut next = 0u32;
         while next < 10_000 {
-            let d = k.recv_timeout(T).await.unwrap_or_else(|| panic!("stopped at {next}"));
+            let d = k
+                .recv_timeout(T)
+                .await
+                .unwrap_or_else(|| panic!("stopped at {next}"));
             assert_eq!(d.payload, next.to_be_bytes(), "in order");
             c.ack_nowait(k.id(), &[d.id]).await.unwrap();
             next += 1;
@@ -416,13 +434,22 @@ fn a_declared_queue_collects_its_bound_topics() {
     });
     block_on(async {
         let p = connect(&b).await;
-        p.publish_confirmed("shop/eu/orders", b"o1".to_vec()).await.unwrap();
-        p.publish_confirmed("shop/eu/returns", b"r1".to_vec()).await.unwrap();
-        p.publish_confirmed("shop/us/orders", b"o2".to_vec()).await.unwrap();
+        p.publish_confirmed("shop/eu/orders", b"o1".to_vec())
+            .await
+            .unwrap();
+        p.publish_confirmed("shop/eu/returns", b"r1".to_vec())
+            .await
+            .unwrap();
+        p.publish_confirmed("shop/us/orders", b"o2".to_vec())
+            .await
+            .unwrap();
         let mut k = p.consume("orders", 10).await.unwrap();
         let a = k.recv_timeout(T).await.unwrap();
         let bb = k.recv_timeout(T).await.unwrap();
-        assert_eq!((a.payload.as_slice(), bb.payload.as_slice()), (&b"o1"[..], &b"o2"[..]));
+        assert_eq!(
+            (a.payload.as_slice(), bb.payload.as_slice()),
+            (&b"o1"[..], &b"o2"[..])
+        );
         assert_eq!(bb.headers["topic"], "shop/us/orders");
         assert!(k.recv_timeout(Duration::from_millis(200)).await.is_none());
     });

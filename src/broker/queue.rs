@@ -621,7 +621,8 @@ impl QueueState {
             Some(_) => records::delete_message(self.id, m.priority, m.seq).into(),
             None => Vec::new(),
         };
-        let expired_drop = reason == DeadReason::Expired && self.opts.expired == ExpiredPolicy::Drop;
+        let expired_drop =
+            reason == DeadReason::Expired && self.opts.expired == ExpiredPolicy::Drop;
         let Some(dlq) = self.dlq.clone().filter(|_| !expired_drop) else {
             self.stats.discarded += 1;
             if let Some(w) = &self.writer {

@@ -46,6 +46,7 @@ struct Attempt {
     deliveries: u32,
     expires_ms: u64,
     not_before_ms: u64,
+    enqueued_ms: u64,
     payload: Bytes,
     outcome: Delivery,
 }
@@ -107,6 +108,7 @@ impl Sink for TestSink {
             deliveries: d.message.deliveries,
             expires_ms: d.message.expires_ms,
             not_before_ms: d.message.not_before_ms,
+            enqueued_ms: d.message.enqueued_ms,
             payload: d.message.payload.clone(),
             outcome,
         });
@@ -223,11 +225,14 @@ enum St {
     /// Deleted unconsumed (expired with `expired = "drop"`, or no
     /// dead-letter queue).
     Discarded(DeadReason),
+    /// Taken by `take_ready` and not put back (moved to another queue).
+    Moved,
 }
 
 #[derive(Debug)]
 struct MMsg {
     priority: u8,
+    enqueued: u64,
     expires: u64,
     deliveries: u32,
     not_before: u64,
@@ -258,11 +263,14 @@ struct MCons {
     attached: bool,
     inflight: u32,
     blocked: bool,
+    /// Its `Subscription` was cancelled (the session let go of it before
+    /// the queue's cancel task).
+    unsubscribed: bool,
 }
 
 impl MCons {
     fn eligible(&self) -> bool {
-        self.attached && !self.blocked && self.inflight < self.prefetch
+        self.attached && !self.blocked && !self.unsubscribed && self.inflight < self.prefetch
     }
 }
 
@@ -381,6 +389,7 @@ impl Model {
             seq,
             MMsg {
                 priority: priority.min(9),
+                enqueued: now,
                 expires: if ttl > 0 { now + ttl } else { 0 },
                 deliveries: 0,
                 not_before: 0,
@@ -505,6 +514,7 @@ impl Model {
             ensure!(!m.expired(now), "{a:?}: delivered at {now}, expired at {}", m.expires);
             ensure!(
                 a.priority == m.priority
+                    && a.enqueued_ms == m.enqueued
                     && a.expires_ms == m.expires
                     && a.not_before_ms == 0
                     && a.payload == payload(seq),
@@ -557,7 +567,7 @@ impl Model {
             let gone: Vec<u64> = self
                 .cons
                 .iter()
-                .filter(|c| c.attached && sinks[c.sink].is_closed())
+                .filter(|c| c.attached && (c.unsubscribed || sinks[c.sink].is_closed()))
                 .map(|c| c.cid)
                 .collect();
             for &cid in &gone {
@@ -572,6 +582,20 @@ impl Model {
             self.dispatch(log, sinks, now)?;
         }
         Ok(())
+    }
+
+    /// `take_ready`: the first `max` ready messages in delivery order
+    /// (expired or not).
+    fn take_ready(&mut self, max: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some((_, seq)) = self.ready.pop_first() else {
+                break;
+            };
+            self.msgs.get_mut(&seq).unwrap().st = St::Moved;
+            out.push(seq);
+        }
+        out
     }
 
     /// Checks that every id is in flight to this consumer.
@@ -686,6 +710,9 @@ enum Op {
     /// (refused as a duplicate).
     Consume { prefetch: u32, pick: u8, mode: u8 },
     Cancel { pick: u8 },
+    /// `Subscription::cancel` of an attached consumer (as a session does
+    /// before the queue's cancel task), then maybe that task.
+    Unsubscribe { pick: u8, cancel: bool },
     Disconnect { pick: u8 },
     Full { pick: u8, on: bool },
     /// Some of a consumer's own in-flight ids (`mask` picks which).
@@ -697,6 +724,12 @@ enum Op {
     /// Advance the clock, then tick as the broker's ticker would (only if
     /// the queue says it needs it).
     Advance { ms: u64 },
+    /// `take_ready(max)`: the messages wait outside (a redrive moving
+    /// them) until `PutBack`.
+    Take { max: u8 },
+    /// `put_back` of the messages outside that `mask` picks (those the
+    /// redrive could not place); the rest have left the queue.
+    PutBack { mask: u8 },
 }
 
 #[derive(Debug, Clone)]
@@ -748,10 +781,12 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (200u64..6000).prop_map(Some),
     ];
     prop_oneof![
-        24 => (0u8..10, ttl).prop_map(|(priority, ttl)| Op::Enqueue { priority, ttl }),
+        24 => (prop_oneof![20 => 0u8..10, 1 => 10u8..=255], ttl)
+            .prop_map(|(priority, ttl)| Op::Enqueue { priority, ttl }),
         6 => (1u32..=4, any::<u8>(), 0u8..5)
             .prop_map(|(prefetch, pick, mode)| Op::Consume { prefetch, pick, mode }),
         3 => any::<u8>().prop_map(|pick| Op::Cancel { pick }),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(pick, cancel)| Op::Unsubscribe { pick, cancel }),
         2 => any::<u8>().prop_map(|pick| Op::Disconnect { pick }),
         3 => (any::<u8>(), any::<bool>()).prop_map(|(pick, on)| Op::Full { pick, on }),
         30 => (any::<u8>(), how_strategy(), any::<u8>(), prop::bool::weighted(0.1))
@@ -760,6 +795,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(pick, how, kind, with_own)| Op::Wrong { pick, how, kind, with_own }),
         20 => prop_oneof![3 => 0u64..300, 3 => 300u64..2000, 1 => 2000u64..10_000]
             .prop_map(|ms| Op::Advance { ms }),
+        1 => (1u8..6).prop_map(|max| Op::Take { max }),
+        1 => prop_oneof![Just(0u8), Just(0xff), any::<u8>()].prop_map(|mask| Op::PutBack { mask }),
     ]
 }
 
@@ -774,7 +811,7 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
         ],
         prop_oneof![3 => Just(0u64), 1 => 1000u64..8000],
         prop::bool::weighted(0.3),
-        prop_oneof![3 => Just(1_000_000u64), 1 => 5u64..40],
+        prop_oneof![3 => Just(1_000_000u64), 1 => 3u64..25],
         prop::bool::weighted(0.85),
     )
         .prop_map(
@@ -807,6 +844,10 @@ struct Harness {
     dlq_seen: BTreeSet<u64>,
     /// Times each seq was acked, from the ids of successful acks.
     acks: BTreeMap<u64, u32>,
+    /// Messages taken out by `take_ready`, not yet put back.
+    outside: Vec<StoredMessage>,
+    /// Each model consumer's subscription.
+    subs: Vec<Subscription>,
 }
 
 impl Harness {
@@ -831,6 +872,8 @@ impl Harness {
             now: T0,
             dlq_seen: BTreeSet::new(),
             acks: BTreeMap::new(),
+            outside: Vec::new(),
+            subs: Vec::new(),
         }
     }
 
@@ -867,9 +910,8 @@ impl Harness {
 
     fn consume(&mut self, sink: usize, sub: String, prefetch: u32) -> Result<(), String> {
         let sink_id = self.sinks[sink].id;
-        let got = self
-            .q
-            .consume(subscription(&self.sinks[sink], &sub), prefetch, self.now);
+        let subscription = subscription(&self.sinks[sink], &sub);
+        let got = self.q.consume(subscription.clone(), prefetch, self.now);
         let want = match self.m.attached(sink_id, &sub) {
             Some(_) => Err(QueueError::DuplicateConsumer),
             None => Ok(()),
@@ -888,7 +930,9 @@ impl Harness {
             attached: true,
             inflight: 0,
             blocked: false,
+            unsubscribed: false,
         });
+        self.subs.push(subscription);
         self.m.next_cid += 1;
         self.replay_dispatch()
     }
@@ -1030,6 +1074,20 @@ impl Harness {
                     self.cancel(sink_id, &sub)?;
                 }
             }
+            Op::Unsubscribe { pick, cancel } => {
+                let attached: Vec<usize> =
+                    (0..self.m.cons.len()).filter(|&ci| self.m.cons[ci].attached).collect();
+                if !attached.is_empty() {
+                    let ci = attached[usize::from(pick) % attached.len()];
+                    self.subs[ci].cancel();
+                    self.m.cons[ci].unsubscribed = true;
+                    self.m.hit("unsubscribed");
+                    if cancel {
+                        let (sink_id, sub) = (self.m.cons[ci].sink_id, self.m.cons[ci].sub.clone());
+                        self.cancel(sink_id, &sub)?;
+                    }
+                }
+            }
             Op::Disconnect { pick } => {
                 let live = self.live_sinks();
                 if !live.is_empty() {
@@ -1083,8 +1141,52 @@ impl Harness {
                 with_own,
             } => self.wrong(usize::from(pick), how, kind, with_own)?,
             Op::Advance { ms } => self.advance(ms)?,
+            Op::Take { max } => self.take(usize::from(max))?,
+            Op::PutBack { mask } => self.put_back(mask)?,
         }
         self.check()
+    }
+
+    /// Takes ready messages out (to move them elsewhere).
+    fn take(&mut self, max: usize) -> Result<(), String> {
+        let taken = self.q.take_ready(max);
+        let want = self.m.take_ready(max);
+        let got: Vec<u64> = taken.iter().map(|(x, _)| x.seq).collect();
+        ensure!(got == want, "take_ready({max}): queue {got:?}, model {want:?}");
+        for (x, removal) in taken {
+            let mm = &self.m.msgs[&x.seq];
+            ensure!(
+                removal.is_empty()
+                    && x.deliveries == mm.deliveries
+                    && x.priority == mm.priority
+                    && x.enqueued_ms == mm.enqueued
+                    && x.expires_ms == mm.expires
+                    && x.not_before_ms == 0
+                    && x.payload == payload(x.seq),
+                "taken {x:?}, model {mm:?}"
+            );
+            self.outside.push(x);
+        }
+        self.nothing_offered()
+    }
+
+    /// Puts back some of the messages taken out; the others are gone.
+    fn put_back(&mut self, mask: u8) -> Result<(), String> {
+        let mut back = Vec::new();
+        for (i, x) in std::mem::take(&mut self.outside).into_iter().enumerate() {
+            if mask & (1 << (i % 8)) != 0 {
+                self.m.hit("put back");
+                back.push(x);
+            } else {
+                self.m.hit("moved away");
+            }
+        }
+        for x in &back {
+            self.m.make_ready(x.seq);
+        }
+        self.q.put_back(back);
+        // Messages that are ready again go to consumers with credit.
+        self.replay_dispatch()
     }
 
     /// Settles ids that are not the consumer's: refused, nothing changes.
@@ -1174,6 +1276,7 @@ impl Harness {
                 let mm = &m.msgs[&x.seq];
                 ensure!(
                     usize::from(x.priority) == p
+                        && x.enqueued_ms == mm.enqueued
                         && x.deliveries == mm.deliveries
                         && x.expires_ms == mm.expires
                         && x.not_before_ms == 0,
@@ -1257,20 +1360,24 @@ impl Harness {
             m.inflight.len()
         );
         ensure!(info.stats == m.stats, "stats {:?}, model {:?}", info.stats, m.stats);
-        let s = info.stats;
-        ensure!(
-            s.acked + s.dead_lettered + s.discarded + info.depth + info.in_flight == s.enqueued,
-            "messages lost or invented: {info:?}"
-        );
-        let (mut acked, mut dead, mut discarded, mut held) = (0u64, 0u64, 0u64, 0u64);
+        let (mut acked, mut dead, mut discarded, mut held, mut moved) = (0, 0, 0, 0, 0);
         for mm in m.msgs.values() {
             match mm.st {
                 St::Acked => acked += 1,
                 St::Dead(_) => dead += 1,
                 St::Discarded(_) => discarded += 1,
+                St::Moved => moved += 1,
                 St::Ready | St::Delayed | St::InFlight => held += 1,
             }
         }
+        // The counters have nothing for messages taken away by
+        // take_ready: the model's count stands in.
+        let s = info.stats;
+        ensure!(
+            s.acked + s.dead_lettered + s.discarded + moved + info.depth + info.in_flight
+                == s.enqueued,
+            "messages lost or invented: {info:?}, moved away {moved}"
+        );
         ensure!(
             acked == s.acked
                 && dead == s.dead_lettered
@@ -1279,6 +1386,19 @@ impl Harness {
             "model states acked {acked} dead {dead} discarded {discarded} held {held}; {info:?}"
         );
         ensure!(q.expiring == m.expiring(), "expiring {} vs {}", q.expiring, m.expiring());
+        // No stall: a consumer that may take a message never waits while
+        // one is ready.
+        let idle: Vec<u64> = q
+            .consumers
+            .iter()
+            .filter(|c| !c.blocked && c.inflight < c.prefetch && !c.sub.is_cancelled())
+            .map(|c| c.cid)
+            .collect();
+        ensure!(
+            q.ready_len == 0 || idle.is_empty(),
+            "consumers {idle:?} have credit but ready messages wait: {:?}",
+            (0..PRIORITIES).rev().map(|p| ready_seqs(q, p)).collect::<Vec<_>>()
+        );
         let needs_tick = self.shared.needs_tick.load(Ordering::Acquire);
         ensure!(
             needs_tick == m.busy(),
@@ -1316,6 +1436,7 @@ impl Harness {
                         && h.get("n") == Some(&seq.to_string())
                         && x.payload == payload(seq)
                         && x.priority == mm.priority
+                        && x.enqueued_ms == mm.enqueued
                         && x.expires_ms == 0,
                     "seq {seq} dead-lettered altered: {x:?}, model {mm:?}"
                 );
@@ -1337,6 +1458,8 @@ impl Harness {
     /// Everything left is consumed: every seq ends acked, dead-lettered or
     /// discarded.
     fn drain(&mut self) -> Result<(), String> {
+        // What a redrive still holds has moved away.
+        self.put_back(0)?;
         for s in &self.sinks {
             s.full.store(false, Ordering::Relaxed);
         }
@@ -1372,9 +1495,10 @@ impl Harness {
             self.m.held()
         );
         let s = info.stats;
+        let moved = self.m.msgs.values().filter(|mm| mm.st == St::Moved).count() as u64;
         ensure!(
-            s.acked + s.dead_lettered + s.discarded == s.enqueued,
-            "totals: {s:?}"
+            s.acked + s.dead_lettered + s.discarded + moved == s.enqueued,
+            "totals: {s:?}, moved away {moved}"
         );
         ensure!(
             s.enqueued == self.m.msgs.len() as u64,
@@ -1386,8 +1510,8 @@ impl Harness {
             match mm.st {
                 St::Acked => ensure!(self.acks.get(&seq) == Some(&1), "seq {seq} acks"),
                 St::Dead(_) => ensure!(self.dlq_seen.contains(&seq), "seq {seq} not in the DLQ"),
-                St::Discarded(_) => {
-                    ensure!(!self.dlq_seen.contains(&seq), "seq {seq} discarded but in the DLQ");
+                St::Discarded(_) | St::Moved => {
+                    ensure!(!self.dlq_seen.contains(&seq), "seq {seq} {:?} but in the DLQ", mm.st);
                 }
                 st => return Err(format!("seq {seq} still {st:?}")),
             }
@@ -1466,6 +1590,9 @@ fn random_sequences_match_the_model() {
             "settle refused: unknown delivery",
             "settle refused: unknown consumer",
             "consume refused: duplicate",
+            "put back",
+            "moved away",
+            "unsubscribed",
         ] {
             let n = cov.get(what).copied().unwrap_or(0);
             assert!(n >= 10, "the random sequences reached {what:?} only {n} times");
@@ -1575,5 +1702,30 @@ fn enqueue_past_max_length_is_refused_and_changes_nothing() {
     assert_eq!(
         q.enqueue(incoming(5, 0, None), t).map(|x| x.0),
         Err(QueueError::Full(3))
+    );
+}
+
+/// A redrive puts back the messages it could not place (`take_ready`, then
+/// `put_back`, two tasks). A consumer that attached in between, with credit
+/// and nothing in flight, must get them: nothing else will wake the queue
+/// (it does not even ask for a tick).
+#[test]
+fn put_back_messages_go_to_a_waiting_consumer() {
+    let log = Log::default();
+    let mut q = plain_queue(QueueOptions::default());
+    q.enqueue(incoming(1, 0, None), T0).unwrap();
+    let taken: Vec<StoredMessage> = q.take_ready(10).into_iter().map(|(m, _)| m).collect();
+    assert_eq!(taken.len(), 1);
+    let a = TestSink::new(&log);
+    q.consume(subscription(&a, "a"), 1, T0).unwrap();
+    assert!(take_log(&log).is_empty());
+    q.put_back(taken);
+    let got: Vec<u64> = take_log(&log).iter().map(|x| x.seq).collect();
+    assert_eq!(
+        got,
+        [1],
+        "consumer with credit left waiting: {:?}, needs_tick {}",
+        q.info(),
+        q.shared.needs_tick.load(Ordering::Acquire)
     );
 }

@@ -305,7 +305,9 @@ impl Broker {
             if !q.meta.is_empty() {
                 match serde_json::from_slice::<StoredMeta>(&q.meta) {
                     Ok(meta) => rebind.push((q.name.clone(), h.clone(), meta.bind)),
-                    Err(e) => tracing::warn!(queue = %q.name, "ignoring unreadable queue metadata: {e}"),
+                    Err(e) => {
+                        tracing::warn!(queue = %q.name, "ignoring unreadable queue metadata: {e}")
+                    }
                 }
             }
             h.tq.submit(move |s| s.restore(q.messages, q.spilled, q.loaded_upto, q.next_seq))
@@ -461,7 +463,9 @@ impl Broker {
         if msg.priority > 9 {
             return Err(BrokerError::InvalidPriority(msg.priority));
         }
-        let queue = self.queue(&msg.queue, true)?.ok_or(BrokerError::Contended)?;
+        let queue = self
+            .queue(&msg.queue, true)?
+            .ok_or(BrokerError::Contended)?;
         let incoming = Incoming::new(msg.priority, msg.headers, msg.payload, msg.ttl_ms);
         Ok(queue
             .tq
@@ -497,7 +501,9 @@ impl Broker {
             return Err(BrokerError::InvalidPrefetch(prefetch));
         }
         let q = self.queue(queue, true)?.ok_or(BrokerError::Contended)?;
-        Ok(q.tq.submit(move |q| q.consume(sub, prefetch, now_ms())).await??)
+        Ok(q.tq
+            .submit(move |q| q.consume(sub, prefetch, now_ms()))
+            .await??)
     }
 
     /// Detaches a consumer; its unacknowledged deliveries go back to the
@@ -505,14 +511,18 @@ impl Broker {
     ///
     /// # Errors
     /// An unknown queue or consumer, an overloaded queue.
-    pub async fn cancel_consumer(&self, queue: &str, sink: u64, id: &str) -> Result<(), BrokerError> {
+    pub async fn cancel_consumer(
+        &self,
+        queue: &str,
+        sink: u64,
+        id: &str,
+    ) -> Result<(), BrokerError> {
         let q = self
             .queue(queue, false)?
             .ok_or_else(|| BrokerError::UnknownQueue(queue.to_owned()))?;
         let id: Arc<str> = id.into();
         // High lane: a disconnect returns deliveries ahead of queued work.
-        Ok(q
-            .tq
+        Ok(q.tq
             .submit_high(move |q| q.cancel(sink, &id, now_ms()))
             .await??)
     }
@@ -603,10 +613,7 @@ impl Broker {
             .ok_or_else(|| BrokerError::UnknownQueue(dlq.to_owned()))?;
         let mut moved = 0u64;
         loop {
-            let batch = source
-                .tq
-                .submit(|q| q.take_ready(REDRIVE_BATCH))
-                .await?;
+            let batch = source.tq.submit(|q| q.take_ready(REDRIVE_BATCH)).await?;
             if batch.is_empty() {
                 return Ok(moved);
             }
@@ -651,7 +658,11 @@ impl Broker {
                     expires_ms: 0,
                     with: removal,
                 };
-                match queue.tq.submit(move |q| q.enqueue(incoming, now_ms())).await {
+                match queue
+                    .tq
+                    .submit(move |q| q.enqueue(incoming, now_ms()))
+                    .await
+                {
                     Ok(Ok(_)) => moved += 1,
                     Ok(Err(e)) => {
                         failed.push(m);

@@ -43,8 +43,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{
-    ClientFrame, Close, ErrorCode, Headers, Hello, Message, Ping, Priority, Publish,
-    QueueDelivery, ServerFrame, Subscribe, Unsubscribe, Welcome,
+    ClientFrame, Close, ErrorCode, Headers, Hello, Message, Ping, Priority, Publish, QueueDelivery,
+    ServerFrame, Subscribe, Unsubscribe, Welcome,
 };
 
 /// How to connect.

@@ -241,7 +241,11 @@ impl Client {
         wait(answer, self.options.timeout).await.map(|_| ())
     }
 
-    async fn settle(&self, make: impl FnOnce(Option<u64>) -> ClientFrame, confirm: bool) -> Result<(), ClientError> {
+    async fn settle(
+        &self,
+        make: impl FnOnce(Option<u64>) -> ClientFrame,
+        confirm: bool,
+    ) -> Result<(), ClientError> {
         if confirm {
             let rid = self.next_id();
             self.request(make(Some(rid)), Some(rid)).await.map(|_| ())

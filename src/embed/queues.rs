@@ -12,8 +12,8 @@ use bytes::Bytes;
 
 use super::Wharf;
 use crate::broker::{
-    Broker, BrokerError, Delivery as Outcome, Enqueue, QueuedDelivery, Settle, Sink,
-    Subscription, WeakBroker, next_sink_id,
+    Broker, BrokerError, Delivery as Outcome, Enqueue, QueuedDelivery, Settle, Sink, Subscription,
+    WeakBroker, next_sink_id,
 };
 use crate::protocol::frame::Headers;
 

@@ -20,8 +20,7 @@ use uuid::Uuid;
 
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
-    CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError,
-    encoding_slot,
+    CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
 };
 pub use rate::{RateLimiter, Verdict};
 
@@ -30,7 +29,6 @@ use crate::broker::{
     Broker, BrokerError, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, Publish, Settle, Sink as _,
     Subscription, durable_queue_name,
 };
-use crate::store::Durable;
 use crate::config::SessionConfig;
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{
@@ -38,6 +36,7 @@ use crate::protocol::frame::{
     Welcome,
 };
 use crate::routing;
+use crate::store::Durable;
 use crate::taskq::TaskError;
 
 /// What the connection does after a frame.
@@ -523,8 +522,7 @@ impl Session {
                 }
             }
             ClientFrame::Ack(a) => {
-                self.settle(format, &a.sub, a.ids, Settle::Ack, a.rid)
-                    .await;
+                self.settle(format, &a.sub, a.ids, Settle::Ack, a.rid).await;
             }
             ClientFrame::Nack(n) => {
                 self.settle(format, &n.sub, n.ids, Settle::Nack(n.delay_ms), n.rid)

@@ -444,7 +444,10 @@ impl Sink for Outbound {
         // High lane: the drop-oldest policy never discards a delivery (the
         // queue would only time it out); past the bound the queue keeps
         // the message and offers it again after this consumer's next ack.
-        match self.push_if_room(Lane::High, OutFrame::data(format, Bytes::new(), body.into())) {
+        match self.push_if_room(
+            Lane::High,
+            OutFrame::data(format, Bytes::new(), body.into()),
+        ) {
             Ok(()) => Delivery::Queued,
             Err(PushError::Dropped) => Delivery::Dropped,
             Err(PushError::Closed) => Delivery::Closed,

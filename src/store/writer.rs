@@ -332,4 +332,3 @@ fn run(mut engine: Box<dyn Engine>, rx: &Receiver<Msg>, mode: FlushMode, interva
         tracing::error!("final store flush failed: {e}");
     }
 }
-

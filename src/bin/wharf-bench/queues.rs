@@ -57,10 +57,16 @@ fn run_publishers(
             let (url, opts, queue) = (url.to_owned(), options(args), queue.to_owned());
             std::thread::spawn(move || {
                 actix_rt::System::new().block_on(async move {
-                    let c = Client::connect(&url, opts).await.expect("publisher connects");
+                    let c = Client::connect(&url, opts)
+                        .await
+                        .expect("publisher connects");
                     let payload = vec![0x5au8; size];
                     type Wait = std::pin::Pin<
-                        Box<dyn std::future::Future<Output = Result<u64, wharf::client::ClientError>>>,
+                        Box<
+                            dyn std::future::Future<
+                                    Output = Result<u64, wharf::client::ClientError>,
+                                >,
+                        >,
                     >;
                     let mut waits: std::collections::VecDeque<Wait> =
                         std::collections::VecDeque::new();
@@ -103,7 +109,9 @@ fn round_trip(args: &Args, url: &str, flush: &str) -> Row {
             std::thread::spawn(move || {
                 actix_rt::System::new().block_on(async move {
                     use std::sync::atomic::Ordering;
-                    let c = Client::connect(&url, opts).await.expect("consumer connects");
+                    let c = Client::connect(&url, opts)
+                        .await
+                        .expect("consumer connects");
                     let mut k = c.consume(queue, 500).await.expect("consume");
                     let mut ids = Vec::with_capacity(100);
                     while done.load(Ordering::Relaxed) < total {
@@ -136,7 +144,10 @@ fn round_trip(args: &Args, url: &str, flush: &str) -> Row {
         scenario: format!(
             "enqueue + consume + ack, flush = {flush}, {publishers} publishers, {consumers} consumers (prefetch 500), 64 B"
         ),
-        result: format!("{:.0} msg/s end to end", total as f64 / elapsed.as_secs_f64()),
+        result: format!(
+            "{:.0} msg/s end to end",
+            total as f64 / elapsed.as_secs_f64()
+        ),
         gen_cores,
         broker_cores,
     }
@@ -163,7 +174,9 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
     let first = actix_rt::System::new().block_on(async {
         let c = Client::connect(&url, options(args)).await.expect("connect");
         let mut k = c.consume("bench/restart", 100).await.expect("consume");
-        k.recv_timeout(Duration::from_secs(30)).await.expect("a delivery");
+        k.recv_timeout(Duration::from_secs(30))
+            .await
+            .expect("a delivery");
         t1.elapsed()
     });
     drop(broker);
