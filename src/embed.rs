@@ -30,8 +30,10 @@
 //! }
 //! ```
 
+mod builder;
 mod queues;
 
+pub use builder::WharfBuilder;
 pub use queues::{ActorConsumer, QueueMessage, Settler};
 
 use std::sync::Arc;

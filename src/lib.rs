@@ -43,7 +43,9 @@ pub mod taskq;
 pub mod transport;
 
 pub use config::Config;
-pub use embed::{ActorConsumer, ActorSubscription, Delivery, QueueMessage, Settler, Wharf};
+pub use embed::{
+    ActorConsumer, ActorSubscription, Delivery, QueueMessage, Settler, Wharf, WharfBuilder,
+};
 pub use server::run;
 
 /// Why the broker could not start or stopped with an error.

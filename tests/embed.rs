@@ -26,10 +26,16 @@ fn broker_threads() -> Vec<String> {
 #[test]
 fn dropping_the_last_handle_stops_the_broker() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = wharf::Config::default();
-    config.store.data_dir = dir.path().join("data");
+    let data = dir.path().join("data");
     block_on(async move {
-        let wharf = wharf::Wharf::start(config).await.unwrap();
+        let wharf = wharf::Wharf::builder()
+            .data_dir(data)
+            .workers(1)
+            .start()
+            .await
+            .unwrap();
+        assert_eq!(wharf.config().scheduler.workers, 1);
+        assert_eq!(wharf.enqueue("built", "x").await.unwrap(), 1);
         wharf.publish("a", "b").await.unwrap();
         // Threads name themselves once they run: wait for that.
         assert!(wait_until(Duration::from_secs(10), || !broker_threads().is_empty()));
