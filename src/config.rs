@@ -37,6 +37,8 @@ pub struct Config {
     /// `[[queues]]`: queues declared up front, with their options and the
     /// topic filters bound to them.
     pub queues: Vec<QueueDecl>,
+    /// `[jobs]`: job workers' leases, retry policies and limits.
+    pub jobs: JobsConfig,
     /// `[log]`: what the binary logs and how.
     pub log: LogConfig,
 }
@@ -283,6 +285,66 @@ impl QueueOptions {
         }
         Ok(())
     }
+}
+
+/// `[jobs]` settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobsConfig {
+    /// Milliseconds a worker stays valid after registering or pinging;
+    /// past it its running jobs go back to the queue.
+    pub worker_lease_ms: u64,
+    /// Attempts a job gets (the first included) before it is dead.
+    pub max_attempts: u32,
+    /// Delays before a failed or timed-out job is queued again, by attempt
+    /// (the last repeats); empty = at once.
+    pub backoff_ms: Vec<u64>,
+    /// Execution timeout of jobs that do not set one; 0 = none.
+    pub timeout_ms: u64,
+    /// Seconds finished (succeeded or dead) jobs stay queryable.
+    pub retention_s: u64,
+    /// Most jobs held (finished ones included); past it enqueues are
+    /// refused with `queue_full`.
+    pub max_jobs: usize,
+    /// Most workers registered at once.
+    pub max_workers: usize,
+    /// Longest `wait_ms` a dequeue may ask for.
+    pub max_wait_ms: u64,
+    /// Per-kind policies overriding the above.
+    pub kinds: Vec<JobKindConfig>,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        JobsConfig {
+            worker_lease_ms: 30_000,
+            max_attempts: 3,
+            backoff_ms: vec![1_000, 5_000, 30_000],
+            timeout_ms: 0,
+            retention_s: 86_400,
+            max_jobs: 1_000_000,
+            max_workers: 10_000,
+            max_wait_ms: 60_000,
+            kinds: Vec::new(),
+        }
+    }
+}
+
+/// One `[[jobs.kinds]]` entry: a job kind's own retry policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobKindConfig {
+    /// The kind.
+    pub name: String,
+    /// See [`JobsConfig::max_attempts`].
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// See [`JobsConfig::backoff_ms`].
+    #[serde(default)]
+    pub backoff_ms: Option<Vec<u64>>,
+    /// See [`JobsConfig::timeout_ms`].
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// When the store makes writes durable.
@@ -534,6 +596,33 @@ impl Config {
             return Err(invalid("store.interval_ms", "must be between 1 and 60000"));
         }
         self.queue_defaults.validate("queue_defaults")?;
+        let jobs = &self.jobs;
+        if jobs.worker_lease_ms < 100 || jobs.worker_lease_ms > 86_400_000 {
+            return Err(invalid(
+                "jobs.worker_lease_ms",
+                "must be between 100 and 86400000",
+            ));
+        }
+        if jobs.max_attempts == 0 {
+            return Err(invalid("jobs.max_attempts", "must be at least 1"));
+        }
+        if jobs.max_jobs == 0 || jobs.max_workers == 0 {
+            return Err(invalid(
+                "jobs.max_jobs",
+                "max_jobs and max_workers must be at least 1",
+            ));
+        }
+        if jobs.max_wait_ms > 600_000 {
+            return Err(invalid("jobs.max_wait_ms", "must be at most 600000"));
+        }
+        for (i, k) in jobs.kinds.iter().enumerate() {
+            if k.name.is_empty() || k.max_attempts == Some(0) {
+                return Err(ConfigError::Invalid {
+                    key: format!("jobs.kinds[{i}]"),
+                    reason: "needs a name, and max_attempts of at least 1".into(),
+                });
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for (i, q) in self.queues.iter().enumerate() {
             let key = format!("queues[{i}]");

@@ -1,8 +1,8 @@
 //! # Wharf
 //!
-//! A message broker on actix: topics and durable queues over WebSocket and
-//! HTTP, persisted to sled. Run it as the `wharf` binary or embed it in an
-//! actix-web app.
+//! A message broker on actix: topics, durable queues and durable topic
+//! subscriptions over WebSocket and HTTP, persisted to sled. Run it as the
+//! `wharf` binary or embed it in an actix-web app.
 //!
 //! # Layout
 //!
@@ -10,18 +10,27 @@
 //!   owns its state through, and its worker pool. Knows nothing of messages.
 //! - [`config`]: the TOML configuration, its defaults (the shipped
 //!   `config.toml`, embedded) and its validation.
-//! - [`broker`]: topics as task-queue resources, the registry, fan-out.
+//! - [`broker`]: topics and queues as task-queue resources, their
+//!   registries, fan-out; queue dispatch, acks, dead letters, topic
+//!   bindings, and durable subscriptions (queues named
+//!   `$durable/<client id>/<subscription id>`, bound to their filter).
 //! - [`routing`]: topic names, filters and the filter trie.
 //! - [`protocol`]: frame types and codecs, pure (no I/O).
 //! - [`session`]: per-connection state, the bounded two-lane outbound
 //!   queue and its frame writer, the slow-consumer policy, the registry.
-//! - [`store`]: persistence on sled; the only module that knows sled.
-//! - [`transport`]: actix-web routes (`/health` so far) and the mapping of
-//!   errors to HTTP responses.
+//! - [`store`]: persistence on sled (retained messages, queues and their
+//!   messages, durable subscriptions' bindings); the only module that
+//!   knows sled.
+//! - [`transport`]: actix-web routes (`/health`, `/ws`, `/topics`,
+//!   `/queues`, `/admin/sessions`) and the mapping of errors to HTTP
+//!   responses.
 //! - `client` (default feature): an async Rust client for the native
-//!   protocol.
+//!   protocol: topics, queues and durable subscriptions.
 //! - [`Wharf`]: the broker embedded in your own Actix app (mount its
-//!   routes, publish, subscribe your actors).
+//!   routes, publish, subscribe your actors). Its queue half, in
+//!   `embed::queues`: enqueue, and consume a queue with an actor, which
+//!   gets each delivery as a [`QueueMessage`] and settles it through its
+//!   [`Settler`] ([`ActorConsumer`] ends it).
 //! - [`run`]: serve on a listener until a shutdown future completes.
 //!
 //! The binary (`src/main.rs`) only parses the command line, loads the

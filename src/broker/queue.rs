@@ -174,6 +174,8 @@ pub struct QueueCounters {
     /// Messages deleted unconsumed (expired with `expired = "drop"`, or
     /// dead-lettered without a dead-letter queue).
     pub discarded: u64,
+    /// Messages taken away to another queue (a redrive).
+    pub moved: u64,
     /// Enqueues refused because the queue was full (for a queue bound to
     /// topics, or a durable subscription: topic messages not kept).
     pub refused: u64,
@@ -927,6 +929,7 @@ impl QueueState {
                 };
                 self.ready_len -= 1;
                 self.unhold(&m);
+                self.stats.moved += 1;
                 let removal = match &self.writer {
                     Some(_) => records::delete_message(self.id, m.priority, m.seq).into(),
                     None => Vec::new(),
@@ -941,10 +944,12 @@ impl QueueState {
 
     /// Puts back messages [`QueueState::take_ready`] took but could not
     /// place.
-    pub(crate) fn put_back(&mut self, messages: Vec<StoredMessage>) {
+    pub(crate) fn put_back(&mut self, messages: Vec<StoredMessage>, now: u64) {
         for m in messages {
+            self.stats.moved = self.stats.moved.saturating_sub(1);
             self.hold(m);
         }
+        self.dispatch(now);
         self.after();
     }
 

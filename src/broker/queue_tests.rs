@@ -183,7 +183,10 @@ fn block_on<F: Future>(fut: F) -> F::Output {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
-        assert!(Instant::now() < deadline, "a dead-letter queue task never ran");
+        assert!(
+            Instant::now() < deadline,
+            "a dead-letter queue task never ran"
+        );
         std::thread::park_timeout(Duration::from_millis(10));
     }
 }
@@ -365,7 +368,12 @@ impl Model {
         m.not_before = 0;
         let p = m.priority;
         self.ready.insert((Reverse(p), seq));
-        if self.ready.range((Reverse(p), seq + 1)..=(Reverse(p), u64::MAX)).next().is_some() {
+        if self
+            .ready
+            .range((Reverse(p), seq + 1)..=(Reverse(p), u64::MAX))
+            .next()
+            .is_some()
+        {
             self.hit("back ahead of younger messages");
         }
     }
@@ -511,7 +519,11 @@ impl Model {
                 "{a:?}: its count should be {}",
                 m.deliveries + 1
             );
-            ensure!(!m.expired(now), "{a:?}: delivered at {now}, expired at {}", m.expires);
+            ensure!(
+                !m.expired(now),
+                "{a:?}: delivered at {now}, expired at {}",
+                m.expires
+            );
             ensure!(
                 a.priority == m.priority
                     && a.enqueued_ms == m.enqueued
@@ -527,7 +539,11 @@ impl Model {
             );
             match a.outcome {
                 Delivery::Queued => {
-                    self.hit(if a.deliveries > 1 { "redelivered" } else { "delivered" });
+                    self.hit(if a.deliveries > 1 {
+                        "redelivered"
+                    } else {
+                        "delivered"
+                    });
                     ensure!(
                         !self.delivered.contains_key(&a.id),
                         "{a:?}: delivery id reused"
@@ -704,32 +720,65 @@ enum How {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Enqueue { priority: u8, ttl: Option<u64> },
+    Enqueue {
+        priority: u8,
+        ttl: Option<u64>,
+    },
     /// mode 0-1: a new sink; 2: another consumer on a live sink; 3: the key
     /// of a cancelled consumer again; 4: an attached consumer's key again
     /// (refused as a duplicate).
-    Consume { prefetch: u32, pick: u8, mode: u8 },
-    Cancel { pick: u8 },
+    Consume {
+        prefetch: u32,
+        pick: u8,
+        mode: u8,
+    },
+    Cancel {
+        pick: u8,
+    },
     /// `Subscription::cancel` of an attached consumer (as a session does
     /// before the queue's cancel task), then maybe that task.
-    Unsubscribe { pick: u8, cancel: bool },
-    Disconnect { pick: u8 },
-    Full { pick: u8, on: bool },
+    Unsubscribe {
+        pick: u8,
+        cancel: bool,
+    },
+    Disconnect {
+        pick: u8,
+    },
+    Full {
+        pick: u8,
+        on: bool,
+    },
     /// Some of a consumer's own in-flight ids (`mask` picks which).
-    Settle { pick: u8, how: How, mask: u8, repeat: bool },
+    Settle {
+        pick: u8,
+        how: How,
+        mask: u8,
+        repeat: bool,
+    },
     /// Ids that are not the consumer's (kind 0: another's in flight; 1:
     /// settled already; 2: never issued; 3: from a cancelled consumer),
     /// maybe with one of its own: refused, nothing changes.
-    Wrong { pick: u8, how: How, kind: u8, with_own: bool },
+    Wrong {
+        pick: u8,
+        how: How,
+        kind: u8,
+        with_own: bool,
+    },
     /// Advance the clock, then tick as the broker's ticker would (only if
     /// the queue says it needs it).
-    Advance { ms: u64 },
+    Advance {
+        ms: u64,
+    },
     /// `take_ready(max)`: the messages wait outside (a redrive moving
     /// them) until `PutBack`.
-    Take { max: u8 },
+    Take {
+        max: u8,
+    },
     /// `put_back` of the messages outside that `mask` picks (those the
     /// redrive could not place); the rest have left the queue.
-    PutBack { mask: u8 },
+    PutBack {
+        mask: u8,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -815,7 +864,15 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
         prop::bool::weighted(0.85),
     )
         .prop_map(
-            |(ack_timeout_ms, max_deliveries, backoff_ms, ttl_ms, drop_expired, max_length, dlq)| {
+            |(
+                ack_timeout_ms,
+                max_deliveries,
+                backoff_ms,
+                ttl_ms,
+                drop_expired,
+                max_length,
+                dlq,
+            )| {
                 Cfg {
                     ack_timeout_ms,
                     max_deliveries,
@@ -901,7 +958,10 @@ impl Harness {
                 seq
             });
         let want = self.m.enqueue(priority, ttl, self.now);
-        ensure!(got == want, "enqueue p{priority} ttl {ttl:?}: got {got:?}, model {want:?}");
+        ensure!(
+            got == want,
+            "enqueue p{priority} ttl {ttl:?}: got {got:?}, model {want:?}"
+        );
         match got {
             Ok(_) => self.replay_dispatch(),
             Err(_) => self.nothing_offered(),
@@ -916,7 +976,10 @@ impl Harness {
             Some(_) => Err(QueueError::DuplicateConsumer),
             None => Ok(()),
         };
-        ensure!(got == want, "consume {sink_id}/{sub}: got {got:?}, model {want:?}");
+        ensure!(
+            got == want,
+            "consume {sink_id}/{sub}: got {got:?}, model {want:?}"
+        );
         if got.is_err() {
             self.m.hit("consume refused: duplicate");
             return self.nothing_offered();
@@ -946,7 +1009,10 @@ impl Harness {
         let got = self.q.cancel(sink_id, sub, self.now);
         let ci = self.m.attached(sink_id, sub);
         let want = ci.map(|_| ()).ok_or(QueueError::UnknownConsumer);
-        ensure!(got == want, "cancel {sink_id}/{sub}: got {got:?}, model {want:?}");
+        ensure!(
+            got == want,
+            "cancel {sink_id}/{sub}: got {got:?}, model {want:?}"
+        );
         let Some(ci) = ci else {
             return self.nothing_offered();
         };
@@ -994,7 +1060,11 @@ impl Harness {
         }
         let acked = self.m.settle(ci, ids, how, now);
         for seq in acked {
-            ensure!(self.acks[&seq] == 1, "seq {seq} acked {} times", self.acks[&seq]);
+            ensure!(
+                self.acks[&seq] == 1,
+                "seq {seq} acked {} times",
+                self.acks[&seq]
+            );
         }
         if matches!(how, How::Touch(_)) {
             // Touch dispatches nothing.
@@ -1031,7 +1101,11 @@ impl Harness {
     fn step(&mut self, op: &Op) -> Result<(), String> {
         match *op {
             Op::Enqueue { priority, ttl } => self.enqueue(priority, ttl)?,
-            Op::Consume { prefetch, pick, mode } => {
+            Op::Consume {
+                prefetch,
+                pick,
+                mode,
+            } => {
                 let pick = usize::from(pick);
                 let live = self.live_sinks();
                 let cancelled: Vec<usize> = (0..self.m.cons.len())
@@ -1042,8 +1116,9 @@ impl Harness {
                             && self.m.attached(c.sink_id, &c.sub).is_none()
                     })
                     .collect();
-                let attached: Vec<usize> =
-                    (0..self.m.cons.len()).filter(|&ci| self.m.cons[ci].attached).collect();
+                let attached: Vec<usize> = (0..self.m.cons.len())
+                    .filter(|&ci| self.m.cons[ci].attached)
+                    .collect();
                 let n = self.m.cons.len();
                 match mode {
                     2 if !live.is_empty() => {
@@ -1075,8 +1150,9 @@ impl Harness {
                 }
             }
             Op::Unsubscribe { pick, cancel } => {
-                let attached: Vec<usize> =
-                    (0..self.m.cons.len()).filter(|&ci| self.m.cons[ci].attached).collect();
+                let attached: Vec<usize> = (0..self.m.cons.len())
+                    .filter(|&ci| self.m.cons[ci].attached)
+                    .collect();
                 if !attached.is_empty() {
                     let ci = attached[usize::from(pick) % attached.len()];
                     self.subs[ci].cancel();
@@ -1152,7 +1228,10 @@ impl Harness {
         let taken = self.q.take_ready(max);
         let want = self.m.take_ready(max);
         let got: Vec<u64> = taken.iter().map(|(x, _)| x.seq).collect();
-        ensure!(got == want, "take_ready({max}): queue {got:?}, model {want:?}");
+        ensure!(
+            got == want,
+            "take_ready({max}): queue {got:?}, model {want:?}"
+        );
         for (x, removal) in taken {
             let mm = &self.m.msgs[&x.seq];
             ensure!(
@@ -1184,7 +1263,7 @@ impl Harness {
         for x in &back {
             self.m.make_ready(x.seq);
         }
-        self.q.put_back(back);
+        self.q.put_back(back, self.now);
         // Messages that are ready again go to consumers with credit.
         self.replay_dispatch()
     }
@@ -1254,7 +1333,10 @@ impl Harness {
             "test bug: {ids:?} are not foreign to {sink_id}/{sub}"
         );
         self.settle(sink_id, &sub, &ids, how)?;
-        ensure!(self.q.info() == before, "a refused {how:?} changed the queue");
+        ensure!(
+            self.q.info() == before,
+            "a refused {how:?} changed the queue"
+        );
         Ok(())
     }
 
@@ -1284,7 +1366,12 @@ impl Harness {
                 );
             }
         }
-        ensure!(q.ready_len == m.ready.len(), "ready_len {} vs {}", q.ready_len, m.ready.len());
+        ensure!(
+            q.ready_len == m.ready.len(),
+            "ready_len {} vs {}",
+            q.ready_len,
+            m.ready.len()
+        );
         // Delayed.
         let got: Vec<(u64, u64)> = q.delayed.keys().copied().collect();
         let want: Vec<(u64, u64)> = m.delayed.iter().copied().collect();
@@ -1322,14 +1409,30 @@ impl Harness {
             .iter()
             .map(|c| {
                 let id = c.sub.id.to_string();
-                (c.cid, c.sub.sink.id(), id, c.prefetch, c.inflight, c.blocked)
+                (
+                    c.cid,
+                    c.sub.sink.id(),
+                    id,
+                    c.prefetch,
+                    c.inflight,
+                    c.blocked,
+                )
             })
             .collect();
         let want: Vec<(u64, u64, String, u32, u32, bool)> = m
             .cons
             .iter()
             .filter(|c| c.attached)
-            .map(|c| (c.cid, c.sink_id, c.sub.clone(), c.prefetch, c.inflight, c.blocked))
+            .map(|c| {
+                (
+                    c.cid,
+                    c.sink_id,
+                    c.sub.clone(),
+                    c.prefetch,
+                    c.inflight,
+                    c.blocked,
+                )
+            })
             .collect();
         ensure!(
             got == want,
@@ -1359,7 +1462,15 @@ impl Harness {
             m.delayed.len(),
             m.inflight.len()
         );
-        ensure!(info.stats == m.stats, "stats {:?}, model {:?}", info.stats, m.stats);
+        // `moved` counts what take_ready took and put_back did not return.
+        let mut want = m.stats;
+        want.moved = m.msgs.values().filter(|mm| mm.st == St::Moved).count() as u64;
+        ensure!(
+            info.stats == want,
+            "stats {:?}, model {:?}",
+            info.stats,
+            want
+        );
         let (mut acked, mut dead, mut discarded, mut held, mut moved) = (0, 0, 0, 0, 0);
         for mm in m.msgs.values() {
             match mm.st {
@@ -1370,9 +1481,8 @@ impl Harness {
                 St::Ready | St::Delayed | St::InFlight => held += 1,
             }
         }
-        // The counters have nothing for messages taken away by
-        // take_ready: the model's count stands in.
         let s = info.stats;
+        ensure!(s.moved == moved, "moved {} vs model {moved}", s.moved);
         ensure!(
             s.acked + s.dead_lettered + s.discarded + moved + info.depth + info.in_flight
                 == s.enqueued,
@@ -1385,7 +1495,12 @@ impl Harness {
                 && held == info.depth + info.in_flight,
             "model states acked {acked} dead {dead} discarded {discarded} held {held}; {info:?}"
         );
-        ensure!(q.expiring == m.expiring(), "expiring {} vs {}", q.expiring, m.expiring());
+        ensure!(
+            q.expiring == m.expiring(),
+            "expiring {} vs {}",
+            q.expiring,
+            m.expiring()
+        );
         // No stall: a consumer that may take a message never waits while
         // one is ready.
         let idle: Vec<u64> = q
@@ -1397,7 +1512,10 @@ impl Harness {
         ensure!(
             q.ready_len == 0 || idle.is_empty(),
             "consumers {idle:?} have credit but ready messages wait: {:?}",
-            (0..PRIORITIES).rev().map(|p| ready_seqs(q, p)).collect::<Vec<_>>()
+            (0..PRIORITIES)
+                .rev()
+                .map(|p| ready_seqs(q, p))
+                .collect::<Vec<_>>()
         );
         let needs_tick = self.shared.needs_tick.load(Ordering::Acquire);
         ensure!(
@@ -1511,12 +1629,20 @@ impl Harness {
                 St::Acked => ensure!(self.acks.get(&seq) == Some(&1), "seq {seq} acks"),
                 St::Dead(_) => ensure!(self.dlq_seen.contains(&seq), "seq {seq} not in the DLQ"),
                 St::Discarded(_) | St::Moved => {
-                    ensure!(!self.dlq_seen.contains(&seq), "seq {seq} {:?} but in the DLQ", mm.st);
+                    ensure!(
+                        !self.dlq_seen.contains(&seq),
+                        "seq {seq} {:?} but in the DLQ",
+                        mm.st
+                    );
                 }
                 st => return Err(format!("seq {seq} still {st:?}")),
             }
             if !matches!(mm.st, St::Acked) {
-                ensure!(!self.acks.contains_key(&seq), "seq {seq} acked and {:?}", mm.st);
+                ensure!(
+                    !self.acks.contains_key(&seq),
+                    "seq {seq} acked and {:?}",
+                    mm.st
+                );
             }
         }
         Ok(())
@@ -1551,7 +1677,10 @@ fn random_sequences_match_the_model() {
         ..ProptestConfig::default()
     };
     let mut runner = TestRunner::new(config);
-    let strategy = (cfg_strategy(), prop::collection::vec(op_strategy(), 1..=200));
+    let strategy = (
+        cfg_strategy(),
+        prop::collection::vec(op_strategy(), 1..=200),
+    );
     let result = runner.run(&strategy, |(cfg, ops)| {
         run_case(&cfg, &ops).map_err(TestCaseError::fail)
     });
@@ -1595,7 +1724,10 @@ fn random_sequences_match_the_model() {
             "unsubscribed",
         ] {
             let n = cov.get(what).copied().unwrap_or(0);
-            assert!(n >= 10, "the random sequences reached {what:?} only {n} times");
+            assert!(
+                n >= 10,
+                "the random sequences reached {what:?} only {n} times"
+            );
         }
     }
 }
@@ -1636,7 +1768,10 @@ fn returned_messages_go_back_to_their_place_within_a_priority() {
     let b = TestSink::new(&log);
     q.consume(subscription(&b, "b"), 6, t).unwrap();
     let got: Vec<(u64, u64)> = take_log(&log).iter().map(|x| (x.seq, x.id)).collect();
-    assert_eq!(got.iter().map(|x| x.0).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        got.iter().map(|x| x.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
     let id = |seq: u64| got.iter().find(|x| x.0 == seq).unwrap().1;
     q.nack(b.id, "b", &[id(5), id(2)], Some(500), t).unwrap();
     q.nack(b.id, "b", &[id(4)], Some(1000), t).unwrap();
@@ -1654,7 +1789,10 @@ fn returned_messages_go_back_to_their_place_within_a_priority() {
     // C gets them in order: priority 3 by seq, then priority 1.
     let c = TestSink::new(&log);
     q.consume(subscription(&c, "c"), 10, t + 1000).unwrap();
-    let got: Vec<(u64, u32)> = take_log(&log).iter().map(|x| (x.seq, x.deliveries)).collect();
+    let got: Vec<(u64, u32)> = take_log(&log)
+        .iter()
+        .map(|x| (x.seq, x.deliveries))
+        .collect();
     assert_eq!(
         got,
         [(1, 3), (2, 3), (3, 3), (4, 2), (5, 2), (6, 2), (7, 2)]
@@ -1697,7 +1835,10 @@ fn enqueue_past_max_length_is_refused_and_changes_nothing() {
 
     // Room again after an ack; the refused enqueues used up no seq.
     q.ack(a.id, "a", &[first[0].id], t).unwrap();
-    assert_eq!(take_log(&log).iter().map(|x| x.seq).collect::<Vec<_>>(), [2]);
+    assert_eq!(
+        take_log(&log).iter().map(|x| x.seq).collect::<Vec<_>>(),
+        [2]
+    );
     assert_eq!(q.enqueue(incoming(4, 0, None), t).unwrap().0, 4);
     assert_eq!(
         q.enqueue(incoming(5, 0, None), t).map(|x| x.0),
@@ -1719,7 +1860,7 @@ fn put_back_messages_go_to_a_waiting_consumer() {
     let a = TestSink::new(&log);
     q.consume(subscription(&a, "a"), 1, T0).unwrap();
     assert!(take_log(&log).is_empty());
-    q.put_back(taken);
+    q.put_back(taken, T0);
     let got: Vec<u64> = take_log(&log).iter().map(|x| x.seq).collect();
     assert_eq!(
         got,

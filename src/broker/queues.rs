@@ -675,7 +675,10 @@ impl Broker {
                 }
             }
             if !failed.is_empty() {
-                let _ = source.tq.submit(move |q| q.put_back(failed)).await;
+                let _ = source
+                    .tq
+                    .submit(move |q| q.put_back(failed, now_ms()))
+                    .await;
             }
             if let Some(e) = first_error {
                 return Err(e);

@@ -6,6 +6,7 @@
 //! an incompatible Wharf is refused instead of misread.
 
 mod engine;
+pub mod jobs;
 pub mod queues;
 mod retained;
 mod writer;

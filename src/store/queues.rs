@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn keys_sort_by_priority_then_seq() {
-        let mut keys = vec![
+        let mut keys = [
             message_key(1, 0, 1),
             message_key(1, 9, 5),
             message_key(1, 9, 2),

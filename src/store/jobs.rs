@@ -1,0 +1,54 @@
+//! Job records on disk: tree `jobs`, key = job id (16 bytes, a UUID v7, so
+//! keys sort by creation time), value = the record as the broker encodes
+//! it (JSON). Written on every status change; deleted when a finished
+//! job's retention ends.
+
+use super::engine::Engine as _;
+use super::writer::Write;
+use super::{Store, StoreError};
+
+/// The tree of job records.
+pub const JOBS_TREE: &str = "jobs";
+
+/// A stored job: its id and its record.
+pub type StoredJob = ([u8; 16], Vec<u8>);
+
+/// The write that stores a job record.
+pub fn put(id: &[u8; 16], record: Vec<u8>) -> Write {
+    Write::Put {
+        tree: JOBS_TREE,
+        key: id.to_vec(),
+        value: record,
+    }
+}
+
+/// The write that deletes a job record.
+pub fn delete(id: &[u8; 16]) -> Write {
+    Write::Delete {
+        tree: JOBS_TREE,
+        key: id.to_vec(),
+    }
+}
+
+impl Store {
+    /// Every stored job record, oldest id first.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] if the tree cannot be read.
+    pub fn load_jobs(&self) -> Result<Vec<StoredJob>, StoreError> {
+        let mut out = Vec::new();
+        self.engine()?
+            .scan(JOBS_TREE, &mut |k, v| {
+                match <[u8; 16]>::try_from(k) {
+                    Ok(id) => out.push((id, v.to_vec())),
+                    Err(_) => tracing::warn!(key = ?k, "skipping a job record with a bad key"),
+                }
+                true
+            })
+            .map_err(|e| StoreError::Read {
+                op: "read jobs",
+                reason: e.0,
+            })?;
+        Ok(out)
+    }
+}
