@@ -50,6 +50,7 @@ use crate::broker::{
     Broker, BrokerError, Delivery as Outcome, Publish, PublishOutcome, Published, Sink,
     Subscription,
 };
+use crate::broker::jobs::{JOBS_DLQ, Jobs};
 use crate::config::Config;
 use crate::session::Sessions;
 use crate::store::{Store, StoreWriter};
@@ -66,6 +67,7 @@ pub struct Wharf {
 
 struct Inner {
     broker: Broker,
+    jobs: Jobs,
     sessions: Sessions,
     state: web::Data<AppState>,
     health: web::Data<Health>,
@@ -115,7 +117,7 @@ impl Wharf {
         // sled does blocking I/O: open and read it off the async thread.
         let (defaults, declared) = (config.queue_defaults.clone(), config.queues.clone());
         let windows = declared.clone();
-        let (store, retained, queues) = web::block(move || {
+        let (store, retained, queues, stored_jobs) = web::block(move || {
             let store = Store::open(&store_config)?;
             let retained = store.load_retained()?;
             let queues = store.load_queues(|name| {
@@ -126,7 +128,8 @@ impl Wharf {
                         d.options(&defaults).memory_window
                     })
             })?;
-            Ok::<_, crate::store::StoreError>((store, retained, queues))
+            let jobs = store.load_jobs()?;
+            Ok::<_, crate::store::StoreError>((store, retained, queues, jobs))
         })
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
@@ -154,10 +157,35 @@ impl Wharf {
             );
         }
         broker.declare_queues(&config.queues).await?;
+        let dead_letters = broker.downgrade();
+        let jobs = Jobs::new(
+            config.jobs.clone(),
+            &scheduler.handle(),
+            Some(writer.handle()),
+            Box::new(move |job| {
+                // A dead job is copied to an ordinary queue, for people.
+                let Some(broker) = dead_letters.upgrade() else {
+                    return;
+                };
+                let payload = serde_json::to_vec(job).unwrap_or_default();
+                broker.enqueue_detached(crate::broker::Enqueue {
+                    queue: JOBS_DLQ.into(),
+                    payload: payload.into(),
+                    ..Default::default()
+                });
+            }),
+        );
+        let restored_jobs = jobs.restore(stored_jobs).await.map_err(|e| {
+            Error::Io(std::io::Error::other(format!("restoring jobs: {e}")))
+        })?;
+        if restored_jobs > 0 {
+            tracing::info!(jobs = restored_jobs, "jobs restored from the store");
+        }
         let sessions = Sessions::new();
         let config = Arc::new(config);
         let state = web::Data::new(AppState {
             broker: broker.clone(),
+            jobs: jobs.clone(),
             sessions: sessions.clone(),
             config: config.clone(),
         });
@@ -176,17 +204,19 @@ impl Wharf {
         });
         // Queue deadlines (ack timeouts, delays, expiry) are driven from
         // here.
-        let ticking = broker.clone();
+        let (ticking, ticking_jobs) = (broker.clone(), jobs.clone());
         let ticker = actix_rt::spawn(async move {
             let mut tick = actix_rt::time::interval(crate::broker::QUEUE_TICK);
             loop {
                 tick.tick().await;
                 ticking.tick_queues();
+                ticking_jobs.tick();
             }
         });
         Ok(Wharf {
             inner: Arc::new(Inner {
                 broker,
+                jobs,
                 sessions,
                 state,
                 health: web::Data::new(Health::new()),
@@ -205,6 +235,11 @@ impl Wharf {
     /// The broker core, for everything the convenience methods do not cover.
     pub fn broker(&self) -> &Broker {
         &self.inner.broker
+    }
+
+    /// Jobs and workers: enqueue jobs, register workers, report outcomes.
+    pub fn jobs(&self) -> &Jobs {
+        &self.inner.jobs
     }
 
     /// The live WebSocket sessions.

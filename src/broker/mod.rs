@@ -12,6 +12,7 @@
 //! Publishing needs only a read lock to find the topic; fan-out happens in
 //! the topic's task and never copies the payload.
 
+pub mod jobs;
 mod message;
 mod queue;
 mod queues;

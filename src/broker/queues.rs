@@ -473,6 +473,30 @@ impl Broker {
             .await??)
     }
 
+    /// Puts a message on a queue without waiting for anything (not even
+    /// the task): for callers inside other resources' tasks, which must
+    /// not block. Failures are logged.
+    pub fn enqueue_detached(&self, msg: Enqueue) {
+        let queue = match self.queue(&msg.queue, true) {
+            Ok(Some(q)) => q,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(queue = %msg.queue, "cannot enqueue: {e}");
+                return;
+            }
+        };
+        let name = msg.queue;
+        let incoming = Incoming::new(msg.priority.min(9), msg.headers, msg.payload, msg.ttl_ms);
+        let sent = queue.tq.execute(Lane::Normal, move |q| {
+            if let Err(e) = q.enqueue(incoming, now_ms()) {
+                tracing::error!(queue = %name, "enqueue refused: {e:?}");
+            }
+        });
+        if let Err(e) = sent {
+            tracing::error!("enqueue refused: {e}");
+        }
+    }
+
     /// [`Broker::enqueue`], then waits until the message is durable.
     ///
     /// # Errors

@@ -4,6 +4,7 @@
 
 mod error;
 mod health;
+mod jobs;
 mod queues;
 mod topics;
 mod ws;
@@ -12,12 +13,14 @@ use std::sync::Arc;
 
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
+pub use jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
 pub use queues::{EnqueueReply, RedriveReply};
 pub use topics::{HEADER_PREFIX, PublishReply};
 
 use actix_web::web;
 
 use crate::broker::Broker;
+use crate::broker::jobs::Jobs;
 use crate::config::Config;
 use crate::session::Sessions;
 
@@ -26,6 +29,8 @@ use crate::session::Sessions;
 pub struct AppState {
     /// The broker core.
     pub broker: Broker,
+    /// Jobs and workers.
+    pub jobs: Jobs,
     /// Live WebSocket sessions.
     pub sessions: Sessions,
     /// The configuration in force.
@@ -48,6 +53,41 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/admin/sessions")
             .route(web::get().to(list_sessions))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/jobs")
+            .route(web::post().to(jobs::enqueue))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/jobs/{id}/outcome")
+            .route(web::post().to(jobs::outcome))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/jobs/{id}")
+            .route(web::get().to(jobs::status))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/workers")
+            .route(web::post().to(jobs::register))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/workers/{id}/ping")
+            .route(web::post().to(jobs::ping))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/workers/{id}/dequeue")
+            .route(web::post().to(jobs::dequeue))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/jobs")
+            .route(web::get().to(jobs::info))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

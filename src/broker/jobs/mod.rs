@@ -1,0 +1,428 @@
+//! Jobs and workers. A job is a durable record (kind, entity id, data,
+//! priority, execution timeout) with a tracked status; workers register
+//! for kinds, keep a lease alive with pings, dequeue (long-polling), and
+//! report an outcome with the fencing token (the attempt number) they were
+//! given. All of it is one resource ([`Jobs`]): every operation is a task
+//! on its queue, so a late outcome and a reassignment can never both win.
+//!
+//! Statuses: `queued`, `running` (worker, since when, attempt n),
+//! `failed` / `timed_out` (waiting for a retry after the kind's backoff),
+//! `succeeded`, `dead` (attempts exhausted; copied to the queue
+//! `jobs.dlq`).
+
+mod state;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::config::JobsConfig;
+use crate::store::WriterHandle;
+use crate::taskq::{Priority as Lane, SchedulerHandle, TaskError, TaskQueue};
+use state::JobsState;
+
+
+
+/// The queue dead jobs are copied to (an ordinary queue).
+pub const JOBS_DLQ: &str = "jobs.dlq";
+
+/// Longest kind name.
+pub const MAX_KIND: usize = 256;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Handed to a worker.
+    Running,
+    /// The last attempt failed; retried at `retry_at_ms`.
+    Failed,
+    /// The last attempt timed out; retried at `retry_at_ms`.
+    TimedOut,
+    /// Done.
+    Succeeded,
+    /// Out of attempts.
+    Dead,
+}
+
+/// What a worker reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The job is done.
+    Succeeded,
+    /// It failed (with an error text); retried per the kind's policy.
+    Failed,
+    /// The worker gave up on time; retried per the kind's policy.
+    TimedOut,
+}
+
+/// A job as stored (JSON in the `jobs` tree).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Its id (UUID v7).
+    pub id: Uuid,
+    /// Its kind; workers choose kinds.
+    pub kind: String,
+    /// The entity it is about.
+    pub entity_id: Uuid,
+    /// Free-form data for the worker.
+    pub data: serde_json::Value,
+    /// 0-9, higher first.
+    pub priority: u8,
+    /// Execution timeout (ms).
+    pub timeout_ms: Option<u64>,
+    /// Status.
+    pub status: JobStatus,
+    /// Attempts started so far (the fencing token of the current one).
+    pub attempt: u32,
+    /// The worker running it.
+    pub worker: Option<Uuid>,
+    /// When the current attempt started (Unix ms).
+    pub started_ms: Option<u64>,
+    /// When it was enqueued (Unix ms).
+    pub created_ms: u64,
+    /// Its last change (Unix ms).
+    pub updated_ms: u64,
+    /// The last failure's text.
+    pub error: Option<String>,
+    /// When a failed or timed-out job is queued again (Unix ms).
+    pub retry_at_ms: Option<u64>,
+}
+
+/// A job as the API shows it (`GET /jobs/{id}`, dequeue answers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Its id.
+    pub id: Uuid,
+    /// Its kind.
+    pub kind: String,
+    /// The entity it is about.
+    pub entity_id: Uuid,
+    /// Its data.
+    pub data: serde_json::Value,
+    /// Its priority.
+    pub priority: u8,
+    /// Status.
+    pub status: JobStatus,
+    /// Attempts started; for a running job, the token its worker must
+    /// give with the outcome.
+    pub attempt: u32,
+    /// The fencing token of a running job (= `attempt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u32>,
+    /// The worker running it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<Uuid>,
+    /// When the current attempt started (Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// Execution timeout (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The last failure's text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it is retried (Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_at_ms: Option<u64>,
+    /// When it was enqueued (Unix ms).
+    pub created_ms: u64,
+}
+
+impl From<&JobRecord> for JobView {
+    fn from(j: &JobRecord) -> Self {
+        JobView {
+            id: j.id,
+            kind: j.kind.clone(),
+            entity_id: j.entity_id,
+            data: j.data.clone(),
+            priority: j.priority,
+            status: j.status,
+            attempt: j.attempt,
+            token: (j.status == JobStatus::Running).then_some(j.attempt),
+            worker_id: j.worker,
+            started_ms: j.started_ms,
+            timeout_ms: j.timeout_ms,
+            error: j.error.clone(),
+            retry_at_ms: j.retry_at_ms,
+            created_ms: j.created_ms,
+        }
+    }
+}
+
+/// A job to enqueue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewJob {
+    /// Its kind (1 to 256 bytes).
+    pub kind: String,
+    /// The entity it is about.
+    pub entity_id: Uuid,
+    /// Free-form data (any JSON).
+    #[serde(default)]
+    pub data: serde_json::Value,
+    /// 0-9 (default 0).
+    #[serde(default)]
+    pub priority: u8,
+    /// Execution timeout (ms); default: the kind's.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Why a jobs operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// No job has this id (or it finished longer ago than the retention).
+    #[error("no such job")]
+    UnknownJob,
+    /// The worker's lease ended (or it never registered): register again.
+    #[error("the worker is not (or no longer) registered; register again")]
+    WorkerExpired,
+    /// The token is not the job's current attempt by this worker: the job
+    /// was handed to someone else, or already has an outcome.
+    #[error("stale token: the job is {status:?} at attempt {current}")]
+    StaleToken {
+        /// The job's current attempt.
+        current: u32,
+        /// Its status.
+        status: JobStatus,
+    },
+    /// A field is invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// `jobs.max_jobs` jobs are held.
+    #[error("too many jobs: at most {0}")]
+    Full(usize),
+    /// `jobs.max_workers` workers are registered.
+    #[error("too many workers: at most {0}")]
+    TooManyWorkers(usize),
+    /// The store writer is too far behind; try again.
+    #[error("the store is busy; try again")]
+    StoreBusy,
+    /// The store failed the write.
+    #[error("store: {0}")]
+    Store(String),
+    /// The jobs resource refused or lost the task.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+}
+
+/// Counts for the admin API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct JobsInfo {
+    /// Jobs held (finished ones within their retention included).
+    pub jobs: usize,
+    /// Waiting for a worker.
+    pub ready: usize,
+    /// Handed to workers.
+    pub running: usize,
+    /// Workers registered.
+    pub workers: usize,
+}
+
+/// The jobs resource. Cheap to clone.
+#[derive(Clone)]
+pub struct Jobs {
+    tq: TaskQueue<JobsState>,
+    cfg: std::sync::Arc<JobsConfig>,
+}
+
+fn now_ms() -> u64 {
+    super::queue::now_ms()
+}
+
+impl Jobs {
+    /// The jobs resource, persisting records through `writer` if given.
+    /// `on_dead` is called (inside the resource's task) with each job that
+    /// runs out of attempts.
+    pub fn new(
+        cfg: JobsConfig,
+        scheduler: &SchedulerHandle,
+        writer: Option<WriterHandle>,
+        on_dead: Box<dyn Fn(&JobRecord) + Send>,
+    ) -> Jobs {
+        Jobs {
+            tq: TaskQueue::new(JobsState::new(cfg.clone(), writer, on_dead), scheduler),
+            cfg: std::sync::Arc::new(cfg),
+        }
+    }
+
+    /// Installs job records read back from the store (JSON); unfinished
+    /// jobs are queued again. Returns how many were restored.
+    ///
+    /// # Errors
+    /// The resource refusing the task.
+    pub async fn restore(&self, stored: Vec<([u8; 16], Vec<u8>)>) -> Result<usize, JobError> {
+        let mut jobs = Vec::with_capacity(stored.len());
+        for (id, bytes) in stored {
+            match serde_json::from_slice::<JobRecord>(&bytes) {
+                Ok(j) if j.id.as_bytes() == &id => jobs.push(j),
+                Ok(_) | Err(_) => {
+                    tracing::warn!(job = %Uuid::from_bytes(id), "skipping an unreadable job record");
+                }
+            }
+        }
+        let n = jobs.len();
+        self.tq.submit(move |s| s.restore(jobs, now_ms())).await?;
+        Ok(n)
+    }
+
+    /// Enqueues a job; returns its id once it is durable.
+    ///
+    /// # Errors
+    /// [`JobError::Invalid`] for a bad kind or priority, [`JobError::Full`],
+    /// or a store failure.
+    pub async fn enqueue(&self, new: NewJob) -> Result<Uuid, JobError> {
+        if new.kind.is_empty() || new.kind.len() > MAX_KIND {
+            return Err(JobError::Invalid(format!(
+                "kind must be 1 to {MAX_KIND} bytes"
+            )));
+        }
+        if new.priority > 9 {
+            return Err(JobError::Invalid(format!(
+                "priority {} is out of range 0-9",
+                new.priority
+            )));
+        }
+        let (id, durable) = self.tq.submit(move |s| s.enqueue(new, now_ms())).await??;
+        if let Some(d) = durable {
+            d.await.map_err(|e| JobError::Store(e.to_string()))?;
+        }
+        Ok(id)
+    }
+
+    /// A job's current record.
+    ///
+    /// # Errors
+    /// [`JobError::UnknownJob`], or the resource refusing the task.
+    pub async fn status(&self, id: Uuid) -> Result<JobView, JobError> {
+        self.tq
+            .submit(move |s| s.status(id))
+            .await?
+            .ok_or(JobError::UnknownJob)
+    }
+
+    /// Registers a worker for `kinds` (empty: every kind); returns its id
+    /// and its lease in ms.
+    ///
+    /// # Errors
+    /// [`JobError::TooManyWorkers`], or the resource refusing the task.
+    pub async fn register(&self, kinds: Vec<String>) -> Result<(Uuid, u64), JobError> {
+        if kinds.iter().any(|k| k.is_empty() || k.len() > MAX_KIND) {
+            return Err(JobError::Invalid(format!(
+                "kinds must be 1 to {MAX_KIND} bytes"
+            )));
+        }
+        self.tq.submit(move |s| s.register(kinds, now_ms())).await?
+    }
+
+    /// Extends a worker's lease; `false` means it is no longer valid and
+    /// must register again.
+    ///
+    /// # Errors
+    /// The resource refusing the task.
+    pub async fn ping(&self, worker: Uuid) -> Result<bool, JobError> {
+        Ok(self.tq.submit(move |s| s.ping(worker, now_ms())).await?)
+    }
+
+    /// The worker's next job (highest priority, then oldest, of the kinds
+    /// it serves), waiting up to `wait` (capped by `jobs.max_wait_ms`) for
+    /// one to arrive. `None`: none arrived in time.
+    ///
+    /// # Errors
+    /// [`JobError::WorkerExpired`], or the resource refusing the task.
+    pub async fn dequeue(&self, worker: Uuid, wait: Duration) -> Result<Option<JobView>, JobError> {
+        let wait = wait.min(Duration::from_millis(self.cfg.max_wait_ms));
+        let (tx, mut rx) = oneshot::channel();
+        let waiter = (!wait.is_zero()).then_some(tx);
+        if let Some(job) = self
+            .tq
+            .submit(move |s| s.dequeue(worker, waiter, now_ms()))
+            .await??
+        {
+            return Ok(Some(job));
+        }
+        if wait.is_zero() {
+            return Ok(None);
+        }
+        match tokio::time::timeout(wait, &mut rx).await {
+            Ok(Ok(job)) => Ok(Some(job)),
+            // The resource dropped the waiter: the worker expired, or a
+            // newer dequeue of the same worker replaced this one.
+            Ok(Err(_)) => {
+                if self.tq.submit(move |s| s.is_valid(worker, now_ms())).await? {
+                    Ok(None)
+                } else {
+                    Err(JobError::WorkerExpired)
+                }
+            }
+            Err(_) => {
+                // Stop waiting; a job sent before the cancel ran is still
+                // in the channel (tasks run in order, so none can follow).
+                self.tq.submit(move |s| s.cancel_wait(worker)).await?;
+                Ok(rx.try_recv().ok())
+            }
+        }
+    }
+
+    /// Records a worker's outcome for job `id` run with `token`; returns
+    /// the job's new status once it is durable.
+    ///
+    /// # Errors
+    /// [`JobError::UnknownJob`], [`JobError::WorkerExpired`],
+    /// [`JobError::StaleToken`] (nothing changes), or a store failure.
+    pub async fn outcome(
+        &self,
+        id: Uuid,
+        worker: Uuid,
+        token: u32,
+        outcome: Outcome,
+        error: Option<String>,
+    ) -> Result<JobStatus, JobError> {
+        let (status, durable) = self
+            .tq
+            .submit(move |s| s.outcome(id, worker, token, outcome, error, now_ms()))
+            .await??;
+        if let Some(d) = durable {
+            d.await.map_err(|e| JobError::Store(e.to_string()))?;
+        }
+        Ok(status)
+    }
+
+    /// Runs the deadline task (leases, timeouts, retries, retention).
+    pub fn tick(&self) {
+        if let Err(e) = self.tq.execute(Lane::High, |s| s.tick(now_ms())) {
+            tracing::debug!("jobs tick postponed: {e}");
+        }
+    }
+
+    /// Current counts.
+    ///
+    /// # Errors
+    /// The resource refusing the task.
+    pub async fn info(&self) -> Result<JobsInfo, JobError> {
+        let (jobs, ready, running, workers) = self.tq.submit(|s| s.counts()).await?;
+        Ok(JobsInfo {
+            jobs,
+            ready,
+            running,
+            workers,
+        })
+    }
+
+    /// The lease workers get, in ms.
+    pub fn lease_ms(&self) -> u64 {
+        self.cfg.worker_lease_ms
+    }
+}
+
+impl std::fmt::Debug for Jobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jobs").finish_non_exhaustive()
+    }
+}

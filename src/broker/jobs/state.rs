@@ -1,0 +1,531 @@
+//! The jobs resource's state and its tasks: every job record, the ready
+//! jobs per kind, the workers and their leases, and the dequeues waiting
+//! for a job. Everything here runs inside the resource's task queue.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::{JobError, JobRecord, JobStatus, JobView, NewJob, Outcome};
+use crate::config::JobsConfig;
+use crate::store::{Durable, WriterHandle, jobs as records};
+
+/// A job handed to a worker: the job as it is now, with its token.
+pub(crate) type Assigned = JobView;
+
+struct Worker {
+    kinds: Vec<String>,
+    lease_until: u64,
+    running: HashSet<Uuid>,
+}
+
+impl Worker {
+    fn serves(&self, kind: &str) -> bool {
+        self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind)
+    }
+}
+
+/// A job's retry policy.
+#[derive(Debug, Clone)]
+struct Policy {
+    max_attempts: u32,
+    backoff_ms: Vec<u64>,
+    timeout_ms: u64,
+}
+
+/// The state the jobs resource owns.
+pub(crate) struct JobsState {
+    cfg: JobsConfig,
+    jobs: HashMap<Uuid, JobRecord>,
+    /// Ready jobs per kind: highest priority first, then oldest.
+    ready: HashMap<String, BTreeSet<(Reverse<u8>, u64, Uuid)>>,
+    /// The order jobs became ready in (FIFO within a priority).
+    order: u64,
+    /// Failed or timed-out jobs waiting for their retry time.
+    retrying: BTreeSet<(u64, Uuid)>,
+    /// Running jobs with an execution timeout, by deadline.
+    deadlines: BTreeSet<(u64, Uuid)>,
+    workers: HashMap<Uuid, Worker>,
+    /// Dequeues waiting for a job, oldest first; one per worker.
+    waiting: VecDeque<(Uuid, oneshot::Sender<Assigned>)>,
+    /// Finished jobs by finish time, for the retention sweep.
+    finished: BTreeMap<(u64, Uuid), ()>,
+    writer: Option<WriterHandle>,
+    /// Called with each job that dies (copied to the dead-letter queue).
+    on_dead: Box<dyn Fn(&JobRecord) + Send>,
+}
+
+impl JobsState {
+    pub(crate) fn new(
+        cfg: JobsConfig,
+        writer: Option<WriterHandle>,
+        on_dead: Box<dyn Fn(&JobRecord) + Send>,
+    ) -> Self {
+        JobsState {
+            cfg,
+            jobs: HashMap::new(),
+            ready: HashMap::new(),
+            order: 0,
+            retrying: BTreeSet::new(),
+            deadlines: BTreeSet::new(),
+            workers: HashMap::new(),
+            waiting: VecDeque::new(),
+            finished: BTreeMap::new(),
+            writer,
+            on_dead,
+        }
+    }
+
+    fn policy(&self, kind: &str) -> Policy {
+        let c = &self.cfg;
+        let k = c.kinds.iter().find(|k| k.name == kind);
+        Policy {
+            max_attempts: k.and_then(|k| k.max_attempts).unwrap_or(c.max_attempts),
+            backoff_ms: k
+                .and_then(|k| k.backoff_ms.clone())
+                .unwrap_or_else(|| c.backoff_ms.clone()),
+            timeout_ms: k.and_then(|k| k.timeout_ms).unwrap_or(c.timeout_ms),
+        }
+    }
+
+    /// Persists a job's record (fire and forget unless the caller awaits
+    /// the returned [`Durable`]).
+    fn persist(&self, id: Uuid) -> Option<Durable> {
+        let (w, job) = (self.writer.as_ref()?, self.jobs.get(&id)?);
+        let bytes = match serde_json::to_vec(job) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(job = %id, "cannot encode a job record: {e}");
+                return None;
+            }
+        };
+        match w.submit(vec![records::put(id.as_bytes(), bytes)]) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(job = %id, "job record not persisted: {e}");
+                None
+            }
+        }
+    }
+
+    /// Installs the records read back at start: unfinished jobs are queued
+    /// again (their workers are gone), finished ones stay queryable.
+    pub(crate) fn restore(&mut self, mut jobs: Vec<JobRecord>, now: u64) {
+        jobs.sort_by_key(|j| (j.created_ms, j.id));
+        for mut j in jobs {
+            let id = j.id;
+            match j.status {
+                JobStatus::Succeeded | JobStatus::Dead => {
+                    self.finished.insert((j.updated_ms, id), ());
+                    self.jobs.insert(id, j);
+                }
+                _ => {
+                    j.status = JobStatus::Queued;
+                    j.worker = None;
+                    j.started_ms = None;
+                    j.retry_at_ms = None;
+                    j.updated_ms = now;
+                    self.jobs.insert(id, j);
+                    self.make_ready(id);
+                }
+            }
+        }
+    }
+
+    fn make_ready(&mut self, id: Uuid) {
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        j.status = JobStatus::Queued;
+        self.order += 1;
+        self.ready
+            .entry(j.kind.clone())
+            .or_default()
+            .insert((Reverse(j.priority), self.order, id));
+    }
+
+    /// Adds a job; returns its id and, with a store, when it is durable.
+    pub(crate) fn enqueue(
+        &mut self,
+        new: NewJob,
+        now: u64,
+    ) -> Result<(Uuid, Option<Durable>), JobError> {
+        if self.jobs.len() >= self.cfg.max_jobs {
+            return Err(JobError::Full(self.cfg.max_jobs));
+        }
+        let id = Uuid::now_v7();
+        let timeout_ms = new
+            .timeout_ms
+            .or(Some(self.policy(&new.kind).timeout_ms).filter(|&t| t > 0));
+        let job = JobRecord {
+            id,
+            kind: new.kind,
+            entity_id: new.entity_id,
+            data: new.data,
+            priority: new.priority,
+            timeout_ms,
+            status: JobStatus::Queued,
+            attempt: 0,
+            worker: None,
+            started_ms: None,
+            created_ms: now,
+            updated_ms: now,
+            error: None,
+            retry_at_ms: None,
+        };
+        self.jobs.insert(id, job);
+        let durable = self.persist(id);
+        if self.writer.is_some() && durable.is_none() {
+            self.jobs.remove(&id);
+            return Err(JobError::StoreBusy);
+        }
+        self.make_ready(id);
+        self.hand_to_waiting(now);
+        Ok((id, durable))
+    }
+
+    /// The job's record as the API shows it.
+    pub(crate) fn status(&self, id: Uuid) -> Option<JobView> {
+        self.jobs.get(&id).map(JobView::from)
+    }
+
+    /// Registers a worker for `kinds` (empty: all).
+    pub(crate) fn register(&mut self, kinds: Vec<String>, now: u64) -> Result<(Uuid, u64), JobError> {
+        if self.workers.len() >= self.cfg.max_workers {
+            return Err(JobError::TooManyWorkers(self.cfg.max_workers));
+        }
+        let id = Uuid::now_v7();
+        self.workers.insert(
+            id,
+            Worker {
+                kinds,
+                lease_until: now.saturating_add(self.cfg.worker_lease_ms),
+                running: HashSet::new(),
+            },
+        );
+        Ok((id, self.cfg.worker_lease_ms))
+    }
+
+    /// Whether the worker is registered with a lease in force.
+    pub(crate) fn is_valid(&self, worker: Uuid, now: u64) -> bool {
+        self.valid_worker(worker, now)
+    }
+
+    fn valid_worker(&self, worker: Uuid, now: u64) -> bool {
+        self.workers.get(&worker).is_some_and(|w| w.lease_until > now)
+    }
+
+    /// Extends a worker's lease; false if it is no longer valid (it must
+    /// register again).
+    pub(crate) fn ping(&mut self, worker: Uuid, now: u64) -> bool {
+        if !self.valid_worker(worker, now) {
+            self.expire_worker(worker, now);
+            return false;
+        }
+        let lease = self.cfg.worker_lease_ms;
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.lease_until = now.saturating_add(lease);
+        }
+        true
+    }
+
+    /// The best ready job the worker serves: highest priority, then
+    /// oldest.
+    fn best_for(&self, worker: &Worker) -> Option<(String, (Reverse<u8>, u64, Uuid))> {
+        self.ready
+            .iter()
+            .filter(|(kind, set)| !set.is_empty() && worker.serves(kind))
+            .filter_map(|(kind, set)| set.first().map(|first| (kind.clone(), *first)))
+            .min_by_key(|(_, key)| *key)
+    }
+
+    /// Gives the worker its next job now, or parks `waiter` (replacing
+    /// an earlier one of the same worker) when there is none.
+    pub(crate) fn dequeue(
+        &mut self,
+        worker: Uuid,
+        waiter: Option<oneshot::Sender<Assigned>>,
+        now: u64,
+    ) -> Result<Option<Assigned>, JobError> {
+        if !self.valid_worker(worker, now) {
+            self.expire_worker(worker, now);
+            return Err(JobError::WorkerExpired);
+        }
+        let best = self.workers.get(&worker).and_then(|w| self.best_for(w));
+        match best {
+            Some((kind, key)) => {
+                if let Some(set) = self.ready.get_mut(&kind) {
+                    set.remove(&key);
+                }
+                Ok(self.assign(key.2, worker, now))
+            }
+            None => {
+                if let Some(tx) = waiter {
+                    self.waiting.retain(|(w, _)| *w != worker);
+                    self.waiting.push_back((worker, tx));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Stops waiting for `worker`'s parked dequeue.
+    pub(crate) fn cancel_wait(&mut self, worker: Uuid) {
+        self.waiting.retain(|(w, _)| *w != worker);
+    }
+
+    fn assign(&mut self, id: Uuid, worker: Uuid, now: u64) -> Option<Assigned> {
+        let j = self.jobs.get_mut(&id)?;
+        j.status = JobStatus::Running;
+        j.attempt += 1;
+        j.worker = Some(worker);
+        j.started_ms = Some(now);
+        j.updated_ms = now;
+        j.retry_at_ms = None;
+        if let Some(t) = j.timeout_ms {
+            self.deadlines.insert((now.saturating_add(t), id));
+        }
+        let view = JobView::from(&*j);
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.running.insert(id);
+        }
+        // Best effort: after a crash the job is queued again anyway.
+        let _ = self.persist(id);
+        Some(view)
+    }
+
+    /// Hands ready jobs to parked dequeues, oldest waiter first.
+    fn hand_to_waiting(&mut self, now: u64) {
+        let mut still = VecDeque::with_capacity(self.waiting.len());
+        while let Some((worker, tx)) = self.waiting.pop_front() {
+            if tx.is_closed() || !self.valid_worker(worker, now) {
+                continue;
+            }
+            let best = self.workers.get(&worker).and_then(|w| self.best_for(w));
+            let Some((kind, key)) = best else {
+                still.push_back((worker, tx));
+                continue;
+            };
+            if let Some(set) = self.ready.get_mut(&kind) {
+                set.remove(&key);
+            }
+            let Some(view) = self.assign(key.2, worker, now) else {
+                continue;
+            };
+            if let Err(view) = tx.send(view) {
+                // The request went away between the check and the send:
+                // the job goes back, not to this worker.
+                self.unassign(view.id, worker, now);
+            }
+        }
+        self.waiting = still;
+    }
+
+    fn unassign(&mut self, id: Uuid, worker: Uuid, _now: u64) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.running.remove(&id);
+        }
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.attempt = j.attempt.saturating_sub(1);
+            j.worker = None;
+            j.started_ms = None;
+            if let Some(t) = j.timeout_ms {
+                let started = j.updated_ms;
+                self.deadlines.remove(&(started.saturating_add(t), id));
+            }
+        }
+        self.make_ready(id);
+    }
+
+    /// Records a worker's outcome for a job it runs with token `token`.
+    pub(crate) fn outcome(
+        &mut self,
+        id: Uuid,
+        worker: Uuid,
+        token: u32,
+        outcome: Outcome,
+        error: Option<String>,
+        now: u64,
+    ) -> Result<(JobStatus, Option<Durable>), JobError> {
+        let Some(j) = self.jobs.get(&id) else {
+            return Err(JobError::UnknownJob);
+        };
+        if !self.valid_worker(worker, now) {
+            self.expire_worker(worker, now);
+            return Err(JobError::WorkerExpired);
+        }
+        if j.status != JobStatus::Running || j.worker != Some(worker) || j.attempt != token {
+            return Err(JobError::StaleToken {
+                current: j.attempt,
+                status: j.status,
+            });
+        }
+        self.stop_running(id, worker);
+        let status = match outcome {
+            Outcome::Succeeded => {
+                self.finish(id, JobStatus::Succeeded, None, now);
+                JobStatus::Succeeded
+            }
+            Outcome::Failed => self.retry_or_die(id, JobStatus::Failed, error, now),
+            Outcome::TimedOut => self.retry_or_die(id, JobStatus::TimedOut, error, now),
+        };
+        let durable = self.persist(id);
+        self.hand_to_waiting(now);
+        Ok((status, durable))
+    }
+
+    fn stop_running(&mut self, id: Uuid, worker: Uuid) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.running.remove(&id);
+        }
+        if let Some(j) = self.jobs.get(&id) {
+            if let (Some(t), Some(started)) = (j.timeout_ms, j.started_ms) {
+                self.deadlines.remove(&(started.saturating_add(t), id));
+            }
+        }
+    }
+
+    fn finish(&mut self, id: Uuid, status: JobStatus, error: Option<String>, now: u64) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.status = status;
+            j.updated_ms = now;
+            j.retry_at_ms = None;
+            if error.is_some() {
+                j.error = error;
+            }
+            self.finished.insert((now, id), ());
+            if status == JobStatus::Dead {
+                (self.on_dead)(j);
+            }
+        }
+    }
+
+    /// After a failure or a timeout: retried after the backoff while
+    /// attempts remain, else dead.
+    fn retry_or_die(
+        &mut self,
+        id: Uuid,
+        status: JobStatus,
+        error: Option<String>,
+        now: u64,
+    ) -> JobStatus {
+        let Some(j) = self.jobs.get(&id) else {
+            return status;
+        };
+        let policy = self.policy(&j.kind);
+        if j.attempt >= policy.max_attempts {
+            self.finish(id, JobStatus::Dead, error, now);
+            return JobStatus::Dead;
+        }
+        let i = (j.attempt as usize).saturating_sub(1);
+        let delay = policy
+            .backoff_ms
+            .get(i)
+            .or(policy.backoff_ms.last())
+            .copied()
+            .unwrap_or(0);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.status = status;
+            j.worker = None;
+            j.updated_ms = now;
+            if error.is_some() {
+                j.error = error;
+            }
+        }
+        if delay == 0 {
+            self.make_ready(id);
+            JobStatus::Queued
+        } else {
+            let at = now.saturating_add(delay);
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.retry_at_ms = Some(at);
+            }
+            self.retrying.insert((at, id));
+            status
+        }
+    }
+
+    /// Removes a worker whose lease ended; its running jobs go back to the
+    /// queue (the next attempt raises their count).
+    fn expire_worker(&mut self, worker: Uuid, now: u64) {
+        let Some(w) = self.workers.remove(&worker) else {
+            return;
+        };
+        self.waiting.retain(|(id, _)| *id != worker);
+        for id in w.running {
+            self.stop_running(id, worker);
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.worker = None;
+                j.started_ms = None;
+                j.updated_ms = now;
+            }
+            self.make_ready(id);
+            let _ = self.persist(id);
+        }
+    }
+
+    /// Deadlines: expired leases, execution timeouts, retry times, and the
+    /// retention of finished jobs.
+    pub(crate) fn tick(&mut self, now: u64) {
+        let expired: Vec<Uuid> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.lease_until <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for w in expired {
+            self.expire_worker(w, now);
+        }
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.remove(&(at, id));
+            let Some(worker) = self.jobs.get(&id).and_then(|j| j.worker) else {
+                continue;
+            };
+            if let Some(w) = self.workers.get_mut(&worker) {
+                w.running.remove(&id);
+            }
+            let error = Some("execution timeout".to_owned());
+            self.retry_or_die(id, JobStatus::TimedOut, error, now);
+            let _ = self.persist(id);
+        }
+        while let Some(&(at, id)) = self.retrying.first() {
+            if at > now {
+                break;
+            }
+            self.retrying.remove(&(at, id));
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.retry_at_ms = None;
+            }
+            self.make_ready(id);
+            let _ = self.persist(id);
+        }
+        let horizon = now.saturating_sub(self.cfg.retention_s.saturating_mul(1000));
+        while let Some((&(at, id), ())) = self.finished.first_key_value() {
+            if at > horizon {
+                break;
+            }
+            self.finished.remove(&(at, id));
+            self.jobs.remove(&id);
+            if let Some(w) = &self.writer {
+                let _ = w.submit(vec![records::delete(id.as_bytes())]);
+            }
+        }
+        self.hand_to_waiting(now);
+    }
+
+    /// Counts for the admin API: (jobs held, ready, running, workers).
+    pub(crate) fn counts(&self) -> (usize, usize, usize, usize) {
+        let ready = self.ready.values().map(BTreeSet::len).sum();
+        let running = self
+            .workers
+            .values()
+            .map(|w| w.running.len())
+            .sum();
+        (self.jobs.len(), ready, running, self.workers.len())
+    }
+}

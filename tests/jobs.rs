@@ -1,0 +1,222 @@
+//! Jobs and workers over HTTP on loopback, with a plain HTTP client.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestBroker, http};
+use serde_json::{Value, json};
+
+fn post(b: &TestBroker, path: &str, body: Value) -> (u16, Value) {
+    let (status, text) = http(b.addr, "POST", path, &body.to_string());
+    let v = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+    (status, v)
+}
+
+fn get(b: &TestBroker, path: &str) -> (u16, Value) {
+    let (status, text) = http(b.addr, "GET", path, "");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn enqueue(b: &TestBroker, kind: &str, extra: Value) -> String {
+    let mut body = json!({
+        "kind": kind,
+        "entity_id": "0190a6f0-0000-7000-8000-000000000001",
+        "data": {"n": 1},
+    });
+    if let (Some(m), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        m.extend(e.clone());
+    }
+    let (status, v) = post(b, "/jobs", body);
+    assert_eq!(status, 201, "{v}");
+    v["id"].as_str().unwrap().to_owned()
+}
+
+fn register(b: &TestBroker, kinds: &[&str]) -> String {
+    let (status, v) = post(b, "/workers", json!({ "kinds": kinds }));
+    assert_eq!(status, 201, "{v}");
+    assert!(v["lease_ms"].as_u64().unwrap() > 0);
+    v["worker_id"].as_str().unwrap().to_owned()
+}
+
+fn dequeue(b: &TestBroker, worker: &str, wait_ms: u64) -> (u16, Value) {
+    post(b, &format!("/workers/{worker}/dequeue?wait_ms={wait_ms}"), json!({}))
+}
+
+fn outcome(b: &TestBroker, job: &str, worker: &str, token: u64, what: &str) -> (u16, Value) {
+    post(
+        b,
+        &format!("/jobs/{job}/outcome"),
+        json!({"worker_id": worker, "token": token, "outcome": what, "error": "boom"}),
+    )
+}
+
+#[test]
+fn a_dead_workers_job_goes_to_the_other_and_its_late_outcome_is_refused() {
+    let b = TestBroker::start(|c| c.jobs.worker_lease_ms = 1500);
+    let job = enqueue(&b, "resize", json!({}));
+    let (status, v) = get(&b, &format!("/jobs/{job}"));
+    assert_eq!((status, v["status"].as_str()), (200, Some("queued")));
+    let w1 = register(&b, &["resize"]);
+    let w2 = register(&b, &[]);
+    let (status, first) = dequeue(&b, &w1, 0);
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["id"], job.as_str());
+    assert_eq!(first["token"], 1);
+    let (_, v) = get(&b, &format!("/jobs/{job}"));
+    assert_eq!(v["status"], "running");
+    assert_eq!(v["worker_id"], w1.as_str());
+    assert_eq!(v["attempt"], 1);
+    // w2 keeps pinging and long-polls; w1 goes silent past its lease.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        assert!(Instant::now() < deadline, "never handed over");
+        let (_, p) = post(&b, &format!("/workers/{w2}/ping"), json!({}));
+        assert_eq!(p["valid"], true);
+        let (status, v) = dequeue(&b, &w2, 100);
+        if status == 200 {
+            break v;
+        }
+        assert_eq!(status, 204, "{v}");
+    };
+    assert_eq!(second["id"], job.as_str());
+    assert_eq!(second["token"], 2, "attempt raised");
+    // w1 comes back: invalid, and its outcome is refused with no change.
+    let (_, p) = post(&b, &format!("/workers/{w1}/ping"), json!({}));
+    assert_eq!(p["valid"], false);
+    let (status, v) = outcome(&b, &job, &w1, 1, "succeeded");
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["error"]["code"], "worker_expired");
+    let (_, v) = get(&b, &format!("/jobs/{job}"));
+    assert_eq!((v["status"].as_str(), v["worker_id"].as_str()), (Some("running"), Some(w2.as_str())));
+    // A stale token from the current worker is refused too.
+    let (status, v) = outcome(&b, &job, &w2, 1, "succeeded");
+    assert_eq!((status, v["error"]["code"].as_str()), (409, Some("stale_token")));
+    let (status, v) = outcome(&b, &job, &w2, 2, "succeeded");
+    assert_eq!((status, v["status"].as_str()), (200, Some("succeeded")));
+    // Completed once: a second outcome is refused.
+    let (status, _) = outcome(&b, &job, &w2, 2, "succeeded");
+    assert_eq!(status, 409);
+    let (_, v) = get(&b, &format!("/jobs/{job}"));
+    assert_eq!(v["status"], "succeeded");
+}
+
+#[test]
+fn an_execution_timeout_retries_per_policy_then_the_job_is_dead() {
+    let b = TestBroker::start(|c| {
+        c.jobs.kinds.push(wharf::config::JobKindConfig {
+            name: "slow".into(),
+            max_attempts: Some(2),
+            backoff_ms: Some(vec![100]),
+            timeout_ms: Some(200),
+        });
+    });
+    let job = enqueue(&b, "slow", json!({"priority": 3}));
+    let w = register(&b, &["slow"]);
+    let (status, v) = dequeue(&b, &w, 0);
+    assert_eq!((status, v["token"].as_u64()), (200, Some(1)));
+    assert_eq!(v["timeout_ms"], 200);
+    // Let it time out.
+    std::thread::sleep(Duration::from_millis(250));
+    let (_, v) = get(&b, &format!("/jobs/{job}"));
+    assert!(
+        v["status"] == "timed_out" || v["status"] == "queued",
+        "{v}"
+    );
+    let (status, v) = outcome(&b, &job, &w, 1, "succeeded");
+    assert_eq!(status, 409, "a timed-out attempt's outcome is refused: {v}");
+    let (status, v) = dequeue(&b, &w, 2000);
+    assert_eq!((status, v["token"].as_u64()), (200, Some(2)), "retried: {v}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, v) = get(&b, &format!("/jobs/{job}"));
+    assert_eq!(v["status"], "dead", "{v}");
+    assert_eq!(v["error"], "execution timeout");
+    let (status, _) = dequeue(&b, &w, 300);
+    assert_eq!(status, 204, "not retried forever");
+    // The dead job was copied to the dead-letter queue.
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        get(&b, "/queues/jobs.dlq").1["depth"] == 1
+    }));
+}
+
+#[test]
+fn a_long_poll_returns_promptly_when_a_job_arrives() {
+    let b = TestBroker::start(|_| {});
+    let w = register(&b, &["mail"]);
+    let addr = b.addr;
+    let waiter = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let (status, text) = http(addr, "POST", &format!("/workers/{w}/dequeue?wait_ms=10000"), "");
+        (status, text, t0.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let other = enqueue(&b, "other", json!({}));
+    let job = enqueue(&b, "mail", json!({}));
+    let (status, text, took) = waiter.join().unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains(&job) && !text.contains(&other), "{text}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+#[test]
+fn priorities_failures_and_bad_requests() {
+    let b = TestBroker::start(|c| c.jobs.backoff_ms = vec![]);
+    let low = enqueue(&b, "k", json!({"priority": 1}));
+    let high = enqueue(&b, "k", json!({"priority": 8}));
+    let w = register(&b, &["k"]);
+    let (_, v) = dequeue(&b, &w, 0);
+    assert_eq!(v["id"], high.as_str());
+    let (status, v) = outcome(&b, &high, &w, 1, "failed");
+    assert_eq!((status, v["status"].as_str()), (200, Some("queued")), "retried at once");
+    let (_, v) = dequeue(&b, &w, 0);
+    assert_eq!((v["id"].as_str(), v["token"].as_u64()), (Some(high.as_str()), Some(2)));
+    assert_eq!(v["error"], "boom");
+    let (_, v) = dequeue(&b, &w, 0);
+    assert_eq!(v["id"], low.as_str());
+    for (path, body, code) in [
+        ("/jobs", "{", "invalid_body"),
+        ("/jobs", r#"{"kind":"k","entity_id":"nope"}"#, "invalid_body"),
+        ("/jobs", r#"{"kind":"","entity_id":"0190a6f0-0000-7000-8000-000000000001"}"#, "invalid_field"),
+        ("/jobs", r#"{"kind":"k","entity_id":"0190a6f0-0000-7000-8000-000000000001","priority":10}"#, "invalid_field"),
+        ("/jobs/not-a-uuid/outcome", "{}", "invalid_field"),
+        ("/workers", r#"{"kinds":"x"}"#, "invalid_body"),
+    ] {
+        let (status, text) = http(b.addr, "POST", path, body);
+        assert_eq!(status, 400, "{path} {body}: {text}");
+        assert!(text.contains(code), "{path} {body}: {text}");
+    }
+    let (status, v) = get(&b, "/jobs/0190a6f0-0000-7000-8000-000000000009");
+    assert_eq!((status, v["error"]["code"].as_str()), (404, Some("unknown_job")));
+    let (status, v) = dequeue(&b, "0190a6f0-0000-7000-8000-000000000009", 0);
+    assert_eq!((status, v["error"]["code"].as_str()), (409, Some("worker_expired")));
+}
+
+#[test]
+fn jobs_survive_a_restart_and_running_ones_are_queued_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = TestBroker::start_in(&data, |_| {});
+    let running = enqueue(&b, "k", json!({}));
+    let queued = enqueue(&b, "k", json!({}));
+    let done = enqueue(&b, "k", json!({"priority": 9}));
+    let w = register(&b, &[]);
+    let (_, v) = dequeue(&b, &w, 0);
+    assert_eq!(v["id"], done.as_str());
+    assert_eq!(outcome(&b, &done, &w, 1, "succeeded").0, 200);
+    let (_, v) = dequeue(&b, &w, 0);
+    assert_eq!(v["id"], running.as_str());
+    b.stop().unwrap();
+    let b = TestBroker::start_in(&data, |_| {});
+    assert_eq!(get(&b, &format!("/jobs/{done}")).1["status"], "succeeded");
+    let (_, v) = get(&b, &format!("/jobs/{running}"));
+    assert_eq!((v["status"].as_str(), v["attempt"].as_u64()), (Some("queued"), Some(1)));
+    let w = register(&b, &[]);
+    let (_, v) = dequeue(&b, &w, 0);
+    assert_eq!((v["id"].as_str(), v["token"].as_u64()), (Some(running.as_str()), Some(2)));
+    let (_, v) = dequeue(&b, &w, 0);
+    assert_eq!(v["id"], queued.as_str());
+}
