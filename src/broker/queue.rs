@@ -972,7 +972,15 @@ impl QueueState {
 
     /// Deletes the queue: every message, on disk too. Consumers are
     /// dropped; later tasks are refused with `Deleted`.
-    pub(crate) fn delete(&mut self, name: &str) -> Option<Durable> {
+    pub(crate) fn delete(&mut self, name: &str) -> Result<Option<Durable>, QueueError> {
+        // The deletes go first: refused, they leave the queue whole.
+        let durable = match &self.writer {
+            Some(w) => Some(
+                w.submit(records::delete_queue(name, self.id).into())
+                    .map_err(QueueError::Store)?,
+            ),
+            None => None,
+        };
         self.deleted = true;
         self.consumers.clear();
         self.inflight.clear();
@@ -984,8 +992,7 @@ impl QueueState {
         self.me = None;
         self.dlq = None;
         self.after();
-        let w = self.writer.as_ref()?;
-        w.submit(records::delete_queue(name, self.id).into()).ok()
+        Ok(durable)
     }
 }
 

@@ -592,7 +592,7 @@ impl Broker {
         let dlq_name = {
             let reg = self.inner.queues.read();
             let opts = Self::options_for(&reg, name);
-            if is_dlq_name(name) {
+            if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) {
                 None
             } else if opts.dead_letter.is_empty() {
                 Some(format!("{name}{DLQ_SUFFIX}"))
@@ -722,7 +722,9 @@ impl Broker {
         let owned: Arc<str> = name.into();
         // The queue refuses everything once the task has run; only then
         // does the registry forget it (a refused task leaves it whole).
-        let durable = q.tq.submit_high(move |s| s.delete(&owned)).await?;
+        let durable = q.tq.submit_high(move |s| s.delete(&owned)).await??;
+        // Topic messages stop being copied into it.
+        self.unbind(name).await;
         {
             let mut reg = self.queue_registry();
             if reg.queues.get(name).is_some_and(|h| h.tq.same(&q.tq)) {
