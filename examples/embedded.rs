@@ -1,7 +1,8 @@
 //! Wharf inside an Actix web app of your own: the app keeps its routes,
 //! mounts the broker under `/broker`, publishes and enqueues from one of
 //! its handlers, has one of its own actors subscribed to a topic and
-//! another consuming a queue with acks.
+//! another consuming a queue with acks, and runs an embedded job worker
+//! that prints a receipt for each order.
 //!
 //! `cargo run --example embedded`, then:
 //!
@@ -17,7 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use actix_web::{HttpResponse, web};
-use wharf::{Config, Delivery, QueueMessage, Wharf};
+use wharf::broker::jobs::NewJob;
+use wharf::{Config, Delivery, JobWorkers, QueueMessage, Wharf};
 
 /// The app's own actor: keeps an audit log of every order published.
 pub struct Auditor {
@@ -93,10 +95,29 @@ async fn place_order(wharf: web::Data<Wharf>, body: web::Bytes) -> HttpResponse 
             "error": {"code": "broker", "message": e.to_string()}
         }));
     }
+    let receipt = wharf
+        .jobs()
+        .enqueue(NewJob {
+            kind: "receipt".into(),
+            entity_id: uuid::Uuid::now_v7(),
+            data: serde_json::json!({ "order": String::from_utf8_lossy(&body) }),
+            priority: 0,
+            timeout_ms: Some(10_000),
+        })
+        .await;
+    let receipt = match receipt {
+        Ok(id) => id,
+        Err(e) => {
+            return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+                "error": {"code": "jobs", "message": e.to_string()}
+            }));
+        }
+    };
     match wharf.publish("orders/new", body).await {
         Ok(outcome) => HttpResponse::Created().json(serde_json::json!({
             "order": outcome.seq,
             "notified": outcome.delivered,
+            "receipt_job": receipt,
         })),
         Err(e) => HttpResponse::ServiceUnavailable().json(serde_json::json!({
             "error": {"code": "broker", "message": e.to_string()}
@@ -124,6 +145,8 @@ pub struct Shop {
     pub kitchen: Addr<Kitchen>,
     /// What the kitchen prepared.
     pub prepared: Arc<Mutex<Vec<(String, u32)>>>,
+    /// The embedded workers printing receipts.
+    pub receipts: JobWorkers,
 }
 
 /// Starts the broker, subscribes the auditor to every order topic and
@@ -143,7 +166,13 @@ pub async fn start(config: Config) -> Result<Shop, Box<dyn std::error::Error>> {
     wharf
         .consume("kitchen/tickets", kitchen.clone().recipient(), 1)
         .await?;
+    // Receipts are jobs, run by two workers inside this process.
+    let receipts = wharf.run_job_workers(vec!["receipt".into()], 2, |job| async move {
+        println!("receipt for {} (attempt {})", job.data["order"], job.attempt);
+        Ok(())
+    })?;
     Ok(Shop {
+        receipts,
         wharf,
         auditor,
         log,

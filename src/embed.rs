@@ -32,9 +32,11 @@
 
 mod builder;
 mod queues;
+mod workers;
 
 pub use builder::WharfBuilder;
 pub use queues::{ActorConsumer, QueueMessage, Settler};
+pub use workers::JobWorkers;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,6 +84,8 @@ struct Running {
     scheduler: Scheduler,
     sweeper: actix_rt::task::JoinHandle<()>,
     ticker: actix_rt::task::JoinHandle<()>,
+    /// Threads of embedded job workers.
+    threads: Vec<actix_rt::Arbiter>,
 }
 
 impl Running {
@@ -90,6 +94,10 @@ impl Running {
     fn stop(mut self, timeout: Duration) -> Result<(), Error> {
         self.sweeper.abort();
         self.ticker.abort();
+        for t in self.threads.drain(..) {
+            t.stop();
+            let _ = t.join();
+        }
         let workers = self.scheduler.shutdown(timeout);
         let committed = self.writer.close(timeout);
         if !(workers && committed) {
@@ -227,6 +235,7 @@ impl Wharf {
                     scheduler,
                     sweeper,
                     ticker,
+                    threads: Vec::new(),
                 })),
             }),
         })
@@ -235,6 +244,17 @@ impl Wharf {
     /// The broker core, for everything the convenience methods do not cover.
     pub fn broker(&self) -> &Broker {
         &self.inner.broker
+    }
+
+    /// Keeps a thread to stop (and wait for) at shutdown; a broker
+    /// already shut down stops it at once.
+    fn adopt_thread(&self, arbiter: actix_rt::Arbiter) {
+        match self.inner.running.lock().as_mut() {
+            Some(running) => running.threads.push(arbiter),
+            None => {
+                arbiter.stop();
+            }
+        }
     }
 
     /// Jobs and workers: enqueue jobs, register workers, report outcomes.

@@ -53,7 +53,8 @@ pub mod transport;
 
 pub use config::Config;
 pub use embed::{
-    ActorConsumer, ActorSubscription, Delivery, QueueMessage, Settler, Wharf, WharfBuilder,
+    ActorConsumer, ActorSubscription, Delivery, JobWorkers, QueueMessage, Settler, Wharf,
+    WharfBuilder,
 };
 pub use server::run;
 

@@ -89,6 +89,17 @@ fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
         assert_eq!(status, 201, "{body}");
         let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(reply["notified"], 2, "the actor and the WebSocket client");
+        // The embedded worker ran the receipt job.
+        let job: uuid::Uuid = reply["receipt_job"].as_str().unwrap().parse().unwrap();
+        let mut status = None;
+        for _ in 0..500 {
+            status = Some(wharf.jobs().status(job).await.unwrap().status);
+            if status == Some(wharf::broker::jobs::JobStatus::Succeeded) {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(status, Some(wharf::broker::jobs::JobStatus::Succeeded));
 
         let m = orders.recv_timeout(Duration::from_secs(5)).await.unwrap();
         assert_eq!(m.payload, b"two coffees");

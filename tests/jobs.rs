@@ -220,3 +220,74 @@ fn jobs_survive_a_restart_and_running_ones_are_queued_again() {
     let (_, v) = dequeue(&b, &w, 0);
     assert_eq!(v["id"], queued.as_str());
 }
+
+#[test]
+fn embedded_workers_retry_failures_and_time_out_slow_jobs() {
+    use wharf::broker::jobs::{JobStatus, NewJob};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    common::block_on(async move {
+        let mut config = wharf::Config::default();
+        config.jobs.backoff_ms = vec![];
+        config.jobs.max_attempts = 2;
+        let wharf = wharf::Wharf::builder()
+            .config(config)
+            .data_dir(data)
+            .start()
+            .await
+            .unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let workers = wharf
+            .run_job_workers(vec!["flaky".into(), "slow".into()], 2, move |job| {
+                log.lock().unwrap().push((job.kind.clone(), job.attempt));
+                async move {
+                    match (job.kind.as_str(), job.attempt) {
+                        ("flaky", 1) => Err("first try fails".to_owned()),
+                        ("slow", _) => {
+                            actix_rt::time::sleep(Duration::from_secs(30)).await;
+                            Ok(())
+                        }
+                        _ => Ok(()),
+                    }
+                }
+            })
+            .unwrap();
+        let new = |kind: &str, timeout_ms| NewJob {
+            kind: kind.into(),
+            entity_id: uuid::Uuid::now_v7(),
+            data: json!({}),
+            priority: 0,
+            timeout_ms,
+        };
+        let flaky = wharf.jobs().enqueue(new("flaky", None)).await.unwrap();
+        let slow = wharf.jobs().enqueue(new("slow", Some(200))).await.unwrap();
+        let t0 = Instant::now();
+        loop {
+            let f = wharf.jobs().status(flaky).await.unwrap();
+            let s = wharf.jobs().status(slow).await.unwrap();
+            if f.status == JobStatus::Succeeded && s.status == JobStatus::Dead {
+                assert_eq!(f.attempt, 2);
+                assert_eq!(f.error.as_deref(), Some("first try fails"));
+                assert_eq!(s.attempt, 2, "retried once, then dead");
+                assert_eq!(s.error.as_deref(), Some("execution timeout"));
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(15), "{f:?} {s:?}");
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut runs = seen.lock().unwrap().clone();
+        runs.sort();
+        assert_eq!(
+            runs,
+            vec![
+                ("flaky".to_owned(), 1),
+                ("flaky".to_owned(), 2),
+                ("slow".to_owned(), 1),
+                ("slow".to_owned(), 2)
+            ]
+        );
+        workers.stop();
+        wharf.shutdown().await.unwrap();
+    });
+}
