@@ -32,6 +32,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 mod handshake;
+mod jobs;
 mod queues;
 
 pub use queues::{Consumer, EnqueueOptions};
@@ -544,6 +545,11 @@ async fn run(
                     ServerFrame::Enqueued(e) => {
                         if let Some(reply) = w.pending.remove(&e.rid) {
                             let _ = reply.send(Ok(ServerFrame::Enqueued(e)));
+                        }
+                    }
+                    ServerFrame::JobReply(r) => {
+                        if let Some(reply) = w.pending.remove(&r.rid) {
+                            let _ = reply.send(Ok(ServerFrame::JobReply(r)));
                         }
                     }
                     ServerFrame::Receipt(r) => {

@@ -44,6 +44,18 @@ pub enum ClientFrame {
     Reject(Settle),
     /// Extends deliveries' ack deadline.
     Touch(Touch),
+    /// Enqueues a job.
+    JobEnqueue(super::jobs::JobEnqueue),
+    /// Asks for a job's record.
+    JobStatus(super::jobs::JobStatusQuery),
+    /// Registers a job worker.
+    WorkerRegister(super::jobs::WorkerRegister),
+    /// Extends a worker's lease.
+    WorkerPing(super::jobs::WorkerPing),
+    /// Takes the next job (long poll).
+    JobDequeue(super::jobs::JobDequeue),
+    /// Reports a job's outcome.
+    JobOutcome(super::jobs::JobOutcome),
 }
 
 /// `enqueue`: a message for a queue. Answered (when `rid` is given) by
@@ -274,6 +286,8 @@ pub enum ServerFrame {
     Delivery(QueueDelivery),
     /// Confirms an `enqueue`: the message is durable.
     Enqueued(Enqueued),
+    /// Answers a job or worker request.
+    JobReply(super::jobs::JobReply),
 }
 
 /// `delivery`: a queue message handed to one consumer, to be settled with
@@ -443,6 +457,14 @@ pub enum ErrorCode {
     UnknownDelivery,
     /// No queue has this name.
     UnknownQueue,
+    /// No job has this id.
+    UnknownJob,
+    /// The worker is not (or no longer) registered: register again.
+    WorkerExpired,
+    /// The token is not the job's current attempt by this worker.
+    StaleToken,
+    /// `jobs.max_workers` workers are registered.
+    TooManyWorkers,
 }
 
 impl ErrorCode {
@@ -468,6 +490,10 @@ impl ErrorCode {
             ErrorCode::QueueFull => "queue_full",
             ErrorCode::UnknownDelivery => "unknown_delivery",
             ErrorCode::UnknownQueue => "unknown_queue",
+            ErrorCode::UnknownJob => "unknown_job",
+            ErrorCode::WorkerExpired => "worker_expired",
+            ErrorCode::StaleToken => "stale_token",
+            ErrorCode::TooManyWorkers => "too_many_workers",
         }
     }
 }

@@ -3,10 +3,12 @@
 //! never panics (property tests feed it arbitrary bytes).
 //!
 //! - [`frame`]: the native protocol's frames (proto/native.md).
+//! - [`jobs`]: the job and worker frames.
 //! - [`codec`]: their JSON and bincode encodings.
 
 pub mod codec;
 pub mod frame;
+pub mod jobs;
 
 pub use codec::{DecodeError, Format, decode_client, decode_server, encode_client, encode_server};
 pub use frame::{ClientFrame, ErrorCode, ServerFrame};

@@ -6,6 +6,7 @@
 //! connection must do next; replies go to the outbound queue. It never
 //! touches the socket, so it is tested without one.
 
+mod jobs;
 mod manager;
 mod outbound;
 mod rate;
@@ -71,6 +72,8 @@ pub struct Session {
     /// Whether the client named itself in `hello` (durable subscriptions
     /// need a stable name).
     named: bool,
+    /// Jobs and workers, when this endpoint serves them.
+    jobs: Option<crate::broker::jobs::Jobs>,
     frames: u64,
 }
 
@@ -106,8 +109,15 @@ impl Session {
             consumers: HashMap::new(),
             pending: Arc::new(AtomicUsize::new(0)),
             named: false,
+            jobs: None,
             frames: 0,
         }
+    }
+
+    /// Serves job and worker frames through `jobs`.
+    pub fn with_jobs(mut self, jobs: crate::broker::jobs::Jobs) -> Self {
+        self.jobs = Some(jobs);
+        self
     }
 
     /// The server-chosen session id.
@@ -521,6 +531,12 @@ impl Session {
                     Err(e) => self.broker_error(format, e, c.rid),
                 }
             }
+            frame @ (ClientFrame::JobEnqueue(_)
+            | ClientFrame::JobStatus(_)
+            | ClientFrame::WorkerRegister(_)
+            | ClientFrame::WorkerPing(_)
+            | ClientFrame::JobDequeue(_)
+            | ClientFrame::JobOutcome(_)) => self.handle_job(format, frame).await,
             ClientFrame::Ack(a) => {
                 self.settle(format, &a.sub, a.ids, Settle::Ack, a.rid).await;
             }

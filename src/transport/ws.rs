@@ -87,7 +87,8 @@ pub(crate) async fn upgrade(
         app.sessions.clone(),
         out.clone(),
         cfg.clone(),
-    );
+    )
+    .with_jobs(app.jobs.clone());
     tracing::debug!(session = %session.id(), ?format, "websocket session opened");
     actix_web::rt::spawn(read_loop(payload, session, cfg));
     let response = builder.message_body(BodyStream::new(OutboundStream::new(out)))?;
