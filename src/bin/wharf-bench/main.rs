@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+mod jobs;
 mod queues;
 
 use clap::Parser;
@@ -77,9 +78,12 @@ struct Args {
     /// spawned broker).
     #[arg(long, default_value_t = 1_000_000)]
     restart_messages: usize,
-    /// Only the queue scenarios.
+    /// Only the queue and job scenarios.
     #[arg(long)]
     queues_only: bool,
+    /// Jobs per jobs scenario (0 skips them).
+    #[arg(long, default_value_t = 20_000)]
+    jobs: usize,
 }
 
 /// CPU seconds (user + system) of a process, from /proc.
@@ -543,6 +547,10 @@ fn main() {
         ]);
     }
     rows.extend(queues::scenarios(&args, &url, "always"));
+    if args.jobs > 0 {
+        rows.push(jobs::end_to_end(&args, &url, 1, args.jobs));
+        rows.push(jobs::end_to_end(&args, &url, 8, args.jobs));
+    }
     if args.url.is_none() {
         // The same against a broker that flushes on an interval.
         let dir = std::env::temp_dir().join(format!("wharf-bench-{}-int", std::process::id()));
