@@ -110,6 +110,8 @@ pub struct SessionConfig {
     pub write_timeout_s: u64,
     /// Most subscriptions one session may hold.
     pub max_subscriptions: usize,
+    /// Most operations one transaction may stage.
+    pub max_transaction_ops: usize,
 }
 
 impl Default for SessionConfig {
@@ -126,6 +128,7 @@ impl Default for SessionConfig {
             idle_timeout_s: 60,
             write_timeout_s: 60,
             max_subscriptions: 1000,
+            max_transaction_ops: 10_000,
         }
     }
 }
@@ -570,6 +573,9 @@ impl Config {
                 "session.idle_timeout_s",
                 "must be longer than session.ping_interval_s",
             ));
+        }
+        if session.max_transaction_ops == 0 {
+            return Err(invalid("session.max_transaction_ops", "must be at least 1"));
         }
         if session.write_timeout_s > 3600 {
             return Err(invalid("session.write_timeout_s", "must be at most 3600"));

@@ -18,6 +18,7 @@ mod queue;
 mod queues;
 mod sink;
 mod topic;
+mod txn;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -34,6 +35,7 @@ pub use queues::{
     TOPIC_HEADER, durable_queue_name,
 };
 pub use sink::{Delivery, Sink, Subscription, next_sink_id};
+pub use txn::{TxnAck, TxnOps};
 pub use topic::PublishOutcome;
 
 use crate::protocol::frame::{Headers, Priority};

@@ -185,6 +185,9 @@ struct Inflight {
     msg: StoredMessage,
     consumer: u64,
     deadline_ms: u64,
+    /// A transaction committing its ack: neither timed out nor given back
+    /// until the commit applies or aborts.
+    locked: Option<u64>,
 }
 
 struct Consumer {
@@ -246,6 +249,8 @@ pub(crate) struct QueueState {
     shared: Arc<QueueShared>,
     stats: QueueCounters,
     deleted: bool,
+    /// Enqueues prepared by committing transactions, not yet visible.
+    prepared: HashMap<u64, Vec<StoredMessage>>,
 }
 
 impl QueueState {
@@ -282,6 +287,7 @@ impl QueueState {
             shared,
             stats: QueueCounters::default(),
             deleted: false,
+            prepared: HashMap::new(),
         }
     }
 
@@ -321,7 +327,7 @@ impl QueueState {
     /// and, with a store, when it is durable.
     pub(crate) fn enqueue(
         &mut self,
-        m: Incoming,
+        mut m: Incoming,
         now: u64,
     ) -> Result<(u64, Option<Durable>), QueueError> {
         if self.deleted {
@@ -331,6 +337,32 @@ impl QueueState {
             self.stats.refused += 1;
             return Err(QueueError::Full(self.opts.max_length));
         }
+        let with = std::mem::take(&mut m.with);
+        let msg = self.stamp(m, now);
+        let durable = match &self.writer {
+            Some(w) => {
+                let mut writes = Vec::with_capacity(2 + with.len());
+                writes.push(records::put_message(self.id, &msg));
+                if msg.deliveries > 0 {
+                    writes.push(records::put_deliveries(self.id, &msg));
+                }
+                writes.extend(with);
+                Some(w.submit(writes).map_err(QueueError::Store)?)
+            }
+            None => None,
+        };
+        self.next_seq += 1;
+        self.stats.enqueued += 1;
+        let seq = msg.seq;
+        self.admit(msg);
+        self.dispatch(now);
+        self.after();
+        Ok((seq, durable))
+    }
+
+    /// The stored form of an incoming message, with the next seq (which
+    /// the caller consumes by incrementing `next_seq`) and its expiry.
+    fn stamp(&self, m: Incoming, now: u64) -> StoredMessage {
         let ttl = match (m.ttl_ms.filter(|&t| t > 0), self.opts.ttl_ms) {
             (Some(a), 0) => a,
             (Some(a), b) => a.min(b),
@@ -344,7 +376,7 @@ impl QueueState {
                 expires_ms.min(m.expires_ms)
             };
         }
-        let msg = StoredMessage {
+        StoredMessage {
             seq: self.next_seq,
             priority: m.priority.min(9),
             headers: m.headers,
@@ -353,34 +385,7 @@ impl QueueState {
             expires_ms,
             deliveries: m.deliveries,
             not_before_ms: 0,
-        };
-        let durable = match &self.writer {
-            Some(w) => {
-                let mut writes = Vec::with_capacity(2 + m.with.len());
-                writes.push(records::put_message(self.id, &msg));
-                if msg.deliveries > 0 {
-                    writes.push(records::put_deliveries(self.id, &msg));
-                }
-                writes.extend(m.with);
-                Some(w.submit(writes).map_err(QueueError::Store)?)
-            }
-            None => None,
-        };
-        self.next_seq += 1;
-        self.stats.enqueued += 1;
-        let seq = msg.seq;
-        let p = usize::from(msg.priority);
-        if self.writer.is_some()
-            && (self.spilled[p] > 0 || self.ready_len >= self.opts.memory_window)
-        {
-            self.spilled[p] += 1;
-        } else {
-            self.loaded_upto[p] = self.loaded_upto[p].max(seq);
-            self.hold(msg);
         }
-        self.dispatch(now);
-        self.after();
-        Ok((seq, durable))
     }
 
     /// Puts a message in memory: ready, or delayed if not due.
@@ -457,7 +462,7 @@ impl QueueState {
         let ids: Vec<u64> = self
             .inflight
             .iter()
-            .filter(|(_, f)| f.consumer == cid)
+            .filter(|(_, f)| f.consumer == cid && f.locked.is_none())
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
@@ -477,7 +482,11 @@ impl QueueState {
         let unknown: Vec<u64> = ids
             .iter()
             .copied()
-            .filter(|id| self.inflight.get(id).is_none_or(|f| f.consumer != cid))
+            .filter(|id| {
+                self.inflight
+                    .get(id)
+                    .is_none_or(|f| f.consumer != cid || f.locked.is_some())
+            })
             .collect();
         if unknown.is_empty() {
             Ok(ci)
@@ -737,6 +746,7 @@ impl QueueState {
                             msg: m,
                             consumer: cid,
                             deadline_ms: now.saturating_add(self.opts.ack_timeout_ms),
+                            locked: None,
                         },
                     );
                 }
@@ -836,7 +846,7 @@ impl QueueState {
                         continue;
                     };
                     self.loaded_upto[p] = self.loaded_upto[p].max(m.seq);
-                    if self.loaded_extra.remove(&m.seq) {
+                    if self.loaded_extra.remove(&m.seq) || self.is_prepared(m.seq) {
                         continue;
                     }
                     self.spilled[p] = self.spilled[p].saturating_sub(1);
@@ -865,7 +875,7 @@ impl QueueState {
         let late: Vec<u64> = self
             .inflight
             .iter()
-            .filter(|(_, f)| f.deadline_ms <= now)
+            .filter(|(_, f)| f.deadline_ms <= now && f.locked.is_none())
             .map(|(&id, _)| id)
             .collect();
         for id in late {
@@ -995,6 +1005,10 @@ impl QueueState {
         Ok(durable)
     }
 }
+
+mod txn;
+
+pub(crate) use txn::StagedAck;
 
 #[cfg(test)]
 #[path = "queue_tests.rs"]

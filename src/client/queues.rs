@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Client, ClientError, Command, Route, wait};
 use crate::protocol::frame::{
     ClientFrame, Consume, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle, Subscribe,
-    Touch, Unsubscribe,
+    Touch, Txn, Unsubscribe,
 };
 
 /// Options of one enqueue beyond queue and payload.
@@ -96,10 +96,52 @@ impl Client {
         });
         match self.request(frame, Some(rid)).await? {
             ServerFrame::Enqueued(e) => Ok(e.seq),
+            // Staged in a transaction: the id is assigned at commit.
+            ServerFrame::Receipt(_) => Ok(0),
             other => Err(ClientError::Connect(format!(
                 "expected enqueued, got {other:?}"
             ))),
         }
+    }
+
+    /// Opens a transaction: publishes, enqueues, acks and nacks sent until
+    /// [`Client::commit`] are staged (confirmed as staged) and take effect
+    /// together at the commit. Inside one, [`Client::enqueue`] returns 0.
+    ///
+    /// # Errors
+    /// `transaction_state` if one is open, a timeout, or a closed
+    /// connection.
+    pub async fn begin(&self) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        self.request(ClientFrame::Begin(Txn { rid: Some(rid) }), Some(rid))
+            .await
+            .map(|_| ())
+    }
+
+    /// Commits the open transaction; returns once it is durable and in
+    /// effect.
+    ///
+    /// # Errors
+    /// The server refusing (an ack of a delivery no longer in flight, a
+    /// full queue, no open transaction): nothing took effect.
+    pub async fn commit(&self) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        self.request(ClientFrame::Commit(Txn { rid: Some(rid) }), Some(rid))
+            .await
+            .map(|_| ())
+    }
+
+    /// Discards the open transaction; staged acks give their deliveries
+    /// back.
+    ///
+    /// # Errors
+    /// `transaction_state` if none is open, a timeout, or a closed
+    /// connection.
+    pub async fn rollback(&self) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        self.request(ClientFrame::Rollback(Txn { rid: Some(rid) }), Some(rid))
+            .await
+            .map(|_| ())
     }
 
     /// Starts an enqueue and returns at once; the answer arrives later

@@ -56,6 +56,24 @@ pub enum ClientFrame {
     JobDequeue(super::jobs::JobDequeue),
     /// Reports a job's outcome.
     JobOutcome(super::jobs::JobOutcome),
+    /// Starts a transaction: publishes, enqueues, acks and nacks are
+    /// staged until `commit`.
+    Begin(Txn),
+    /// Makes everything staged take effect together, durably.
+    Commit(Txn),
+    /// Discards what was staged; staged acks give their deliveries back.
+    Rollback(Txn),
+}
+
+/// `begin`, `commit`, `rollback`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Txn {
+    /// Request id: a `receipt` answers (for `commit`, once durable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
 }
 
 /// `enqueue`: a message for a queue. Answered (when `rid` is given) by
@@ -465,6 +483,10 @@ pub enum ErrorCode {
     StaleToken,
     /// `jobs.max_workers` workers are registered.
     TooManyWorkers,
+    /// `begin` inside a transaction, or `commit` / `rollback` outside one.
+    TransactionState,
+    /// The transaction holds `session.max_transaction_ops` operations.
+    TransactionTooLarge,
 }
 
 impl ErrorCode {
@@ -494,6 +516,8 @@ impl ErrorCode {
             ErrorCode::WorkerExpired => "worker_expired",
             ErrorCode::StaleToken => "stale_token",
             ErrorCode::TooManyWorkers => "too_many_workers",
+            ErrorCode::TransactionState => "transaction_state",
+            ErrorCode::TransactionTooLarge => "transaction_too_large",
         }
     }
 }

@@ -8,6 +8,7 @@
 
 mod jobs;
 mod manager;
+mod txn;
 mod outbound;
 mod rate;
 pub mod wsframe;
@@ -74,6 +75,8 @@ pub struct Session {
     named: bool,
     /// Jobs and workers, when this endpoint serves them.
     jobs: Option<crate::broker::jobs::Jobs>,
+    /// The open transaction, between `begin` and `commit` / `rollback`.
+    txn: Option<txn::OpenTxn>,
     frames: u64,
 }
 
@@ -110,6 +113,7 @@ impl Session {
             pending: Arc::new(AtomicUsize::new(0)),
             named: false,
             jobs: None,
+            txn: None,
             frames: 0,
         }
     }
@@ -315,10 +319,28 @@ impl Session {
         }
     }
 
+    /// Why a payload of `len` bytes is refused, if it is.
+    fn refuse_payload(&self, len: usize) -> Option<String> {
+        (len > self.config.max_payload).then(|| {
+            format!(
+                "payload of {len} bytes is over the {}-byte limit",
+                self.config.max_payload
+            )
+        })
+    }
+
+    fn out_id(&self) -> u64 {
+        self.out.id()
+    }
+
     /// Handles one decoded frame that arrived in `format`.
     pub async fn handle(&mut self, format: Format, frame: ClientFrame) -> Next {
         self.frames += 1;
         self.out.set_notice_format(format);
+        let frame = match self.stage(format, frame).await {
+            txn::Staged::Done(next) => return next,
+            txn::Staged::Pass(frame) => frame,
+        };
         match frame {
             ClientFrame::Hello(h) => {
                 if self.frames > 1 {
@@ -531,6 +553,9 @@ impl Session {
                     Err(e) => self.broker_error(format, e, c.rid),
                 }
             }
+            ClientFrame::Begin(_) | ClientFrame::Commit(_) | ClientFrame::Rollback(_) => {
+                // Handled by `stage` above.
+            }
             frame @ (ClientFrame::JobEnqueue(_)
             | ClientFrame::JobStatus(_)
             | ClientFrame::WorkerRegister(_)
@@ -557,8 +582,12 @@ impl Session {
         Next::Continue
     }
 
-    /// Ends the session: drops its subscriptions and leaves the registry.
+    /// Ends the session: rolls back an open transaction, drops its
+    /// subscriptions and leaves the registry.
     pub async fn end(mut self) {
+        if let Some(txn) = self.txn.take() {
+            self.roll_back(txn).await;
+        }
         let sink = self.out.id();
         for (id, sub) in std::mem::take(&mut self.subs) {
             sub.cancel();
