@@ -48,11 +48,11 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::Error;
+use crate::broker::jobs::{JOBS_DLQ, Jobs};
 use crate::broker::{
     Broker, BrokerError, Delivery as Outcome, Publish, PublishOutcome, Published, Sink,
     Subscription,
 };
-use crate::broker::jobs::{JOBS_DLQ, Jobs};
 use crate::config::Config;
 use crate::session::Sessions;
 use crate::store::{Store, StoreWriter};
@@ -183,9 +183,10 @@ impl Wharf {
                 });
             }),
         );
-        let restored_jobs = jobs.restore(stored_jobs).await.map_err(|e| {
-            Error::Io(std::io::Error::other(format!("restoring jobs: {e}")))
-        })?;
+        let restored_jobs = jobs
+            .restore(stored_jobs)
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(format!("restoring jobs: {e}"))))?;
         if restored_jobs > 0 {
             tracing::info!(jobs = restored_jobs, "jobs restored from the store");
         }

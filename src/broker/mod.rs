@@ -35,8 +35,8 @@ pub use queues::{
     TOPIC_HEADER, durable_queue_name,
 };
 pub use sink::{Delivery, Sink, Subscription, next_sink_id};
-pub use txn::{TxnAck, TxnOps};
 pub use topic::PublishOutcome;
+pub use txn::{TxnAck, TxnOps};
 
 use crate::protocol::frame::{Headers, Priority};
 use crate::routing::{self, FilterTrie, TopicError};

@@ -190,7 +190,11 @@ impl Broker {
     }
 
     /// The queue `name`, created with its dead-letter queue if `create`.
-    pub(super) fn queue(&self, name: &str, create: bool) -> Result<Option<QueueHandle>, BrokerError> {
+    pub(super) fn queue(
+        &self,
+        name: &str,
+        create: bool,
+    ) -> Result<Option<QueueHandle>, BrokerError> {
         if let Some(q) = self.inner.queues.read().queues.get(name) {
             return Ok(Some(q.clone()));
         }

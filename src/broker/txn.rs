@@ -138,7 +138,9 @@ impl Broker {
             // High lane: the commit is durable; make it visible before
             // anything queued behind it.
             if let Err(e) = q.tq.submit_high(move |s| s.apply(txn, now_ms())).await {
-                tracing::error!("a committed transaction could not be applied to a queue (it is on disk and returns at the next start): {e}");
+                tracing::error!(
+                    "a committed transaction could not be applied to a queue (it is on disk and returns at the next start): {e}"
+                );
             }
         }
         for p in ops.publishes {

@@ -17,7 +17,10 @@ fn unexpected(what: &str, got: impl std::fmt::Debug) -> ClientError {
 }
 
 impl Client {
-    async fn job_call(&self, make: impl FnOnce(u64) -> ClientFrame) -> Result<serde_json::Value, ClientError> {
+    async fn job_call(
+        &self,
+        make: impl FnOnce(u64) -> ClientFrame,
+    ) -> Result<serde_json::Value, ClientError> {
         let rid = self.next_id();
         match self.request(make(rid), Some(rid)).await? {
             ServerFrame::JobReply(r) => Ok(r.body.value()),
@@ -98,7 +101,11 @@ impl Client {
     ///
     /// # Errors
     /// `worker_expired`, a timeout, or a closed connection.
-    pub async fn dequeue_job(&self, worker: Uuid, wait: Duration) -> Result<Option<JobView>, ClientError> {
+    pub async fn dequeue_job(
+        &self,
+        worker: Uuid,
+        wait: Duration,
+    ) -> Result<Option<JobView>, ClientError> {
         let v = self
             .job_call(|rid| {
                 ClientFrame::JobDequeue(JobDequeue {

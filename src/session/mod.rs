@@ -8,9 +8,9 @@
 
 mod jobs;
 mod manager;
-mod txn;
 mod outbound;
 mod rate;
+mod txn;
 pub mod wsframe;
 
 use std::collections::HashMap;

@@ -75,7 +75,12 @@ impl Session {
             }
             ClientFrame::Commit(t) => {
                 let Some(txn) = self.txn.take() else {
-                    self.error(format, ErrorCode::TransactionState, "no open transaction", t.rid);
+                    self.error(
+                        format,
+                        ErrorCode::TransactionState,
+                        "no open transaction",
+                        t.rid,
+                    );
                     return Staged::Done(Next::Continue);
                 };
                 let OpenTxn { ops, nacks } = txn;
@@ -108,7 +113,12 @@ impl Session {
                         self.receipt(format, t.rid);
                     }
                     None => {
-                        self.error(format, ErrorCode::TransactionState, "no open transaction", t.rid);
+                        self.error(
+                            format,
+                            ErrorCode::TransactionState,
+                            "no open transaction",
+                            t.rid,
+                        );
                     }
                 }
                 Staged::Done(Next::Continue)
@@ -144,7 +154,12 @@ impl Session {
                 if let Some(refusal) = self.refuse_payload(e.payload.len()) {
                     self.error(format, ErrorCode::PayloadTooLarge, refusal, rid);
                 } else if let Err(err) = routing::validate_topic(&e.queue) {
-                    self.error(format, ErrorCode::InvalidTopic, format!("queue: {err}"), rid);
+                    self.error(
+                        format,
+                        ErrorCode::InvalidTopic,
+                        format!("queue: {err}"),
+                        rid,
+                    );
                 } else if e.priority > 9 {
                     self.error(format, ErrorCode::InvalidField, "priority: 0 to 9", rid);
                 } else {
@@ -195,7 +210,13 @@ impl Session {
 
     /// The queue of consumer `sub`, if it exists and `count` ids are
     /// acceptable; otherwise an error is sent.
-    fn consumer_queue(&self, format: Format, sub: &str, count: usize, rid: Option<u64>) -> Option<String> {
+    fn consumer_queue(
+        &self,
+        format: Format,
+        sub: &str,
+        count: usize,
+        rid: Option<u64>,
+    ) -> Option<String> {
         if count == 0 || count > MAX_IDS {
             self.error(
                 format,
@@ -220,7 +241,13 @@ impl Session {
     }
 
     /// Stages `count` operations with `add`, or refuses past the bound.
-    fn push_op(&mut self, format: Format, rid: Option<u64>, count: usize, add: impl FnOnce(&mut OpenTxn)) {
+    fn push_op(
+        &mut self,
+        format: Format,
+        rid: Option<u64>,
+        count: usize,
+        add: impl FnOnce(&mut OpenTxn),
+    ) {
         let max = self.config.max_transaction_ops;
         let Some(txn) = self.txn.as_mut() else {
             return;
@@ -254,7 +281,14 @@ impl Session {
     /// Discards a transaction: its acked and nacked deliveries go back.
     pub(super) async fn roll_back(&self, txn: OpenTxn) {
         let OpenTxn { ops, nacks } = txn;
-        give_back(&self.broker, OpenTxn { ops, nacks: Vec::new() }).await;
+        give_back(
+            &self.broker,
+            OpenTxn {
+                ops,
+                nacks: Vec::new(),
+            },
+        )
+        .await;
         let back = nacks
             .into_iter()
             .map(|n| StagedNack {

@@ -23,8 +23,6 @@ use crate::store::WriterHandle;
 use crate::taskq::{Priority as Lane, SchedulerHandle, TaskError, TaskQueue};
 use state::JobsState;
 
-
-
 /// The queue dead jobs are copied to (an ordinary queue).
 pub const JOBS_DLQ: &str = "jobs.dlq";
 
@@ -355,7 +353,11 @@ impl Jobs {
             // The resource dropped the waiter: the worker expired, or a
             // newer dequeue of the same worker replaced this one.
             Ok(Err(_)) => {
-                if self.tq.submit(move |s| s.is_valid(worker, now_ms())).await? {
+                if self
+                    .tq
+                    .submit(move |s| s.is_valid(worker, now_ms()))
+                    .await?
+                {
                     Ok(None)
                 } else {
                     Err(JobError::WorkerExpired)

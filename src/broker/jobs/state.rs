@@ -27,6 +27,9 @@ impl Worker {
     }
 }
 
+/// A ready job's place: highest priority first, then oldest.
+type ReadyKey = (Reverse<u8>, u64, Uuid);
+
 /// A job's retry policy.
 #[derive(Debug, Clone)]
 struct Policy {
@@ -40,7 +43,7 @@ pub(crate) struct JobsState {
     cfg: JobsConfig,
     jobs: HashMap<Uuid, JobRecord>,
     /// Ready jobs per kind: highest priority first, then oldest.
-    ready: HashMap<String, BTreeSet<(Reverse<u8>, u64, Uuid)>>,
+    ready: HashMap<String, BTreeSet<ReadyKey>>,
     /// The order jobs became ready in (FIFO within a priority).
     order: u64,
     /// Failed or timed-out jobs waiting for their retry time.
@@ -192,7 +195,11 @@ impl JobsState {
     }
 
     /// Registers a worker for `kinds` (empty: all).
-    pub(crate) fn register(&mut self, kinds: Vec<String>, now: u64) -> Result<(Uuid, u64), JobError> {
+    pub(crate) fn register(
+        &mut self,
+        kinds: Vec<String>,
+        now: u64,
+    ) -> Result<(Uuid, u64), JobError> {
         if self.workers.len() >= self.cfg.max_workers {
             return Err(JobError::TooManyWorkers(self.cfg.max_workers));
         }
@@ -214,7 +221,9 @@ impl JobsState {
     }
 
     fn valid_worker(&self, worker: Uuid, now: u64) -> bool {
-        self.workers.get(&worker).is_some_and(|w| w.lease_until > now)
+        self.workers
+            .get(&worker)
+            .is_some_and(|w| w.lease_until > now)
     }
 
     /// Extends a worker's lease; false if it is no longer valid (it must
@@ -233,7 +242,7 @@ impl JobsState {
 
     /// The best ready job the worker serves: highest priority, then
     /// oldest.
-    fn best_for(&self, worker: &Worker) -> Option<(String, (Reverse<u8>, u64, Uuid))> {
+    fn best_for(&self, worker: &Worker) -> Option<(String, ReadyKey)> {
         self.ready
             .iter()
             .filter(|(kind, set)| !set.is_empty() && worker.serves(kind))
@@ -521,11 +530,7 @@ impl JobsState {
     /// Counts for the admin API: (jobs held, ready, running, workers).
     pub(crate) fn counts(&self) -> (usize, usize, usize, usize) {
         let ready = self.ready.values().map(BTreeSet::len).sum();
-        let running = self
-            .workers
-            .values()
-            .map(|w| w.running.len())
-            .sum();
+        let running = self.workers.values().map(|w| w.running.len()).sum();
         (self.jobs.len(), ready, running, self.workers.len())
     }
 }

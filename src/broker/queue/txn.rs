@@ -152,6 +152,8 @@ impl QueueState {
     /// Whether `seq` is a prepared, not yet visible message (a refill
     /// that reads it from disk must leave it to `apply`).
     pub(super) fn is_prepared(&self, seq: u64) -> bool {
-        self.prepared.values().any(|v| v.iter().any(|m| m.seq == seq))
+        self.prepared
+            .values()
+            .any(|v| v.iter().any(|m| m.seq == seq))
     }
 }
