@@ -4,11 +4,13 @@
 //!
 //! - [`frame`]: the native protocol's frames (proto/native.md).
 //! - [`jobs`]: the job and worker frames.
+//! - [`mqtt`]: MQTT 3.1.1 packets.
 //! - [`codec`]: their JSON and bincode encodings.
 
 pub mod codec;
 pub mod frame;
 pub mod jobs;
+pub mod mqtt;
 
 pub use codec::{DecodeError, Format, decode_client, decode_server, encode_client, encode_server};
 pub use frame::{ClientFrame, ErrorCode, ServerFrame};
