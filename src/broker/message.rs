@@ -27,6 +27,8 @@ pub struct Published {
     pub priority: Priority,
     /// True for the retained copy handed to new subscribers.
     pub retained: bool,
+    /// MQTT quality of service of the publish (0-2).
+    pub qos: u8,
     encodings: [OnceLock<Bytes>; ENCODING_SLOTS],
 }
 
@@ -47,8 +49,15 @@ impl Published {
             headers,
             priority,
             retained,
+            qos: 0,
             encodings: Default::default(),
         }
+    }
+
+    /// The same message with QoS `qos`.
+    pub fn with_qos(mut self, qos: u8) -> Self {
+        self.qos = qos;
+        self
     }
 
     /// The copy kept as the topic's retained message.
@@ -61,6 +70,7 @@ impl Published {
             self.priority,
             true,
         )
+        .with_qos(self.qos)
     }
 
     /// The message's encoding in `slot`, made by `encode` on first use and

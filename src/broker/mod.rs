@@ -119,6 +119,10 @@ pub struct Publish {
     pub retain: bool,
     /// Lane at the subscribers.
     pub priority: Priority,
+    /// MQTT quality of service asked for by the publisher (0-2); an MQTT
+    /// subscriber gets the lower of this and its subscription's. Native
+    /// publishes are 0.
+    pub qos: u8,
 }
 
 /// The broker: cheap to clone, shared by every connection.
@@ -277,6 +281,7 @@ impl Broker {
             headers,
             retain,
             priority,
+            qos,
         } = msg;
         let mut message = Some((payload, headers));
         for _ in 0..GONE_RETRIES {
@@ -287,7 +292,7 @@ impl Broker {
                 break;
             };
             match topic
-                .submit(move |t| t.publish(payload, headers, priority, retain))
+                .submit(move |t| t.publish(payload, headers, priority, retain, qos))
                 .await?
             {
                 Ok((outcome, None)) => return Ok(outcome),

@@ -95,6 +95,7 @@ impl TopicState {
         headers: Headers,
         priority: Priority,
         retain: bool,
+        qos: u8,
     ) -> Result<(PublishOutcome, Option<Durable>), NotPublished> {
         if self.removed {
             return Err(NotPublished::Gone(payload, headers));
@@ -112,14 +113,17 @@ impl TopicState {
         };
         self.seq = self.seq.wrapping_add(1);
         self.touched = true;
-        let msg = Arc::new(Published::new(
-            self.name.clone(),
-            self.seq,
-            payload,
-            headers,
-            priority,
-            false,
-        ));
+        let msg = Arc::new(
+            Published::new(
+                self.name.clone(),
+                self.seq,
+                payload,
+                headers,
+                priority,
+                false,
+            )
+            .with_qos(qos.min(2)),
+        );
         if retain {
             self.retained = if msg.payload.is_empty() {
                 None

@@ -477,6 +477,7 @@ impl Session {
                     headers: p.headers,
                     retain: p.retain,
                     priority: p.priority,
+                    qos: 0,
                 };
                 match self.broker.publish(msg).await {
                     Ok(_) => self.receipt(format, p.rid),

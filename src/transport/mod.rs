@@ -8,6 +8,7 @@ mod jobs;
 mod queues;
 mod topics;
 mod ws;
+mod wsloop;
 
 use std::sync::Arc;
 

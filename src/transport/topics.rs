@@ -130,6 +130,7 @@ pub(crate) async fn publish(
             headers,
             retain: query.retain,
             priority: query.priority,
+            qos: 0,
         })
         .await
         .map_err(api_error)?;

@@ -1,0 +1,200 @@
+//! The WebSocket read side shared by every endpoint: decodes frames with
+//! actix-http's codec (bounded by `max_frame`), answers pings, assembles
+//! fragmented messages, keeps the connection alive with pings and closes
+//! it when it falls silent, and hands each complete message to the
+//! endpoint's [`Handler`].
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_codec::Decoder;
+use actix_http::ws::{Codec, Frame, Item, ProtocolError};
+use actix_web::web;
+use bytes::{Bytes, BytesMut};
+use futures_core::Stream;
+
+use crate::protocol::codec::Format;
+use crate::session::{CloseRequest, Lane, OutFrame, Outbound};
+
+/// Longest a draining close waits for the client to read what is queued.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether the read loop goes on.
+pub(crate) enum Flow {
+    Go,
+    Stop,
+}
+
+/// What an endpoint does with a connection's messages.
+pub(crate) trait Handler {
+    /// The connection's outbound queue.
+    fn outbound(&self) -> &Arc<Outbound>;
+    /// A complete data message (text: `Json`, binary: `Bincode`), read
+    /// at `now`.
+    async fn message(&mut self, format: Format, bytes: Bytes, now: Instant) -> Flow;
+    /// How long the connection may stay silent.
+    fn idle_timeout(&self) -> Duration;
+    /// The read side ended (the client left, closed, or broke a rule).
+    async fn end(self);
+}
+
+struct Reader<H> {
+    handler: H,
+    /// When the chunk being decoded arrived (one clock read per read, not
+    /// per frame).
+    now: Instant,
+    max_frame: usize,
+    /// A fragmented message being assembled: its encoding and bytes.
+    partial: Option<(Format, BytesMut)>,
+}
+
+impl<H: Handler> Reader<H> {
+    fn close(&self, code: u16, reason: impl Into<String>, drain: bool) {
+        self.handler.outbound().close(CloseRequest {
+            code,
+            reason: reason.into(),
+            drain,
+        });
+    }
+
+    async fn frame(&mut self, frame: Frame) -> Flow {
+        if self.partial.is_some() && matches!(frame, Frame::Text(_) | Frame::Binary(_)) {
+            self.close(
+                1002,
+                "protocol error: a new message inside a fragmented one",
+                false,
+            );
+            return Flow::Stop;
+        }
+        match frame {
+            Frame::Text(b) => self.handler.message(Format::Json, b, self.now).await,
+            Frame::Binary(b) => self.handler.message(Format::Bincode, b, self.now).await,
+            Frame::Continuation(item) => self.continuation(item).await,
+            Frame::Ping(b) => {
+                let _ = self.handler.outbound().push(Lane::High, OutFrame::pong(b));
+                Flow::Go
+            }
+            Frame::Pong(_) => Flow::Go,
+            Frame::Close(reason) => {
+                // Echo the client's code (RFC 6455 §5.5.1) when it may be
+                // sent on the wire; answer a code that may not with 1002.
+                let code = match reason.map(|r| u16::from(r.code)) {
+                    None => 1000,
+                    Some(c @ (1000..=1003 | 1007..=1011 | 3000..=4999)) => c,
+                    Some(_) => 1002,
+                };
+                self.close(code, "", false);
+                Flow::Stop
+            }
+        }
+    }
+
+    async fn continuation(&mut self, item: Item) -> Flow {
+        let (start, bytes, last) = match item {
+            Item::FirstText(b) => (Some(Format::Json), b, false),
+            Item::FirstBinary(b) => (Some(Format::Bincode), b, false),
+            Item::Continue(b) => (None, b, false),
+            Item::Last(b) => (None, b, true),
+        };
+        match (start, self.partial.as_mut()) {
+            (Some(format), None) => {
+                self.partial = Some((format, BytesMut::from(&bytes[..])));
+            }
+            (None, Some((_, acc))) => {
+                if acc.len() + bytes.len() > self.max_frame {
+                    self.close(1009, "fragmented message larger than max_frame", false);
+                    return Flow::Stop;
+                }
+                acc.extend_from_slice(&bytes);
+            }
+            _ => {
+                self.close(1002, "protocol error: unexpected continuation frame", false);
+                return Flow::Stop;
+            }
+        }
+        if last {
+            if let Some((format, acc)) = self.partial.take() {
+                return self.handler.message(format, acc.freeze(), self.now).await;
+            }
+        }
+        Flow::Go
+    }
+}
+
+/// Reads the connection until it ends, then ends the handler and the
+/// writer (after what is queued, bounded by a drain timeout).
+pub(crate) async fn read_loop<H: Handler>(
+    mut payload: web::Payload,
+    handler: H,
+    max_frame: usize,
+    ping_interval: Duration,
+) {
+    let mut codec = Codec::new().max_size(max_frame);
+    let mut buf = BytesMut::new();
+    let mut ping = actix_rt::time::interval(ping_interval);
+    ping.tick().await;
+    let mut last_heard = Instant::now();
+    let mut reader = Reader {
+        now: last_heard,
+        handler,
+        max_frame,
+        partial: None,
+    };
+    'conn: loop {
+        loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    if let Flow::Stop = reader.frame(frame).await {
+                        break 'conn;
+                    }
+                }
+                Ok(None) => break,
+                Err(ProtocolError::Overflow) => {
+                    reader.close(1009, "frame larger than max_frame", false);
+                    break 'conn;
+                }
+                Err(e) => {
+                    reader.close(1002, format!("protocol error: {e}"), false);
+                    break 'conn;
+                }
+            }
+        }
+        if reader.handler.outbound().is_closing() {
+            break;
+        }
+        tokio::select! {
+            chunk = poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)) => match chunk {
+                Some(Ok(bytes)) => {
+                    last_heard = Instant::now();
+                    reader.now = last_heard;
+                    buf.extend_from_slice(&bytes);
+                }
+                Some(Err(_)) | None => break 'conn,
+            },
+            _ = ping.tick() => {
+                if last_heard.elapsed() > reader.handler.idle_timeout() {
+                    reader.close(1001, "idle timeout", false);
+                    break 'conn;
+                }
+                let _ = reader.handler.outbound().push(Lane::High, OutFrame::ping());
+            }
+        }
+    }
+    let out = reader.handler.outbound().clone();
+    // The client is gone or done: end the writer too (after what is queued),
+    // so the connection does not linger until the shutdown timeout.
+    out.close(CloseRequest {
+        code: 1000,
+        reason: String::new(),
+        drain: true,
+    });
+    reader.handler.end().await;
+    // A draining close may wait on a client that does not read: bound it.
+    if !out.is_finished() {
+        actix_rt::spawn(async move {
+            actix_rt::time::sleep(DRAIN_TIMEOUT).await;
+            out.abort(1001, "close drain timed out");
+        });
+    }
+}
