@@ -168,7 +168,10 @@ pub async fn start(config: Config) -> Result<Shop, Box<dyn std::error::Error>> {
         .await?;
     // Receipts are jobs, run by two workers inside this process.
     let receipts = wharf.run_job_workers(vec!["receipt".into()], 2, |job| async move {
-        println!("receipt for {} (attempt {})", job.data["order"], job.attempt);
+        println!(
+            "receipt for {} (attempt {})",
+            job.data["order"], job.attempt
+        );
         Ok(())
     })?;
     Ok(Shop {

@@ -39,6 +39,8 @@ pub struct Config {
     pub queues: Vec<QueueDecl>,
     /// `[jobs]`: job workers' leases, retry policies and limits.
     pub jobs: JobsConfig,
+    /// `[mqtt]`: MQTT over WebSocket (`GET /mqtt`).
+    pub mqtt: MqttConfig,
     /// `[log]`: what the binary logs and how.
     pub log: LogConfig,
 }
@@ -288,6 +290,15 @@ impl QueueOptions {
         }
         Ok(())
     }
+}
+
+/// `[mqtt]` settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttConfig {
+    /// User names and passwords MQTT clients must present in CONNECT;
+    /// empty: anyone may connect (with or without credentials).
+    pub users: std::collections::BTreeMap<String, String>,
 }
 
 /// `[jobs]` settings.

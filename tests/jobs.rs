@@ -44,7 +44,11 @@ fn register(b: &TestBroker, kinds: &[&str]) -> String {
 }
 
 fn dequeue(b: &TestBroker, worker: &str, wait_ms: u64) -> (u16, Value) {
-    post(b, &format!("/workers/{worker}/dequeue?wait_ms={wait_ms}"), json!({}))
+    post(
+        b,
+        &format!("/workers/{worker}/dequeue?wait_ms={wait_ms}"),
+        json!({}),
+    )
 }
 
 fn outcome(b: &TestBroker, job: &str, worker: &str, token: u64, what: &str) -> (u16, Value) {
@@ -92,10 +96,16 @@ fn a_dead_workers_job_goes_to_the_other_and_its_late_outcome_is_refused() {
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["error"]["code"], "worker_expired");
     let (_, v) = get(&b, &format!("/jobs/{job}"));
-    assert_eq!((v["status"].as_str(), v["worker_id"].as_str()), (Some("running"), Some(w2.as_str())));
+    assert_eq!(
+        (v["status"].as_str(), v["worker_id"].as_str()),
+        (Some("running"), Some(w2.as_str()))
+    );
     // A stale token from the current worker is refused too.
     let (status, v) = outcome(&b, &job, &w2, 1, "succeeded");
-    assert_eq!((status, v["error"]["code"].as_str()), (409, Some("stale_token")));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("stale_token"))
+    );
     let (status, v) = outcome(&b, &job, &w2, 2, "succeeded");
     assert_eq!((status, v["status"].as_str()), (200, Some("succeeded")));
     // Completed once: a second outcome is refused.
@@ -123,14 +133,15 @@ fn an_execution_timeout_retries_per_policy_then_the_job_is_dead() {
     // Let it time out.
     std::thread::sleep(Duration::from_millis(250));
     let (_, v) = get(&b, &format!("/jobs/{job}"));
-    assert!(
-        v["status"] == "timed_out" || v["status"] == "queued",
-        "{v}"
-    );
+    assert!(v["status"] == "timed_out" || v["status"] == "queued", "{v}");
     let (status, v) = outcome(&b, &job, &w, 1, "succeeded");
     assert_eq!(status, 409, "a timed-out attempt's outcome is refused: {v}");
     let (status, v) = dequeue(&b, &w, 2000);
-    assert_eq!((status, v["token"].as_u64()), (200, Some(2)), "retried: {v}");
+    assert_eq!(
+        (status, v["token"].as_u64()),
+        (200, Some(2)),
+        "retried: {v}"
+    );
     std::thread::sleep(Duration::from_millis(300));
     let (_, v) = get(&b, &format!("/jobs/{job}"));
     assert_eq!(v["status"], "dead", "{v}");
@@ -150,7 +161,12 @@ fn a_long_poll_returns_promptly_when_a_job_arrives() {
     let addr = b.addr;
     let waiter = std::thread::spawn(move || {
         let t0 = Instant::now();
-        let (status, text) = http(addr, "POST", &format!("/workers/{w}/dequeue?wait_ms=10000"), "");
+        let (status, text) = http(
+            addr,
+            "POST",
+            &format!("/workers/{w}/dequeue?wait_ms=10000"),
+            "",
+        );
         (status, text, t0.elapsed())
     });
     std::thread::sleep(Duration::from_millis(300));
@@ -171,17 +187,36 @@ fn priorities_failures_and_bad_requests() {
     let (_, v) = dequeue(&b, &w, 0);
     assert_eq!(v["id"], high.as_str());
     let (status, v) = outcome(&b, &high, &w, 1, "failed");
-    assert_eq!((status, v["status"].as_str()), (200, Some("queued")), "retried at once");
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (200, Some("queued")),
+        "retried at once"
+    );
     let (_, v) = dequeue(&b, &w, 0);
-    assert_eq!((v["id"].as_str(), v["token"].as_u64()), (Some(high.as_str()), Some(2)));
+    assert_eq!(
+        (v["id"].as_str(), v["token"].as_u64()),
+        (Some(high.as_str()), Some(2))
+    );
     assert_eq!(v["error"], "boom");
     let (_, v) = dequeue(&b, &w, 0);
     assert_eq!(v["id"], low.as_str());
     for (path, body, code) in [
         ("/jobs", "{", "invalid_body"),
-        ("/jobs", r#"{"kind":"k","entity_id":"nope"}"#, "invalid_body"),
-        ("/jobs", r#"{"kind":"","entity_id":"0190a6f0-0000-7000-8000-000000000001"}"#, "invalid_field"),
-        ("/jobs", r#"{"kind":"k","entity_id":"0190a6f0-0000-7000-8000-000000000001","priority":10}"#, "invalid_field"),
+        (
+            "/jobs",
+            r#"{"kind":"k","entity_id":"nope"}"#,
+            "invalid_body",
+        ),
+        (
+            "/jobs",
+            r#"{"kind":"","entity_id":"0190a6f0-0000-7000-8000-000000000001"}"#,
+            "invalid_field",
+        ),
+        (
+            "/jobs",
+            r#"{"kind":"k","entity_id":"0190a6f0-0000-7000-8000-000000000001","priority":10}"#,
+            "invalid_field",
+        ),
         ("/jobs/not-a-uuid/outcome", "{}", "invalid_field"),
         ("/workers", r#"{"kinds":"x"}"#, "invalid_body"),
     ] {
@@ -190,9 +225,15 @@ fn priorities_failures_and_bad_requests() {
         assert!(text.contains(code), "{path} {body}: {text}");
     }
     let (status, v) = get(&b, "/jobs/0190a6f0-0000-7000-8000-000000000009");
-    assert_eq!((status, v["error"]["code"].as_str()), (404, Some("unknown_job")));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("unknown_job"))
+    );
     let (status, v) = dequeue(&b, "0190a6f0-0000-7000-8000-000000000009", 0);
-    assert_eq!((status, v["error"]["code"].as_str()), (409, Some("worker_expired")));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("worker_expired"))
+    );
 }
 
 #[test]
@@ -213,10 +254,16 @@ fn jobs_survive_a_restart_and_running_ones_are_queued_again() {
     let b = TestBroker::start_in(&data, |_| {});
     assert_eq!(get(&b, &format!("/jobs/{done}")).1["status"], "succeeded");
     let (_, v) = get(&b, &format!("/jobs/{running}"));
-    assert_eq!((v["status"].as_str(), v["attempt"].as_u64()), (Some("queued"), Some(1)));
+    assert_eq!(
+        (v["status"].as_str(), v["attempt"].as_u64()),
+        (Some("queued"), Some(1))
+    );
     let w = register(&b, &[]);
     let (_, v) = dequeue(&b, &w, 0);
-    assert_eq!((v["id"].as_str(), v["token"].as_u64()), (Some(running.as_str()), Some(2)));
+    assert_eq!(
+        (v["id"].as_str(), v["token"].as_u64()),
+        (Some(running.as_str()), Some(2))
+    );
     let (_, v) = dequeue(&b, &w, 0);
     assert_eq!(v["id"], queued.as_str());
 }
@@ -331,7 +378,10 @@ fn jobs_over_websocket_work_like_over_http() {
             Err(ClientError::Server { code, .. }) => assert_eq!(code, ErrorCode::StaleToken),
             other => panic!("expected stale_token, got {other:?}"),
         }
-        let st = c.job_outcome(id, w, 1, Outcome::Succeeded, None).await.unwrap();
+        let st = c
+            .job_outcome(id, w, 1, Outcome::Succeeded, None)
+            .await
+            .unwrap();
         assert_eq!(st, JobStatus::Succeeded);
         assert_eq!(c.job_status(id).await.unwrap().status, JobStatus::Succeeded);
         assert_eq!(c.dequeue_job(w, Duration::ZERO).await.unwrap(), None);

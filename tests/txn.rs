@@ -20,7 +20,10 @@ fn depth(addr: std::net::SocketAddr, queue: &str) -> (u64, u64) {
         return (0, 0);
     }
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    (v["depth"].as_u64().unwrap(), v["in_flight"].as_u64().unwrap())
+    (
+        v["depth"].as_u64().unwrap(),
+        v["in_flight"].as_u64().unwrap(),
+    )
 }
 
 fn code(r: Result<(), ClientError>) -> ErrorCode {
@@ -34,8 +37,12 @@ fn code(r: Result<(), ClientError>) -> ErrorCode {
 fn commit_makes_everything_visible_at_once() {
     let b = TestBroker::start(|_| {});
     block_on(async {
-        let c = Client::connect(&b.ws_url(), ClientOptions::default()).await.unwrap();
-        let watcher = Client::connect(&b.ws_url(), ClientOptions::default()).await.unwrap();
+        let c = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        let watcher = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
         c.enqueue("in", b"work".to_vec()).await.unwrap();
         let mut input = c.consume("in", 1).await.unwrap();
         let work = input.recv_timeout(T).await.unwrap();
@@ -45,7 +52,9 @@ fn commit_makes_everything_visible_at_once() {
         c.begin().await.unwrap();
         assert_eq!(c.enqueue("out", b"r1".to_vec()).await.unwrap(), 0);
         c.enqueue("out", b"r2".to_vec()).await.unwrap();
-        c.publish_confirmed("done", b"finished".to_vec()).await.unwrap();
+        c.publish_confirmed("done", b"finished".to_vec())
+            .await
+            .unwrap();
         c.ack(input.id(), &[work.id]).await.unwrap();
         // Staged, not visible.
         assert!(out.recv_timeout(QUIET).await.is_none());
@@ -56,11 +65,17 @@ fn commit_makes_everything_visible_at_once() {
         c.commit().await.unwrap();
         let r1 = out.recv_timeout(T).await.unwrap();
         let r2 = out.recv_timeout(T).await.unwrap();
-        assert_eq!((r1.payload.as_slice(), r2.payload.as_slice()), (&b"r1"[..], &b"r2"[..]));
+        assert_eq!(
+            (r1.payload.as_slice(), r2.payload.as_slice()),
+            (&b"r1"[..], &b"r2"[..])
+        );
         assert_eq!(news.recv_timeout(T).await.unwrap().payload, b"finished");
         assert_eq!(depth(b.addr, "in"), (0, 0), "acked");
         // The acked delivery is settled: acking it again is refused.
-        assert_eq!(code(c.ack(input.id(), &[work.id]).await), ErrorCode::UnknownDelivery);
+        assert_eq!(
+            code(c.ack(input.id(), &[work.id]).await),
+            ErrorCode::UnknownDelivery
+        );
     });
 }
 
@@ -68,7 +83,9 @@ fn commit_makes_everything_visible_at_once() {
 fn rollback_leaves_nothing_and_gives_acked_deliveries_back() {
     let b = TestBroker::start(|c| c.session.max_transaction_ops = 3);
     block_on(async {
-        let c = Client::connect(&b.ws_url(), ClientOptions::default()).await.unwrap();
+        let c = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
         c.enqueue("in", b"work".to_vec()).await.unwrap();
         let mut input = c.consume("in", 1).await.unwrap();
         let work = input.recv_timeout(T).await.unwrap();
@@ -143,7 +160,11 @@ fn kill_9_before_commit_leaves_nothing_and_after_its_receipt_loses_nothing() {
     broker.signal("KILL");
     assert!(!broker.wait_exit(Duration::from_secs(10)).success());
     let (_broker, addr) = spawn(&data);
-    assert_eq!(depth(addr, "dst").0, 10, "the committed ten, not the staged five");
+    assert_eq!(
+        depth(addr, "dst").0,
+        10,
+        "the committed ten, not the staged five"
+    );
     block_on(async {
         let c = Client::connect(&format!("ws://{addr}/ws"), ClientOptions::default())
             .await

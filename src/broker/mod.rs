@@ -31,8 +31,8 @@ pub use queue::{
     QueueInfo, QueuedDelivery,
 };
 pub use queues::{
-    DLQ_SUFFIX, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settle,
-    TOPIC_HEADER, durable_queue_name,
+    DLQ_SUFFIX, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, MAX_IDS, MAX_PREFETCH, QOS_HEADER,
+    Settle, TOPIC_HEADER, durable_queue_name,
 };
 pub use sink::{Delivery, Sink, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
@@ -438,6 +438,28 @@ impl Broker {
             topics: reg.topics.len(),
             wildcard_subscriptions: reg.wildcards.len(),
         }
+    }
+
+    /// The retained messages of every existing topic matching `filter`.
+    ///
+    /// # Errors
+    /// An invalid filter.
+    pub async fn retained_matching(&self, filter: &str) -> Result<Vec<Arc<Published>>, BrokerError> {
+        routing::validate_filter(filter).map_err(BrokerError::InvalidFilter)?;
+        let topics: Vec<Topic> = self
+            .read()
+            .topics
+            .iter()
+            .filter(|(name, _)| routing::matches(filter, name))
+            .map(|(_, t)| t.clone())
+            .collect();
+        let mut out = Vec::new();
+        for t in topics {
+            if let Ok(Some(m)) = t.submit(|t| t.retained()).await {
+                out.push(m);
+            }
+        }
+        Ok(out)
     }
 
     /// Subscriptions, retained flag and last sequence number of a topic.

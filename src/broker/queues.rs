@@ -35,6 +35,10 @@ pub const MAX_IDS: usize = 10_000;
 /// Header a bound queue adds to each copied topic message: the topic.
 pub const TOPIC_HEADER: &str = "topic";
 
+/// Header a bound queue adds to a copied message published with an MQTT
+/// QoS above 0: the QoS.
+pub const QOS_HEADER: &str = "mqtt-qos";
+
 /// Messages moved per step of a redrive.
 const REDRIVE_BATCH: usize = 1000;
 
@@ -126,6 +130,9 @@ impl Sink for BindSink {
         }
         let mut headers = msg.headers.clone();
         headers.insert(TOPIC_HEADER.into(), msg.topic.to_string());
+        if msg.qos > 0 {
+            headers.insert(QOS_HEADER.into(), msg.qos.to_string());
+        }
         let incoming = Incoming::new(0, headers, msg.payload.clone(), None);
         let name = self.name.clone();
         let sent = self.queue.tq.execute(Lane::Normal, move |q| {
@@ -436,6 +443,50 @@ impl Broker {
             .tq
             .submit(move |q| q.consume(consumer, prefetch, now_ms()))
             .await??)
+    }
+
+    /// The durable subscriptions of `client`: (subscription id, filters).
+    pub fn durable_subscriptions(&self, client: &str) -> Vec<(String, Vec<String>)> {
+        let prefix = format!("{DURABLE_PREFIX}{client}/");
+        let reg = self.inner.queues.read();
+        let mut out: Vec<(String, Vec<String>)> = reg
+            .binds
+            .iter()
+            .filter_map(|(name, subs)| {
+                let id = name.strip_prefix(&prefix)?;
+                Some((
+                    id.to_owned(),
+                    subs.iter().map(|s| s.filter.to_string()).collect(),
+                ))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Settles deliveries without waiting (not even for the task): for
+    /// sinks, which run inside queue tasks and must not block. A refusal
+    /// is logged; an unacknowledged delivery then times out as usual.
+    pub fn settle_detached(&self, queue: &str, sink: u64, id: &str, ids: Vec<u64>, how: Settle) {
+        let Ok(Some(q)) = self.queue(queue, false) else {
+            return;
+        };
+        let id: Arc<str> = id.into();
+        let sent = q.tq.execute(Lane::Normal, move |q| {
+            let now = now_ms();
+            let result = match how {
+                Settle::Ack => q.ack(sink, &id, &ids, now).map(|_| ()),
+                Settle::Nack(delay) => q.nack(sink, &id, &ids, delay, now),
+                Settle::Reject => q.reject(sink, &id, &ids, now),
+                Settle::Touch(ms) => q.touch(sink, &id, &ids, ms, now),
+            };
+            if let Err(e) = result {
+                tracing::debug!("detached settle refused: {e:?}");
+            }
+        });
+        if let Err(e) = sent {
+            tracing::warn!("detached settle not queued: {e}");
+        }
     }
 
     /// Ends a durable subscription for good: the binding, the consumer of

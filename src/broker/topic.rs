@@ -194,6 +194,11 @@ impl TopicState {
         self.removed
     }
 
+    /// The retained message, if any.
+    pub(crate) fn retained(&self) -> Option<Arc<Published>> {
+        self.retained.clone()
+    }
+
     /// Subscriptions and whether a retained message is held.
     pub(crate) fn summary(&self) -> (usize, bool, u64) {
         (self.subs.len(), self.retained.is_some(), self.seq)

@@ -8,6 +8,7 @@
 
 mod jobs;
 mod manager;
+pub mod mqtt;
 mod outbound;
 mod rate;
 mod txn;

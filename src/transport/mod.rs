@@ -5,6 +5,7 @@
 mod error;
 mod health;
 mod jobs;
+mod mqtt;
 mod queues;
 mod topics;
 mod ws;
@@ -49,6 +50,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/ws")
             .route(web::get().to(ws::upgrade))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/mqtt")
+            .route(web::get().to(mqtt::upgrade))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

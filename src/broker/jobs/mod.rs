@@ -340,7 +340,10 @@ impl Jobs {
         let waiter = (!wait.is_zero()).then_some(tx);
         if let Some(job) = self
             .tq
-            .submit(move |s| s.dequeue(worker, waiter, now_ms()))
+            .submit(move |s| {
+                let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                s.dequeue(worker, waiter, wait_ms, now_ms())
+            })
             .await??
         {
             return Ok(Some(job));

@@ -12,8 +12,6 @@ use super::{JobError, JobRecord, JobStatus, JobView, NewJob, Outcome};
 use crate::config::JobsConfig;
 use crate::store::{Durable, WriterHandle, jobs as records};
 
-/// A job handed to a worker: the job as it is now, with its token.
-pub(crate) type Assigned = JobView;
 
 struct Worker {
     kinds: Vec<String>,
@@ -52,7 +50,7 @@ pub(crate) struct JobsState {
     deadlines: BTreeSet<(u64, Uuid)>,
     workers: HashMap<Uuid, Worker>,
     /// Dequeues waiting for a job, oldest first; one per worker.
-    waiting: VecDeque<(Uuid, oneshot::Sender<Assigned>)>,
+    waiting: VecDeque<(Uuid, oneshot::Sender<JobView>)>,
     /// Finished jobs by finish time, for the retention sweep.
     finished: BTreeMap<(u64, Uuid), ()>,
     writer: Option<WriterHandle>,
@@ -159,9 +157,12 @@ impl JobsState {
             return Err(JobError::Full(self.cfg.max_jobs));
         }
         let id = Uuid::now_v7();
-        let timeout_ms = new
-            .timeout_ms
-            .or(Some(self.policy(&new.kind).timeout_ms).filter(|&t| t > 0));
+        // 0 means no timeout, as in the config.
+        let timeout_ms = match new.timeout_ms {
+            Some(0) => None,
+            Some(t) => Some(t),
+            None => Some(self.policy(&new.kind).timeout_ms).filter(|&t| t > 0),
+        };
         let job = JobRecord {
             id,
             kind: new.kind,
@@ -255,12 +256,18 @@ impl JobsState {
     pub(crate) fn dequeue(
         &mut self,
         worker: Uuid,
-        waiter: Option<oneshot::Sender<Assigned>>,
+        waiter: Option<oneshot::Sender<JobView>>,
+        wait_ms: u64,
         now: u64,
-    ) -> Result<Option<Assigned>, JobError> {
+    ) -> Result<Option<JobView>, JobError> {
         if !self.valid_worker(worker, now) {
             self.expire_worker(worker, now);
             return Err(JobError::WorkerExpired);
+        }
+        // Asking for work is a sign of life: the lease covers the wait.
+        let lease = self.cfg.worker_lease_ms;
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.lease_until = w.lease_until.max(now.saturating_add(lease).saturating_add(wait_ms));
         }
         let best = self.workers.get(&worker).and_then(|w| self.best_for(w));
         match best {
@@ -285,7 +292,7 @@ impl JobsState {
         self.waiting.retain(|(w, _)| *w != worker);
     }
 
-    fn assign(&mut self, id: Uuid, worker: Uuid, now: u64) -> Option<Assigned> {
+    fn assign(&mut self, id: Uuid, worker: Uuid, now: u64) -> Option<JobView> {
         let j = self.jobs.get_mut(&id)?;
         j.status = JobStatus::Running;
         j.attempt += 1;

@@ -1,0 +1,742 @@
+//! An MQTT 3.1.1 session over one WebSocket connection: packets in
+//! ([`MqttSession::data`], any split into WebSocket frames), packets out
+//! through the connection's [`Outbound`]. MQTT and native clients share
+//! the broker's topics: payloads are the same bytes.
+//!
+//! - QoS: inbound QoS 1 is acknowledged after the publish task ran (after
+//!   the durable write for a retained message), QoS 2 is published once
+//!   per packet id (PUBREC, then PUBCOMP on PUBREL). Outbound QoS is the
+//!   lower of the publish's and the subscription's; QoS 1/2 deliveries take
+//!   a packet id until PUBACK / PUBCOMP.
+//! - Clean sessions subscribe to topics directly. Persistent sessions
+//!   (`clean_session = false`) subscribe durably: each filter is a durable
+//!   subscription (a queue, `$durable/mqtt:<client>/<filter hash>q<qos>`)
+//!   that keeps messages while the client is away and across restarts;
+//!   a PUBACK (or PUBREC) acknowledges the queue delivery, and what was not
+//!   acknowledged when the client left is delivered again (DUP set).
+//! - A will is published when the connection ends without DISCONNECT.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use uuid::Uuid;
+
+use super::{Lane, OutFrame, Outbound, PushError, Sessions};
+use crate::broker::{
+    Broker, Delivery, Publish, Published, QOS_HEADER, QueuedDelivery, Settle, Sink, Subscription,
+    TOPIC_HEADER, WeakBroker, next_sink_id,
+};
+use crate::config::{MqttConfig, SessionConfig};
+use crate::protocol::codec::Format;
+use crate::protocol::frame::{Headers, Priority};
+use crate::protocol::mqtt::{self, Connect, MqttError, Packet, SUBACK_FAILURE, connack};
+use crate::routing;
+
+/// The encoding slot of a message's QoS 0 PUBLISH header (shared by every
+/// QoS 0 MQTT subscriber).
+const MQTT_SLOT: usize = 2;
+
+/// Why the connection must end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MqttClose {
+    /// WebSocket close code.
+    pub code: u16,
+    /// Why (also logged).
+    pub reason: String,
+}
+
+fn violation(reason: impl Into<String>) -> MqttClose {
+    MqttClose {
+        code: 1002,
+        reason: reason.into(),
+    }
+}
+
+/// A packet id in use, and what its acknowledgement settles.
+enum Pending {
+    /// A topic delivery (QoS 1 or 2) waiting for PUBACK / PUBREC.
+    Topic,
+    /// A durable subscription's delivery waiting for PUBACK / PUBREC.
+    Queue {
+        queue: Arc<str>,
+        sub: Arc<str>,
+        delivery: u64,
+    },
+    /// PUBREL sent, waiting for PUBCOMP.
+    Released,
+}
+
+#[derive(Default)]
+struct OutState {
+    next_pid: u16,
+    pending: HashMap<u16, Pending>,
+}
+
+impl OutState {
+    fn take_pid(&mut self, what: Pending) -> Option<u16> {
+        if self.pending.len() >= usize::from(u16::MAX) {
+            return None;
+        }
+        loop {
+            self.next_pid = self.next_pid.wrapping_add(1).max(1);
+            if !self.pending.contains_key(&self.next_pid) {
+                self.pending.insert(self.next_pid, what);
+                return Some(self.next_pid);
+            }
+        }
+    }
+}
+
+/// Where an MQTT session's deliveries go: PUBLISH packets on its
+/// outbound queue. A subscription's tag holds its granted QoS.
+pub struct MqttSink {
+    id: u64,
+    out: Arc<Outbound>,
+    state: Mutex<OutState>,
+    broker: WeakBroker,
+}
+
+impl MqttSink {
+    fn send(&self, p: &mqtt::Publish, what: Pending) -> Delivery {
+        let mut p = p.clone();
+        if p.qos > 0 {
+            match self.state.lock().take_pid(what) {
+                Some(pid) => p.pid = Some(pid),
+                None => return Delivery::Dropped,
+            }
+        }
+        let mut head = BytesMut::with_capacity(8 + p.topic.len());
+        mqtt::publish_head(&mut head, &p);
+        let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
+        let pushed = if p.qos > 0 {
+            self.out.push_if_room(Lane::Normal, frame)
+        } else {
+            self.out.push(Lane::Normal, frame)
+        };
+        match pushed {
+            Ok(()) => Delivery::Queued,
+            Err(e) => {
+                if let Some(pid) = p.pid {
+                    self.state.lock().pending.remove(&pid);
+                }
+                match e {
+                    PushError::Dropped => Delivery::Dropped,
+                    PushError::Closed => Delivery::Closed,
+                }
+            }
+        }
+    }
+
+    fn push(&self, packet: &Packet) {
+        let mut buf = BytesMut::new();
+        mqtt::encode(packet, &mut buf);
+        let _ = self.out.push(
+            Lane::High,
+            OutFrame::data(Format::Bincode, Bytes::new(), buf.freeze()),
+        );
+    }
+}
+
+fn granted(sub: &Subscription) -> u8 {
+    sub.tag.first().copied().unwrap_or(0).min(2)
+}
+
+impl Sink for MqttSink {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+        let qos = granted(sub).min(msg.qos);
+        if qos == 0 {
+            let head = msg.encoded(MQTT_SLOT, |m| {
+                let mut head = BytesMut::new();
+                mqtt::publish_head(
+                    &mut head,
+                    &mqtt::Publish {
+                        dup: false,
+                        qos: 0,
+                        retain: m.retained,
+                        topic: m.topic.to_string(),
+                        pid: None,
+                        payload: m.payload.clone(),
+                    },
+                );
+                head.freeze()
+            });
+            return match self.out.push(
+                Lane::Normal,
+                OutFrame::data(Format::Bincode, head, msg.payload.clone()),
+            ) {
+                Ok(()) => Delivery::Queued,
+                Err(PushError::Dropped) => Delivery::Dropped,
+                Err(PushError::Closed) => Delivery::Closed,
+            };
+        }
+        let p = mqtt::Publish {
+            dup: false,
+            qos,
+            retain: msg.retained,
+            topic: msg.topic.to_string(),
+            pid: None,
+            payload: msg.payload.clone(),
+        };
+        self.send(&p, Pending::Topic)
+    }
+
+    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
+        let m = d.message;
+        let published_qos = m
+            .headers
+            .get(QOS_HEADER)
+            .and_then(|q| q.parse::<u8>().ok())
+            .unwrap_or(0);
+        let qos = granted(sub).min(published_qos);
+        let topic = m
+            .headers
+            .get(TOPIC_HEADER)
+            .cloned()
+            .unwrap_or_else(|| d.queue.to_owned());
+        let p = mqtt::Publish {
+            dup: m.deliveries > 1,
+            qos,
+            retain: false,
+            topic,
+            pid: None,
+            payload: m.payload.clone(),
+        };
+        let what = Pending::Queue {
+            queue: d.queue.into(),
+            sub: sub.id.clone(),
+            delivery: d.id,
+        };
+        let outcome = self.send(&p, what);
+        if qos == 0 && outcome == Delivery::Queued {
+            // Nothing will acknowledge a QoS 0 delivery: it is done.
+            if let Some(b) = self.broker.upgrade() {
+                b.settle_detached(d.queue, self.id, &sub.id, vec![d.id], Settle::Ack);
+            }
+        }
+        outcome
+    }
+
+    fn is_closed(&self) -> bool {
+        self.out.is_closing()
+    }
+}
+
+/// The client id as it appears in durable subscription names: `mqtt:`
+/// and the id with `%`, `/`, `+`, `#` percent-encoded.
+fn durable_client(client_id: &str) -> String {
+    let mut s = String::from("mqtt:");
+    for c in client_id.chars() {
+        match c {
+            '%' => s.push_str("%25"),
+            '/' => s.push_str("%2F"),
+            '+' => s.push_str("%2B"),
+            '#' => s.push_str("%23"),
+            '\0' => s.push_str("%00"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// A durable subscription's id for `filter` at `qos`.
+fn durable_id(filter: &str, qos: u8) -> String {
+    // FNV-1a: stable across builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in filter.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}q{qos}")
+}
+
+fn qos_of(durable_id: &str) -> u8 {
+    durable_id
+        .rsplit_once('q')
+        .and_then(|(_, q)| q.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One MQTT connection's state.
+pub struct MqttSession {
+    id: Uuid,
+    broker: Broker,
+    sessions: Sessions,
+    sink: Arc<MqttSink>,
+    cfg: SessionConfig,
+    mqtt: MqttConfig,
+    buf: BytesMut,
+    connected: Option<Connected>,
+    /// Set by DISCONNECT: no will.
+    graceful: bool,
+}
+
+struct Connected {
+    client_id: String,
+    clean: bool,
+    keep_alive: u16,
+    will: Option<mqtt::Will>,
+    /// Clean-session subscriptions by filter.
+    subs: HashMap<String, Subscription>,
+    /// Persistent-session consumers by filter: (queue, consumer).
+    durable: HashMap<String, (String, Subscription)>,
+    /// Inbound QoS 2 packet ids published and waiting for PUBREL.
+    awaiting_rel: HashSet<u16>,
+}
+
+impl MqttSession {
+    /// A session writing to `out`.
+    pub fn new(
+        broker: Broker,
+        sessions: Sessions,
+        out: Arc<Outbound>,
+        cfg: SessionConfig,
+        mqtt: MqttConfig,
+    ) -> Self {
+        let sink = Arc::new(MqttSink {
+            id: next_sink_id(),
+            out,
+            state: Mutex::new(OutState::default()),
+            broker: broker.downgrade(),
+        });
+        MqttSession {
+            id: Uuid::now_v7(),
+            broker,
+            sessions,
+            sink,
+            cfg,
+            mqtt,
+            buf: BytesMut::new(),
+            connected: None,
+            graceful: false,
+        }
+    }
+
+    /// The connection's outbound queue.
+    pub fn outbound(&self) -> &Arc<Outbound> {
+        &self.sink.out
+    }
+
+    /// How long the connection may stay silent: one and a half times the
+    /// keep-alive the client asked for (the session's idle timeout before
+    /// CONNECT, or with a keep-alive of 0).
+    pub fn idle_timeout(&self) -> Duration {
+        match self.connected.as_ref().map(|c| c.keep_alive) {
+            Some(k) if k > 0 => Duration::from_millis(u64::from(k) * 1500),
+            _ => Duration::from_secs(self.cfg.idle_timeout_s),
+        }
+    }
+
+    /// Bytes from a WebSocket message: decodes and handles every complete
+    /// packet. `Err` ends the connection (a protocol violation, or
+    /// DISCONNECT with code 1000).
+    pub async fn data(&mut self, bytes: &[u8]) -> Result<(), MqttClose> {
+        if self.buf.len() + bytes.len() > self.cfg.max_frame.saturating_mul(2) {
+            return Err(MqttClose {
+                code: 1009,
+                reason: "MQTT packet larger than max_frame".into(),
+            });
+        }
+        self.buf.extend_from_slice(bytes);
+        loop {
+            let packet = match mqtt::decode(&mut self.buf, self.cfg.max_frame) {
+                Ok(Some(p)) => p,
+                Ok(None) => return Ok(()),
+                Err(MqttError::TooLarge(n)) => {
+                    return Err(MqttClose {
+                        code: 1009,
+                        reason: format!("MQTT packet of {n} bytes is over max_frame"),
+                    });
+                }
+                Err(e) => return Err(violation(format!("MQTT protocol error: {e}"))),
+            };
+            self.packet(packet).await?;
+        }
+    }
+
+    async fn packet(&mut self, packet: Packet) -> Result<(), MqttClose> {
+        let Some(conn) = self.connected.as_mut() else {
+            return match packet {
+                Packet::Connect(c) => self.connect(c).await,
+                _ => Err(violation("the first MQTT packet must be CONNECT")),
+            };
+        };
+        match packet {
+            Packet::Connect(_) => Err(violation("a second CONNECT")),
+            Packet::Publish(p) => self.publish(p).await,
+            Packet::PubAck(pid) => {
+                self.acknowledged(pid, false);
+                Ok(())
+            }
+            Packet::PubRec(pid) => {
+                self.acknowledged(pid, true);
+                self.sink.push(&Packet::PubRel(pid));
+                Ok(())
+            }
+            Packet::PubComp(pid) => {
+                let mut st = self.sink.state.lock();
+                if matches!(st.pending.get(&pid), Some(Pending::Released)) {
+                    st.pending.remove(&pid);
+                }
+                Ok(())
+            }
+            Packet::PubRel(pid) => {
+                conn.awaiting_rel.remove(&pid);
+                self.sink.push(&Packet::PubComp(pid));
+                Ok(())
+            }
+            Packet::Subscribe(pid, filters) => {
+                let mut codes = Vec::with_capacity(filters.len());
+                for (filter, qos) in filters {
+                    codes.push(self.subscribe(filter, qos).await);
+                }
+                self.sink.push(&Packet::SubAck(pid, codes));
+                Ok(())
+            }
+            Packet::Unsubscribe(pid, filters) => {
+                for f in filters {
+                    self.unsubscribe(&f).await;
+                }
+                self.sink.push(&Packet::UnsubAck(pid));
+                Ok(())
+            }
+            Packet::PingReq => {
+                self.sink.push(&Packet::PingResp);
+                Ok(())
+            }
+            Packet::Disconnect => {
+                self.graceful = true;
+                Err(MqttClose {
+                    code: 1000,
+                    reason: "DISCONNECT".into(),
+                })
+            }
+            Packet::ConnAck { .. }
+            | Packet::SubAck(..)
+            | Packet::UnsubAck(_)
+            | Packet::PingResp => Err(violation("a server-to-client packet from the client")),
+        }
+    }
+
+    /// PUBACK (or PUBREC with `rec`): the client has the delivery.
+    fn acknowledged(&self, pid: u16, rec: bool) {
+        let done = {
+            let mut st = self.sink.state.lock();
+            let Some(p) = st.pending.remove(&pid) else {
+                return;
+            };
+            if rec {
+                st.pending.insert(pid, Pending::Released);
+            }
+            p
+        };
+        if let Pending::Queue {
+            queue,
+            sub,
+            delivery,
+        } = done
+        {
+            self.broker
+                .settle_detached(&queue, self.sink.id, &sub, vec![delivery], Settle::Ack);
+        }
+    }
+
+    async fn connect(&mut self, c: Connect) -> Result<(), MqttClose> {
+        let refuse = |sink: &MqttSink, code: u8, why: &str| {
+            sink.push(&Packet::ConnAck {
+                session_present: false,
+                code,
+            });
+            Err(violation(format!("CONNECT refused: {why}")))
+        };
+        if c.level != 3 && c.level != 4 {
+            return refuse(
+                &self.sink,
+                connack::BAD_PROTOCOL,
+                &format!("protocol level {} is not spoken here (3.1 and 3.1.1 are)", c.level),
+            );
+        }
+        if c.client_id.is_empty() && !c.clean_session {
+            return refuse(
+                &self.sink,
+                connack::BAD_CLIENT_ID,
+                "an empty client id needs a clean session",
+            );
+        }
+        if !self.mqtt.users.is_empty() {
+            let ok = match (&c.username, &c.password) {
+                (Some(u), Some(p)) => self
+                    .mqtt
+                    .users
+                    .get(u)
+                    .is_some_and(|want| want.as_bytes() == &p[..]),
+                _ => false,
+            };
+            if !ok {
+                return refuse(
+                    &self.sink,
+                    connack::BAD_CREDENTIALS,
+                    "bad user name or password",
+                );
+            }
+        }
+        if let Some(w) = &c.will {
+            if routing::validate_topic(&w.topic).is_err() || w.payload.len() > self.cfg.max_payload {
+                return Err(violation("CONNECT with an invalid will"));
+            }
+        }
+        let client_id = if c.client_id.is_empty() {
+            format!("anon-{}", self.id.simple())
+        } else {
+            c.client_id.clone()
+        };
+        // A client id connects once: an older connection is taken over.
+        let key = format!("mqtt:{client_id}");
+        for old in self.sessions.find_by_client(&key) {
+            self.sessions
+                .close(old.id, 1000, "session taken over by a new connection", false);
+        }
+        self.sessions.insert(self.id, key, self.sink.out.clone());
+        let durable_client = durable_client(&client_id);
+        let existing = self.broker.durable_subscriptions(&durable_client);
+        let mut conn = Connected {
+            client_id,
+            clean: c.clean_session,
+            keep_alive: c.keep_alive,
+            will: c.will,
+            subs: HashMap::new(),
+            durable: HashMap::new(),
+            awaiting_rel: HashSet::new(),
+        };
+        let mut session_present = false;
+        if c.clean_session {
+            // A clean start forgets what a persistent session kept.
+            for (id, _) in existing {
+                let sink = self.sink.id;
+                if let Err(e) = self
+                    .broker
+                    .unsubscribe_durable(&durable_client, &id, sink)
+                    .await
+                {
+                    tracing::warn!("dropping an old MQTT session's subscription failed: {e}");
+                }
+            }
+        } else {
+            session_present = !existing.is_empty();
+            for (id, filters) in existing {
+                let Some(filter) = filters.into_iter().next() else {
+                    continue;
+                };
+                match self.consume_durable(&durable_client, &id, &filter).await {
+                    Ok(entry) => {
+                        conn.durable.insert(filter, entry);
+                    }
+                    Err(e) => tracing::warn!("resuming an MQTT subscription failed: {e}"),
+                }
+            }
+        }
+        self.connected = Some(conn);
+        self.sink.push(&Packet::ConnAck {
+            session_present,
+            code: connack::ACCEPTED,
+        });
+        Ok(())
+    }
+
+    async fn consume_durable(
+        &self,
+        client: &str,
+        id: &str,
+        filter: &str,
+    ) -> Result<(String, Subscription), crate::broker::BrokerError> {
+        let queue = crate::broker::durable_queue_name(client, id)?;
+        let consumer = Subscription::new(
+            self.sink.clone(),
+            id,
+            &queue,
+            Bytes::copy_from_slice(&[qos_of(id)]),
+            MQTT_SLOT,
+        );
+        self.broker
+            .subscribe_durable(client, filter, consumer.clone(), crate::broker::DURABLE_PREFETCH)
+            .await?;
+        Ok((queue, consumer))
+    }
+
+    async fn publish(&mut self, p: mqtt::Publish) -> Result<(), MqttClose> {
+        if routing::validate_topic(&p.topic).is_err() {
+            return Err(violation(format!("PUBLISH to an invalid topic {:?}", p.topic)));
+        }
+        if p.payload.len() > self.cfg.max_payload {
+            return Err(MqttClose {
+                code: 1009,
+                reason: format!("payload over the {}-byte limit", self.cfg.max_payload),
+            });
+        }
+        if p.qos == 2 {
+            let pid = p.pid.unwrap_or(0);
+            let fresh = match self.connected.as_mut() {
+                Some(c) => {
+                    if c.awaiting_rel.len() >= usize::from(u16::MAX) {
+                        return Err(violation("too many QoS 2 publishes awaiting PUBREL"));
+                    }
+                    c.awaiting_rel.insert(pid)
+                }
+                None => false,
+            };
+            // A repeated packet id is the same message: published once.
+            if fresh && !self.publish_to_broker(&p).await {
+                if let Some(c) = self.connected.as_mut() {
+                    c.awaiting_rel.remove(&pid);
+                }
+                return Ok(());
+            }
+            self.sink.push(&Packet::PubRec(pid));
+            return Ok(());
+        }
+        let ok = self.publish_to_broker(&p).await;
+        if p.qos == 1 && ok {
+            self.sink.push(&Packet::PubAck(p.pid.unwrap_or(0)));
+        }
+        Ok(())
+    }
+
+    /// Publishes; false if the broker refused (no acknowledgement then:
+    /// the client sends it again).
+    async fn publish_to_broker(&self, p: &mqtt::Publish) -> bool {
+        let msg = Publish {
+            topic: p.topic.clone(),
+            payload: p.payload.clone(),
+            headers: Headers::new(),
+            retain: p.retain,
+            priority: Priority::Normal,
+            qos: p.qos,
+        };
+        match self.broker.publish(msg).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(topic = %p.topic, "MQTT publish refused: {e}");
+                false
+            }
+        }
+    }
+
+    async fn subscribe(&mut self, filter: String, qos: u8) -> u8 {
+        if routing::validate_filter(&filter).is_err() {
+            return SUBACK_FAILURE;
+        }
+        let qos = qos.min(2);
+        self.unsubscribe(&filter).await;
+        let Some(conn) = self.connected.as_ref() else {
+            return SUBACK_FAILURE;
+        };
+        if conn.subs.len() + conn.durable.len() >= self.cfg.max_subscriptions {
+            return SUBACK_FAILURE;
+        }
+        if conn.clean {
+            let sub = Subscription::new(
+                self.sink.clone(),
+                &filter,
+                &filter,
+                Bytes::copy_from_slice(&[qos]),
+                MQTT_SLOT,
+            );
+            if self.broker.subscribe(sub.clone()).await.is_err() {
+                return SUBACK_FAILURE;
+            }
+            if let Some(c) = self.connected.as_mut() {
+                c.subs.insert(filter, sub);
+            }
+            return qos;
+        }
+        let client = durable_client(&conn.client_id);
+        // Another QoS for the same filter is another subscription id: the
+        // old one goes.
+        for q in 0..=2u8 {
+            if q != qos {
+                let _ = self
+                    .broker
+                    .unsubscribe_durable(&client, &durable_id(&filter, q), self.sink.id)
+                    .await;
+            }
+        }
+        let id = durable_id(&filter, qos);
+        let entry = match self.consume_durable(&client, &id, &filter).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::debug!(%filter, "MQTT durable subscription refused: {e}");
+                return SUBACK_FAILURE;
+            }
+        };
+        // Retained messages go to a new subscription directly (the durable
+        // subscription keeps only what is published from now on).
+        if let Ok(retained) = self.broker.retained_matching(&filter).await {
+            for m in retained {
+                let _ = self.sink.deliver(&entry.1, &m);
+            }
+        }
+        if let Some(c) = self.connected.as_mut() {
+            c.durable.insert(filter, entry);
+        }
+        qos
+    }
+
+    async fn unsubscribe(&mut self, filter: &str) {
+        let Some(conn) = self.connected.as_mut() else {
+            return;
+        };
+        if let Some(sub) = conn.subs.remove(filter) {
+            sub.cancel();
+            let _ = self.broker.unsubscribe(self.sink.id, &sub.id, filter).await;
+        }
+        if let Some((_, consumer)) = conn.durable.remove(filter) {
+            consumer.cancel();
+            let client = durable_client(&conn.client_id);
+            let _ = self
+                .broker
+                .unsubscribe_durable(&client, &consumer.id, self.sink.id)
+                .await;
+        }
+    }
+
+    /// The connection ended: the will (unless DISCONNECT came first),
+    /// then subscriptions end (a persistent session's stay, waiting).
+    pub async fn end(mut self) {
+        let Some(conn) = self.connected.take() else {
+            return;
+        };
+        if !self.graceful {
+            if let Some(w) = conn.will {
+                let msg = Publish {
+                    topic: w.topic,
+                    payload: w.payload,
+                    headers: Headers::new(),
+                    retain: w.retain,
+                    priority: Priority::Normal,
+                    qos: w.qos,
+                };
+                if let Err(e) = self.broker.publish(msg).await {
+                    tracing::warn!("publishing a will failed: {e}");
+                }
+            }
+        }
+        for (filter, sub) in conn.subs {
+            sub.cancel();
+            let _ = self.broker.unsubscribe(self.sink.id, &sub.id, &filter).await;
+        }
+        for (_, (queue, consumer)) in conn.durable {
+            consumer.cancel();
+            let _ = self
+                .broker
+                .cancel_consumer(&queue, self.sink.id, &consumer.id)
+                .await;
+        }
+        self.sessions.remove(self.id);
+    }
+}

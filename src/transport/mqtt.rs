@@ -1,0 +1,112 @@
+//! `GET /mqtt`: MQTT 3.1.1 over WebSocket (subprotocol `mqtt`, or
+//! `mqttv3.1`). Binary frames carry MQTT bytes, a packet may span frames
+//! and a frame may hold several packets. A protocol violation closes only
+//! that connection, with a log line saying why.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::body::BodyStream;
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::Bytes;
+
+use super::ws::handshake_error;
+use super::wsloop::{Flow, Handler, read_loop};
+use super::{ApiError, AppState};
+use crate::protocol::codec::Format;
+use crate::session::mqtt::MqttSession;
+use crate::session::{CloseRequest, Outbound, OutboundStream};
+
+/// Subprotocols MQTT clients offer.
+const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
+
+fn negotiate(req: &HttpRequest) -> Option<&'static str> {
+    let offered: Vec<String> = req
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_ascii_lowercase()))
+        .collect();
+    SUBPROTOCOLS
+        .into_iter()
+        .find(|name| offered.iter().any(|p| p == name))
+}
+
+struct Mqtt {
+    session: MqttSession,
+}
+
+impl Handler for Mqtt {
+    fn outbound(&self) -> &Arc<Outbound> {
+        self.session.outbound()
+    }
+
+    fn idle_timeout(&self) -> Duration {
+        self.session.idle_timeout()
+    }
+
+    async fn message(&mut self, format: Format, bytes: Bytes, _now: Instant) -> Flow {
+        if format == Format::Json {
+            return self.close(1003, "MQTT travels in binary frames".into());
+        }
+        match self.session.data(&bytes).await {
+            Ok(()) => Flow::Go,
+            Err(c) => self.close(c.code, c.reason),
+        }
+    }
+
+    async fn end(self) {
+        self.session.end().await;
+    }
+}
+
+impl Mqtt {
+    fn close(&self, code: u16, reason: String) -> Flow {
+        if code != 1000 {
+            tracing::info!(code, "closing an MQTT connection: {reason}");
+        }
+        self.session.outbound().close(CloseRequest {
+            code,
+            reason,
+            drain: true,
+        });
+        Flow::Stop
+    }
+}
+
+pub(crate) async fn upgrade(
+    req: HttpRequest,
+    payload: web::Payload,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, actix_web::Error> {
+    let mut builder = actix_http::ws::handshake(req.head()).map_err(handshake_error)?;
+    let Some(protocol) = negotiate(&req) else {
+        return Err(ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "websocket_handshake",
+            message: "MQTT over WebSocket needs the subprotocol \"mqtt\" (or \"mqttv3.1\")"
+                .into(),
+        }
+        .into());
+    };
+    builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, protocol));
+    let cfg = app.config.session.clone();
+    let out = Outbound::new(
+        cfg.outbound_limit,
+        cfg.slow_consumer,
+        cfg.write_quantum,
+        Format::Bincode,
+    );
+    let session = MqttSession::new(
+        app.broker.clone(),
+        app.sessions.clone(),
+        out.clone(),
+        cfg.clone(),
+        app.config.mqtt.clone(),
+    );
+    let ping = Duration::from_secs(cfg.ping_interval_s);
+    actix_web::rt::spawn(read_loop(payload, Mqtt { session }, cfg.max_frame, ping));
+    let response = builder.message_body(BodyStream::new(OutboundStream::new(out)))?;
+    Ok(HttpResponse::from(response).map_into_boxed_body())
+}
