@@ -1,0 +1,177 @@
+"""MQTT interoperability with Eclipse Paho (paho-mqtt 2.x, transport="websockets").
+
+Run by tests/mqtt.rs against a broker it started: python3 mqtt_paho.py PORT SCENARIO
+Exits 0 on success; prints what failed otherwise. Every wait is bounded.
+"""
+import queue
+import sys
+import time
+
+import paho.mqtt.client as mqtt
+
+PORT = int(sys.argv[1])
+SCENARIO = sys.argv[2]
+T = 10.0
+
+
+def client(cid, clean=True, will=None):
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=cid,
+        transport="websockets",
+        clean_session=clean,
+        protocol=mqtt.MQTTv311,
+    )
+    c.ws_set_options(path="/mqtt")
+    if will:
+        c.will_set(*will)
+    c.inbox = queue.Queue()
+    c.connected = queue.Queue()
+    c.on_message = lambda cl, ud, msg: cl.inbox.put(msg)
+    c.on_connect = lambda cl, ud, flags, rc, props: cl.connected.put((flags, rc))
+    return c
+
+
+def start(c):
+    c.connect("127.0.0.1", PORT, keepalive=30)
+    c.loop_start()
+    flags, rc = c.connected.get(timeout=T)
+    assert rc == 0, f"connect refused: {rc}"
+    return flags
+
+
+def recv(c, timeout=T):
+    return c.inbox.get(timeout=timeout)
+
+
+def none_within(c, secs):
+    try:
+        m = c.inbox.get(timeout=secs)
+    except queue.Empty:
+        return
+    raise AssertionError(f"unexpected message {m.topic} {m.payload!r}")
+
+
+def sub(c, filt, qos):
+    r, mid = c.subscribe(filt, qos)
+    assert r == mqtt.MQTT_ERR_SUCCESS
+    time.sleep(0.3)
+
+
+def qos_round_trips():
+    a, b = client("paho-a"), client("paho-b")
+    start(a)
+    start(b)
+    sub(b, "interop/qos/+", 2)
+    for qos in (0, 1, 2):
+        info = a.publish(f"interop/qos/{qos}", f"payload-{qos}".encode(), qos=qos)
+        info.wait_for_publish(timeout=T)
+        assert info.is_published(), f"QoS {qos} publish not acknowledged"
+        m = recv(b)
+        assert m.topic == f"interop/qos/{qos}", m.topic
+        assert m.payload == f"payload-{qos}".encode(), m.payload
+        assert m.qos == qos, (m.qos, qos)
+    # Binary payload, byte for byte.
+    blob = bytes(range(256))
+    a.publish("interop/qos/bin", blob, qos=1).wait_for_publish(timeout=T)
+    assert recv(b).payload == blob
+    a.disconnect()
+    b.disconnect()
+
+
+def wildcards_and_dollar_topics():
+    a, b = client("paho-w1"), client("paho-w2")
+    start(a)
+    start(b)
+    sub(b, "interop/wild/#", 0)
+    sub(b, "#", 0)
+    a.publish("interop/wild/x/y", b"1", qos=1).wait_for_publish(timeout=T)
+    topics = sorted([recv(b).topic, recv(b).topic])
+    assert topics == ["interop/wild/x/y", "interop/wild/x/y"], topics
+    # "#" must not match $-topics.
+    a.publish("$SYS/interop", b"hidden", qos=1).wait_for_publish(timeout=T)
+    none_within(b, 0.5)
+    a.disconnect()
+    b.disconnect()
+
+
+def retained():
+    a = client("paho-r1")
+    start(a)
+    a.publish("interop/retained", b"last value", qos=1, retain=True).wait_for_publish(timeout=T)
+    a.disconnect()
+    b = client("paho-r2")
+    start(b)
+    sub(b, "interop/retained", 1)
+    m = recv(b)
+    assert m.payload == b"last value" and m.retain, (m.payload, m.retain)
+    b.disconnect()
+
+
+def will_on_abrupt_disconnect():
+    watcher = client("paho-watch")
+    start(watcher)
+    sub(watcher, "interop/will", 1)
+    dying = client("paho-dying", will=("interop/will", b"gone", 1, False))
+    start(dying)
+    time.sleep(0.2)
+    # Drop the socket without DISCONNECT.
+    dying._sock_close()
+    dying.loop_stop()
+    m = recv(watcher)
+    assert m.payload == b"gone", m.payload
+    # A clean DISCONNECT publishes no will.
+    polite = client("paho-polite", will=("interop/will", b"not this", 1, False))
+    start(polite)
+    polite.disconnect()
+    polite.loop_stop()
+    none_within(watcher, 0.7)
+    watcher.disconnect()
+
+
+def persistent_session_part1():
+    # Subscribe with a persistent session, then leave.
+    c = client("paho-persistent", clean=False)
+    start(c)
+    sub(c, "interop/persist/#", 1)
+    c.disconnect()
+    c.loop_stop()
+    # Published while it is away.
+    p = client("paho-publisher")
+    start(p)
+    for i in range(5):
+        p.publish(f"interop/persist/{i}", f"m{i}".encode(), qos=1).wait_for_publish(timeout=T)
+    p.disconnect()
+
+
+def persistent_session_part2():
+    # After a broker restart: the session and its messages are there.
+    c = client("paho-persistent", clean=False)
+    flags = start(c)
+    assert flags.session_present, "session present after the restart"
+    got = [recv(c).payload for _ in range(5)]
+    assert got == [f"m{i}".encode() for i in range(5)], got
+    c.disconnect()
+    # A clean session forgets it.
+    c2 = client("paho-persistent", clean=True)
+    flags = start(c2)
+    assert not flags.session_present
+    c2.disconnect()
+
+
+SCENARIOS = {
+    "qos": qos_round_trips,
+    "wildcards": wildcards_and_dollar_topics,
+    "retained": retained,
+    "will": will_on_abrupt_disconnect,
+    "persist1": persistent_session_part1,
+    "persist2": persistent_session_part2,
+}
+
+if __name__ == "__main__":
+    try:
+        SCENARIOS[SCENARIO]()
+    except Exception as e:  # noqa: BLE001 - report anything
+        print(f"{SCENARIO} failed: {type(e).__name__}: {e}")
+        sys.exit(1)
+    print(f"{SCENARIO} ok")
