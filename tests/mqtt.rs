@@ -59,3 +59,121 @@ fn paho_persistent_session_survives_a_restart() {
     let b = TestBroker::start_in(&data, |_| {});
     paho(&b, "persist2");
 }
+
+mod own_client {
+    use super::*;
+    use bytes::Bytes;
+    use common::block_on;
+    use wharf::client::mqtt::{MqttClient, MqttOptions};
+    use wharf::client::{Client, ClientOptions};
+
+    fn url(b: &TestBroker) -> String {
+        format!("ws://{}/mqtt", b.addr)
+    }
+
+    fn opts(id: &str) -> MqttOptions {
+        MqttOptions {
+            client_id: id.into(),
+            ..MqttOptions::default()
+        }
+    }
+
+    #[test]
+    fn native_and_mqtt_clients_share_topics_byte_for_byte() {
+        let b = TestBroker::start(|_| {});
+        block_on(async {
+            let mut m = MqttClient::connect(&url(&b), opts("m1")).await.unwrap();
+            assert_eq!(m.subscribe("mixed/+", 1).await.unwrap(), 1);
+            let native = Client::connect(&b.ws_url(), ClientOptions::default())
+                .await
+                .unwrap();
+            let mut from_mqtt = native.subscribe("mixed/#").await.unwrap();
+            let blob: Vec<u8> = (0..=255).collect();
+            native.publish_confirmed("mixed/a", blob.clone()).await.unwrap();
+            let got = m.recv().await.unwrap();
+            assert_eq!((got.topic.as_str(), &got.payload[..]), ("mixed/a", &blob[..]));
+            assert_eq!(got.qos, 0, "a native publish is QoS 0");
+            let echo = from_mqtt.recv_timeout(Duration::from_secs(5)).await.unwrap();
+            assert_eq!(echo.topic, "mixed/a", "the native subscriber's own copy");
+            m.publish("mixed/b", Bytes::from(blob.clone()), 1, false).await.unwrap();
+            let n = from_mqtt.recv_timeout(Duration::from_secs(5)).await.unwrap();
+            assert_eq!(n.topic, "mixed/b");
+            assert!(n.payload == blob, "byte for byte");
+            // The MQTT client sees its own publish too (it matches mixed/+).
+            let own = m.recv().await.unwrap();
+            assert_eq!((own.qos, &own.payload[..]), (1, &blob[..]));
+            m.disconnect().await.unwrap();
+        });
+    }
+
+    #[test]
+    fn protocol_violations_close_only_that_connection() {
+        let b = TestBroker::start(|c| {
+            c.mqtt.users.insert("sensor".into(), "s3cret".into());
+        });
+        block_on(async {
+            let good = MqttOptions {
+                credentials: Some(("sensor".into(), "s3cret".into())),
+                ..opts("good")
+            };
+            let mut ok = MqttClient::connect(&url(&b), good.clone()).await.unwrap();
+            // Wrong password: CONNACK 4.
+            let bad = MqttOptions {
+                credentials: Some(("sensor".into(), "nope".into())),
+                ..opts("bad")
+            };
+            match MqttClient::connect(&url(&b), bad).await {
+                Err(e) => assert!(e.to_string().contains("code 4"), "{e}"),
+                Ok(_) => panic!("a bad password was accepted"),
+            }
+            // A malformed packet: that connection is closed with 1002.
+            let mut victim = MqttClient::connect(&url(&b), MqttOptions {
+                client_id: "victim".into(),
+                ..good.clone()
+            })
+            .await
+            .unwrap();
+            victim.send_raw(Bytes::from_static(&[0xf0, 0x00])).await.unwrap();
+            assert_eq!(victim.closed().await, Some(1002));
+            // The healthy connection is untouched.
+            ok.ping().await.unwrap();
+            assert_eq!(ok.subscribe("still/here", 0).await.unwrap(), 0);
+            ok.disconnect().await.unwrap();
+        });
+    }
+
+    #[test]
+    fn mqtt5_connect_gets_connack_1_and_a_close() {
+        use wharf::protocol::mqtt::{self, Packet};
+        let b = TestBroker::start(|_| {});
+        let (status, _) = common::http(b.addr, "GET", "/mqtt", "");
+        assert_eq!(status, 426, "not an upgrade");
+        block_on(async {
+            let v5 = MqttOptions {
+                level: 5,
+                ..opts("v5")
+            };
+            match MqttClient::connect(&url(&b), v5).await {
+                Err(e) => assert!(e.to_string().contains("code 1"), "{e}"),
+                Ok(_) => panic!("MQTT 5 was accepted"),
+            }
+            // A second CONNECT is a protocol violation: closed with 1002.
+            let mut raw = MqttClient::connect(&url(&b), opts("y")).await.unwrap();
+            let mut buf = bytes::BytesMut::new();
+            mqtt::encode(
+                &Packet::Connect(mqtt::Connect {
+                    level: 4,
+                    client_id: "y".into(),
+                    clean_session: true,
+                    keep_alive: 10,
+                    will: None,
+                    username: None,
+                    password: None,
+                }),
+                &mut buf,
+            );
+            raw.send_raw(buf.freeze()).await.unwrap();
+            assert_eq!(raw.closed().await, Some(1002));
+        });
+    }
+}

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 mod handshake;
 mod jobs;
+pub mod mqtt;
 mod queues;
 
 pub use queues::{Consumer, EnqueueOptions};

@@ -342,6 +342,7 @@ fn parse_connect(r: &mut Reader) -> Result<Connect, MqttError> {
     if !known {
         if &name[..] == b"MQTT" || &name[..] == b"MQIsdp" {
             // A level we do not speak: the caller refuses it with CONNACK 1.
+            r.0.clear();
             return Ok(Connect {
                 level,
                 client_id: String::new(),
@@ -361,6 +362,7 @@ fn parse_connect(r: &mut Reader) -> Result<Connect, MqttError> {
     let keep_alive = r.u16()?;
     if level == 5 {
         // MQTT 5: properties follow; the caller refuses the level anyway.
+        r.0.clear();
         return Ok(Connect {
             level,
             client_id: String::new(),
@@ -637,7 +639,10 @@ mod tests {
 
     #[test]
     fn mqtt5_and_unknown_levels_are_reported_for_refusal() {
-        let mut buf = BytesMut::from(&[0x10u8, 10, 0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 60][..]);
+        // With properties and a payload after the variable header.
+        let mut buf = BytesMut::from(
+            &[0x10u8, 15, 0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 60, 0, 0, 2, b'i', b'd'][..],
+        );
         match decode(&mut buf, 1 << 20).unwrap() {
             Some(Packet::Connect(c)) => assert_eq!(c.level, 5),
             other => panic!("{other:?}"),

@@ -1,0 +1,314 @@
+//! A small MQTT 3.1.1-over-WebSocket client: enough for the tests and the
+//! benchmark to drive Wharf's `/mqtt` endpoint (or any broker's MQTT
+//! WebSocket listener) with the same code. It answers the broker's QoS 1
+//! and 2 deliveries itself; publishes with QoS 1 and 2 wait for their
+//! acknowledgement.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use actix_http::ws;
+use bytes::{Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+
+use super::ClientError;
+use super::handshake::{self, Connection};
+use crate::protocol::mqtt::{self, Connect, Packet, Publish, Will};
+
+/// An MQTT connection. Not `Send`: it lives on the actix thread that made
+/// it.
+pub struct MqttClient {
+    conn: Connection,
+    buf: BytesMut,
+    next_pid: u16,
+    /// Deliveries read while waiting for something else.
+    inbox: VecDeque<Publish>,
+    timeout: Duration,
+    /// CONNACK's session-present flag.
+    pub session_present: bool,
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct MqttOptions {
+    /// Client id.
+    pub client_id: String,
+    /// Clean session.
+    pub clean: bool,
+    /// Keep-alive (s).
+    pub keep_alive: u16,
+    /// Will.
+    pub will: Option<Will>,
+    /// User name and password.
+    pub credentials: Option<(String, String)>,
+    /// How long any wait lasts.
+    pub timeout: Duration,
+    /// Protocol level sent in CONNECT (4: MQTT 3.1.1).
+    pub level: u8,
+}
+
+impl Default for MqttOptions {
+    fn default() -> Self {
+        MqttOptions {
+            client_id: String::new(),
+            clean: true,
+            keep_alive: 60,
+            will: None,
+            credentials: None,
+            timeout: Duration::from_secs(10),
+            level: 4,
+        }
+    }
+}
+
+impl MqttClient {
+    /// Connects to `url` (`ws://host:port/mqtt`) with subprotocol `mqtt`
+    /// and sends CONNECT; returns once CONNACK accepts.
+    ///
+    /// # Errors
+    /// A failed connection, a refusing CONNACK (its code in the message),
+    /// or a timeout.
+    pub async fn connect(url: &str, o: MqttOptions) -> Result<MqttClient, ClientError> {
+        let conn = actix_rt::time::timeout(o.timeout, handshake::connect(url, "mqtt", 16 << 20))
+            .await
+            .map_err(|_| ClientError::Timeout(o.timeout))??;
+        let mut c = MqttClient {
+            conn,
+            buf: BytesMut::new(),
+            next_pid: 0,
+            inbox: VecDeque::new(),
+            timeout: o.timeout,
+            session_present: false,
+        };
+        let (username, password) = match o.credentials {
+            Some((u, p)) => (Some(u), Some(Bytes::from(p))),
+            None => (None, None),
+        };
+        c.send(&Packet::Connect(Connect {
+            level: o.level,
+            client_id: o.client_id,
+            clean_session: o.clean,
+            keep_alive: o.keep_alive,
+            will: o.will,
+            username,
+            password,
+        }))
+        .await?;
+        match c.next_control().await? {
+            Packet::ConnAck {
+                session_present,
+                code: 0,
+            } => {
+                c.session_present = session_present;
+                Ok(c)
+            }
+            Packet::ConnAck { code, .. } => {
+                Err(ClientError::Connect(format!("CONNACK refused with code {code}")))
+            }
+            other => Err(ClientError::Connect(format!("expected CONNACK, got {other:?}"))),
+        }
+    }
+
+    fn pid(&mut self) -> u16 {
+        self.next_pid = self.next_pid.wrapping_add(1).max(1);
+        self.next_pid
+    }
+
+    async fn send(&mut self, p: &Packet) -> Result<(), ClientError> {
+        self.feed(p).await?;
+        self.flush().await
+    }
+
+    async fn feed(&mut self, p: &Packet) -> Result<(), ClientError> {
+        let mut buf = BytesMut::new();
+        mqtt::encode(p, &mut buf);
+        self.conn
+            .feed(ws::Message::Binary(buf.freeze()))
+            .await
+            .map_err(|_| ClientError::Closed)
+    }
+
+    async fn flush(&mut self) -> Result<(), ClientError> {
+        self.conn.flush().await.map_err(|_| ClientError::Closed)
+    }
+
+    /// The next packet from the broker (answering deliveries' QoS flows).
+    async fn read(&mut self) -> Result<Packet, ClientError> {
+        loop {
+            if let Some(p) =
+                mqtt::decode(&mut self.buf, 16 << 20).map_err(|e| ClientError::Connect(e.to_string()))?
+            {
+                return Ok(p);
+            }
+            let frame = actix_rt::time::timeout(self.timeout, self.conn.next())
+                .await
+                .map_err(|_| ClientError::Timeout(self.timeout))?;
+            match frame {
+                Some(Ok(ws::Frame::Binary(b))) => self.buf.extend_from_slice(&b),
+                Some(Ok(ws::Frame::Ping(b))) => {
+                    let _ = self.conn.send(ws::Message::Pong(b)).await;
+                }
+                Some(Ok(ws::Frame::Close(_))) | Some(Err(_)) | None => {
+                    return Err(ClientError::Closed);
+                }
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Handles a delivery's QoS flow and keeps it; returns other packets.
+    async fn next_control(&mut self) -> Result<Packet, ClientError> {
+        loop {
+            match self.read().await? {
+                Packet::Publish(p) => self.take_delivery(p).await?,
+                Packet::PubRel(pid) => self.send(&Packet::PubComp(pid)).await?,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    async fn take_delivery(&mut self, p: Publish) -> Result<(), ClientError> {
+        match (p.qos, p.pid) {
+            (1, Some(pid)) => self.send(&Packet::PubAck(pid)).await?,
+            (2, Some(pid)) => self.send(&Packet::PubRec(pid)).await?,
+            _ => {}
+        }
+        self.inbox.push_back(p);
+        Ok(())
+    }
+
+    /// Publishes; QoS 1 and 2 wait for the broker's acknowledgement.
+    ///
+    /// # Errors
+    /// A closed connection or a timeout.
+    pub async fn publish(
+        &mut self,
+        topic: &str,
+        payload: impl Into<Bytes>,
+        qos: u8,
+        retain: bool,
+    ) -> Result<(), ClientError> {
+        let pid = (qos > 0).then(|| self.pid());
+        self.send(&Packet::Publish(Publish {
+            dup: false,
+            qos,
+            retain,
+            topic: topic.to_owned(),
+            pid,
+            payload: payload.into(),
+        }))
+        .await?;
+        let Some(pid) = pid else {
+            return Ok(());
+        };
+        loop {
+            match self.next_control().await? {
+                Packet::PubAck(p) if p == pid && qos == 1 => return Ok(()),
+                Packet::PubRec(p) if p == pid && qos == 2 => {
+                    self.send(&Packet::PubRel(pid)).await?;
+                }
+                Packet::PubComp(p) if p == pid && qos == 2 => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Publishes `n` QoS 0 messages in one write (pipelined).
+    ///
+    /// # Errors
+    /// A closed connection.
+    pub async fn publish_batch(&mut self, topic: &str, payloads: &[Bytes]) -> Result<(), ClientError> {
+        for p in payloads {
+            self.feed(&Packet::Publish(Publish {
+                dup: false,
+                qos: 0,
+                retain: false,
+                topic: topic.to_owned(),
+                pid: None,
+                payload: p.clone(),
+            }))
+            .await?;
+        }
+        self.flush().await
+    }
+
+    /// Subscribes; returns the granted QoS (0x80: refused).
+    ///
+    /// # Errors
+    /// A closed connection or a timeout.
+    pub async fn subscribe(&mut self, filter: &str, qos: u8) -> Result<u8, ClientError> {
+        let pid = self.pid();
+        self.send(&Packet::Subscribe(pid, vec![(filter.to_owned(), qos)]))
+            .await?;
+        loop {
+            if let Packet::SubAck(p, codes) = self.next_control().await? {
+                if p == pid {
+                    return Ok(codes.first().copied().unwrap_or(mqtt::SUBACK_FAILURE));
+                }
+            }
+        }
+    }
+
+    /// The next delivery (its QoS flow answered).
+    ///
+    /// # Errors
+    /// A closed connection or a timeout.
+    pub async fn recv(&mut self) -> Result<Publish, ClientError> {
+        loop {
+            if let Some(p) = self.inbox.pop_front() {
+                return Ok(p);
+            }
+            match self.read().await? {
+                Packet::Publish(p) => self.take_delivery(p).await?,
+                Packet::PubRel(pid) => self.send(&Packet::PubComp(pid)).await?,
+                // Control packets nobody waits for (late acks) are dropped.
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends raw bytes in one binary frame (tests of malformed input).
+    ///
+    /// # Errors
+    /// A closed connection.
+    pub async fn send_raw(&mut self, bytes: Bytes) -> Result<(), ClientError> {
+        self.conn
+            .send(ws::Message::Binary(bytes))
+            .await
+            .map_err(|_| ClientError::Closed)
+    }
+
+    /// Waits for the connection to close; the close code, if any.
+    pub async fn closed(&mut self) -> Option<u16> {
+        loop {
+            match actix_rt::time::timeout(self.timeout, self.conn.next()).await {
+                Ok(Some(Ok(ws::Frame::Close(reason)))) => return reason.map(|r| r.code.into()),
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(_))) | Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// PINGREQ and its PINGRESP.
+    ///
+    /// # Errors
+    /// A closed connection or a timeout.
+    pub async fn ping(&mut self) -> Result<(), ClientError> {
+        self.send(&Packet::PingReq).await?;
+        loop {
+            if self.next_control().await? == Packet::PingResp {
+                return Ok(());
+            }
+        }
+    }
+
+    /// DISCONNECT and close.
+    ///
+    /// # Errors
+    /// A closed connection.
+    pub async fn disconnect(mut self) -> Result<(), ClientError> {
+        self.send(&Packet::Disconnect).await?;
+        let _ = self.conn.close().await;
+        Ok(())
+    }
+}
