@@ -210,3 +210,66 @@ proptest! {
         }
     }
 }
+
+mod mqtt_codec {
+    use bytes::{Bytes, BytesMut};
+    use proptest::prelude::*;
+    use wharf::protocol::mqtt::{Packet, Publish, decode, encode};
+
+    proptest! {
+        /// Arbitrary bytes give packets, "need more", or an error: never a
+        /// panic, and never a packet longer than the limit.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let mut buf = BytesMut::from(&bytes[..]);
+            for _ in 0..700 {
+                match decode(&mut buf, 256) {
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+
+        /// A stream of publishes decodes the same however it is split.
+        #[test]
+        fn publishes_decode_the_same_split_anywhere(
+            msgs in proptest::collection::vec(
+                ("[a-z/]{1,12}", proptest::collection::vec(any::<u8>(), 0..200), 0u8..3, any::<bool>()),
+                1..6,
+            ),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..4),
+        ) {
+            let packets: Vec<Packet> = msgs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (topic, payload, qos, retain))| {
+                    Packet::Publish(Publish {
+                        dup: false,
+                        qos,
+                        retain,
+                        topic,
+                        pid: (qos > 0).then_some(i as u16 + 1),
+                        payload: Bytes::from(payload),
+                    })
+                })
+                .collect();
+            let mut wire = BytesMut::new();
+            for p in &packets {
+                encode(p, &mut wire);
+            }
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(wire.len() + 1)).collect();
+            points.sort_unstable();
+            let mut buf = BytesMut::new();
+            let mut got = Vec::new();
+            let mut at = 0;
+            for end in points.into_iter().chain(std::iter::once(wire.len())) {
+                buf.extend_from_slice(&wire[at..end]);
+                at = end;
+                while let Some(p) = decode(&mut buf, 1 << 20).unwrap() {
+                    got.push(p);
+                }
+            }
+            prop_assert_eq!(got, packets);
+        }
+    }
+}

@@ -140,6 +140,8 @@ impl MqttClient {
             {
                 return Ok(p);
             }
+            // Acknowledgements fed since the last read go out together.
+            self.flush().await?;
             let frame = actix_rt::time::timeout(self.timeout, self.conn.next())
                 .await
                 .map_err(|_| ClientError::Timeout(self.timeout))?;
@@ -168,9 +170,10 @@ impl MqttClient {
     }
 
     async fn take_delivery(&mut self, p: Publish) -> Result<(), ClientError> {
+        // Fed, not flushed: the next read flushes them all at once.
         match (p.qos, p.pid) {
-            (1, Some(pid)) => self.send(&Packet::PubAck(pid)).await?,
-            (2, Some(pid)) => self.send(&Packet::PubRec(pid)).await?,
+            (1, Some(pid)) => self.feed(&Packet::PubAck(pid)).await?,
+            (2, Some(pid)) => self.feed(&Packet::PubRec(pid)).await?,
             _ => {}
         }
         self.inbox.push_back(p);
@@ -230,6 +233,41 @@ impl MqttClient {
             .await?;
         }
         self.flush().await
+    }
+
+    /// Publishes `payloads` with QoS 1, up to `window` unacknowledged at a
+    /// time; returns once every one is acknowledged.
+    ///
+    /// # Errors
+    /// A closed connection or a timeout.
+    pub async fn publish_qos1_pipelined(
+        &mut self,
+        topic: &str,
+        payloads: &[Bytes],
+        window: usize,
+    ) -> Result<(), ClientError> {
+        let mut waiting = std::collections::HashSet::new();
+        let mut next = 0;
+        while next < payloads.len() || !waiting.is_empty() {
+            while next < payloads.len() && waiting.len() < window.max(1) {
+                let pid = self.pid();
+                self.feed(&Packet::Publish(Publish {
+                    dup: false,
+                    qos: 1,
+                    retain: false,
+                    topic: topic.to_owned(),
+                    pid: Some(pid),
+                    payload: payloads[next].clone(),
+                }))
+                .await?;
+                waiting.insert(pid);
+                next += 1;
+            }
+            if let Packet::PubAck(pid) = self.next_control().await? {
+                waiting.remove(&pid);
+            }
+        }
+        Ok(())
     }
 
     /// Subscribes; returns the granted QoS (0x80: refused).

@@ -16,6 +16,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 mod jobs;
+mod mqtt;
 mod queues;
 
 use clap::Parser;
@@ -81,6 +82,16 @@ struct Args {
     /// Only the queue and job scenarios.
     #[arg(long)]
     queues_only: bool,
+    /// Messages per MQTT scenario (0 skips them).
+    #[arg(long, default_value_t = 200_000)]
+    mqtt_messages: usize,
+    /// Point the MQTT scenarios at this URL (another broker's MQTT
+    /// WebSocket listener) instead of Wharf's /mqtt; only they run.
+    #[arg(long)]
+    mqtt_url: Option<String>,
+    /// Only the MQTT scenarios.
+    #[arg(long)]
+    mqtt_only: bool,
     /// Jobs per jobs scenario (0 skips them).
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
@@ -537,6 +548,14 @@ fn main() {
         args.format, args.size
     );
     let mut rows = Vec::new();
+    if let Some(mqtt_url) = &args.mqtt_url {
+        print_rows(mqtt::scenarios(&args, mqtt_url));
+        return;
+    }
+    if args.mqtt_only {
+        print_rows(mqtt::scenarios(&args, &url.replace("/ws", "/mqtt")));
+        return;
+    }
     if !args.queues_only {
         rows.extend([
             throughput(&args, &url, "bench/one", 1),
@@ -564,9 +583,16 @@ fn main() {
             rows.push(queues::drain_disk(&args, 100_000));
         }
     }
+    if !args.queues_only && args.mqtt_messages > 0 {
+        rows.extend(mqtt::scenarios(&args, &url.replace("/ws", "/mqtt")));
+    }
     if !args.queues_only {
         rows.extend(idle_connections(&args, &url));
     }
+    print_rows(rows);
+}
+
+fn print_rows(rows: Vec<Row>) {
     println!();
     println!("| scenario | result | load generator CPU | broker CPU |");
     println!("|---|---|---:|---:|");

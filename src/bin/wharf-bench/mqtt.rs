@@ -1,0 +1,104 @@
+//! MQTT over WebSocket: 1 -> 1 and 1 -> N at QoS 0 and 1, with Wharf's own
+//! MQTT client, so the same load can be pointed at another broker's MQTT
+//! WebSocket listener (`--mqtt-url ws://host:port/mqtt`).
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use wharf::client::mqtt::{MqttClient, MqttOptions};
+
+use super::{Args, Cpu, Row};
+
+fn opts(id: String) -> MqttOptions {
+    MqttOptions {
+        client_id: id,
+        timeout: Duration::from_secs(30),
+        ..MqttOptions::default()
+    }
+}
+
+/// Every MQTT scenario against `url`.
+pub(crate) fn scenarios(args: &Args, url: &str) -> Vec<Row> {
+    vec![
+        run(args, url, 1, 0, args.mqtt_messages),
+        run(args, url, args.fanout, 0, args.mqtt_messages / 5),
+        run(args, url, 1, 1, args.mqtt_messages / 2),
+        run(args, url, args.fanout, 1, args.mqtt_messages / 20),
+    ]
+}
+
+/// One publisher, `subs` subscribers spread over client threads; returns
+/// deliveries per second.
+fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
+    let topic = format!("bench/mqtt/{qos}/{subs}");
+    let threads = args.threads.clamp(1, subs);
+    let ready = Arc::new(Barrier::new(threads + 1));
+    let readers: Vec<_> = (0..threads)
+        .map(|t| {
+            let mine = subs / threads + usize::from(t < subs % threads);
+            let (url, topic, ready) = (url.to_owned(), topic.clone(), ready.clone());
+            std::thread::spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    let mut clients = Vec::with_capacity(mine);
+                    for i in 0..mine {
+                        let mut c = MqttClient::connect(&url, opts(format!("bench-s{t}-{i}-{qos}")))
+                            .await
+                            .expect("subscriber connects");
+                        c.subscribe(&topic, qos).await.expect("subscribe");
+                        clients.push(c);
+                    }
+                    ready.wait();
+                    // Each client in turn: the socket buffers the rest.
+                    let reads = clients.into_iter().map(|mut c| async move {
+                        for _ in 0..n {
+                            c.recv().await.expect("a delivery");
+                        }
+                    });
+                    futures_util::future::join_all(reads).await;
+                })
+            })
+        })
+        .collect();
+    ready.wait();
+    let cpu = Cpu::start(args.pid);
+    let start = Instant::now();
+    let payload = Bytes::from(vec![0x5au8; args.size]);
+    let url_p = url.to_owned();
+    let topic_p = topic.clone();
+    std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async move {
+            let mut p = MqttClient::connect(&url_p, opts(format!("bench-p-{qos}-{subs}")))
+                .await
+                .expect("publisher connects");
+            let batch: Vec<Bytes> = (0..256).map(|_| payload.clone()).collect();
+            let mut sent = 0;
+            while sent < n {
+                let k = batch.len().min(n - sent);
+                if qos == 0 {
+                    p.publish_batch(&topic_p, &batch[..k]).await.expect("publish");
+                } else {
+                    p.publish_qos1_pipelined(&topic_p, &batch[..k], 256)
+                        .await
+                        .expect("publish");
+                }
+                sent += k;
+            }
+            p.ping().await.expect("ping");
+        })
+    })
+    .join()
+    .expect("publisher");
+    for r in readers {
+        r.join().expect("subscriber thread");
+    }
+    let elapsed = start.elapsed();
+    let (gen_cores, broker_cores) = cpu.cores();
+    let total = n * subs;
+    Row {
+        scenario: format!("MQTT/WebSocket QoS {qos}, 1 -> {subs}, {} B, {n} msgs", args.size),
+        result: format!("{:.0} deliveries/s", total as f64 / elapsed.as_secs_f64()),
+        gen_cores,
+        broker_cores,
+    }
+}
