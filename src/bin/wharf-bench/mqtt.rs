@@ -2,7 +2,6 @@
 //! MQTT client, so the same load can be pointed at another broker's MQTT
 //! WebSocket listener (`--mqtt-url ws://host:port/mqtt`).
 
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -33,11 +32,13 @@ pub(crate) fn scenarios(args: &Args, url: &str) -> Vec<Row> {
 fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
     let topic = format!("bench/mqtt/{qos}/{subs}");
     let threads = args.threads.clamp(1, subs);
-    let ready = Arc::new(Barrier::new(threads + 1));
+    // Readiness by channel, with a timeout: a subscriber that cannot
+    // connect must not leave the run waiting for ever.
+    let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
     let readers: Vec<_> = (0..threads)
         .map(|t| {
             let mine = subs / threads + usize::from(t < subs % threads);
-            let (url, topic, ready) = (url.to_owned(), topic.clone(), ready.clone());
+            let (url, topic, ready) = (url.to_owned(), topic.clone(), ready_tx.clone());
             std::thread::spawn(move || {
                 actix_rt::System::new().block_on(async move {
                     let mut clients = Vec::with_capacity(mine);
@@ -48,7 +49,7 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
                         c.subscribe(&topic, qos).await.expect("subscribe");
                         clients.push(c);
                     }
-                    ready.wait();
+                    let _ = ready.send(());
                     // Each client in turn: the socket buffers the rest.
                     let reads = clients.into_iter().map(|mut c| async move {
                         for _ in 0..n {
@@ -60,7 +61,11 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
             })
         })
         .collect();
-    ready.wait();
+    for _ in 0..threads {
+        ready
+            .recv_timeout(Duration::from_secs(60))
+            .expect("subscribers connected and subscribed within 60 s");
+    }
     let cpu = Cpu::start(args.pid);
     let start = Instant::now();
     let payload = Bytes::from(vec![0x5au8; args.size]);
