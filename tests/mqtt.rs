@@ -89,14 +89,28 @@ mod own_client {
                 .unwrap();
             let mut from_mqtt = native.subscribe("mixed/#").await.unwrap();
             let blob: Vec<u8> = (0..=255).collect();
-            native.publish_confirmed("mixed/a", blob.clone()).await.unwrap();
+            native
+                .publish_confirmed("mixed/a", blob.clone())
+                .await
+                .unwrap();
             let got = m.recv().await.unwrap();
-            assert_eq!((got.topic.as_str(), &got.payload[..]), ("mixed/a", &blob[..]));
+            assert_eq!(
+                (got.topic.as_str(), &got.payload[..]),
+                ("mixed/a", &blob[..])
+            );
             assert_eq!(got.qos, 0, "a native publish is QoS 0");
-            let echo = from_mqtt.recv_timeout(Duration::from_secs(5)).await.unwrap();
+            let echo = from_mqtt
+                .recv_timeout(Duration::from_secs(5))
+                .await
+                .unwrap();
             assert_eq!(echo.topic, "mixed/a", "the native subscriber's own copy");
-            m.publish("mixed/b", Bytes::from(blob.clone()), 1, false).await.unwrap();
-            let n = from_mqtt.recv_timeout(Duration::from_secs(5)).await.unwrap();
+            m.publish("mixed/b", Bytes::from(blob.clone()), 1, false)
+                .await
+                .unwrap();
+            let n = from_mqtt
+                .recv_timeout(Duration::from_secs(5))
+                .await
+                .unwrap();
             assert_eq!(n.topic, "mixed/b");
             assert!(n.payload == blob, "byte for byte");
             // The MQTT client sees its own publish too (it matches mixed/+).
@@ -127,13 +141,19 @@ mod own_client {
                 Ok(_) => panic!("a bad password was accepted"),
             }
             // A malformed packet: that connection is closed with 1002.
-            let mut victim = MqttClient::connect(&url(&b), MqttOptions {
-                client_id: "victim".into(),
-                ..good.clone()
-            })
+            let mut victim = MqttClient::connect(
+                &url(&b),
+                MqttOptions {
+                    client_id: "victim".into(),
+                    ..good.clone()
+                },
+            )
             .await
             .unwrap();
-            victim.send_raw(Bytes::from_static(&[0xf0, 0x00])).await.unwrap();
+            victim
+                .send_raw(Bytes::from_static(&[0xf0, 0x00]))
+                .await
+                .unwrap();
             assert_eq!(victim.closed().await, Some(1002));
             // The healthy connection is untouched.
             ok.ping().await.unwrap();

@@ -444,7 +444,10 @@ impl Broker {
     ///
     /// # Errors
     /// An invalid filter.
-    pub async fn retained_matching(&self, filter: &str) -> Result<Vec<Arc<Published>>, BrokerError> {
+    pub async fn retained_matching(
+        &self,
+        filter: &str,
+    ) -> Result<Vec<Arc<Published>>, BrokerError> {
         routing::validate_filter(filter).map_err(BrokerError::InvalidFilter)?;
         let topics: Vec<Topic> = self
             .read()

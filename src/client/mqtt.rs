@@ -102,10 +102,12 @@ impl MqttClient {
                 c.session_present = session_present;
                 Ok(c)
             }
-            Packet::ConnAck { code, .. } => {
-                Err(ClientError::Connect(format!("CONNACK refused with code {code}")))
-            }
-            other => Err(ClientError::Connect(format!("expected CONNACK, got {other:?}"))),
+            Packet::ConnAck { code, .. } => Err(ClientError::Connect(format!(
+                "CONNACK refused with code {code}"
+            ))),
+            other => Err(ClientError::Connect(format!(
+                "expected CONNACK, got {other:?}"
+            ))),
         }
     }
 
@@ -135,8 +137,8 @@ impl MqttClient {
     /// The next packet from the broker (answering deliveries' QoS flows).
     async fn read(&mut self) -> Result<Packet, ClientError> {
         loop {
-            if let Some(p) =
-                mqtt::decode(&mut self.buf, 16 << 20).map_err(|e| ClientError::Connect(e.to_string()))?
+            if let Some(p) = mqtt::decode(&mut self.buf, 16 << 20)
+                .map_err(|e| ClientError::Connect(e.to_string()))?
             {
                 return Ok(p);
             }
@@ -220,7 +222,11 @@ impl MqttClient {
     ///
     /// # Errors
     /// A closed connection.
-    pub async fn publish_batch(&mut self, topic: &str, payloads: &[Bytes]) -> Result<(), ClientError> {
+    pub async fn publish_batch(
+        &mut self,
+        topic: &str,
+        payloads: &[Bytes],
+    ) -> Result<(), ClientError> {
         for p in payloads {
             self.feed(&Packet::Publish(Publish {
                 dup: false,

@@ -441,10 +441,7 @@ fn str_len(s: &[u8]) -> usize {
 /// Writes a PUBLISH header and topic (everything but the payload), so the
 /// payload can be sent as a shared buffer after it.
 pub fn publish_head(out: &mut BytesMut, p: &Publish) {
-    let first = 0x30
-        | (u8::from(p.dup) << 3)
-        | ((p.qos & 3) << 1)
-        | u8::from(p.retain);
+    let first = 0x30 | (u8::from(p.dup) << 3) | ((p.qos & 3) << 1) | u8::from(p.retain);
     let len = str_len(p.topic.as_bytes()) + if p.qos > 0 { 2 } else { 0 } + p.payload.len();
     out.put_u8(first);
     put_len(out, len);
@@ -555,7 +552,11 @@ mod tests {
         let mut out = BytesMut::new();
         encode(&p, &mut out);
         let mut buf = out.clone();
-        assert_eq!(decode(&mut buf, 1 << 20).unwrap(), Some(p.clone()), "{out:?}");
+        assert_eq!(
+            decode(&mut buf, 1 << 20).unwrap(),
+            Some(p.clone()),
+            "{out:?}"
+        );
         assert!(buf.is_empty());
         // Split anywhere: "need more" until the last byte.
         for cut in 0..out.len() {
@@ -612,7 +613,10 @@ mod tests {
         ] {
             round_trip(p);
         }
-        round_trip(Packet::Subscribe(9, vec![("a/+".into(), 1), ("#".into(), 2)]));
+        round_trip(Packet::Subscribe(
+            9,
+            vec![("a/+".into(), 1), ("#".into(), 2)],
+        ));
         round_trip(Packet::SubAck(9, vec![1, 0x80]));
         round_trip(Packet::Unsubscribe(10, vec!["a/+".into()]));
     }
@@ -620,14 +624,14 @@ mod tests {
     #[test]
     fn bad_input_is_an_error_not_a_panic() {
         let cases: &[&[u8]] = &[
-            &[0x00, 0],                   // type 0
-            &[0xf0, 0],                   // type 15
-            &[0x36, 3, 0, 1, b'a'],       // QoS 3
-            &[0x62 & 0xf0, 2, 0, 1],      // PUBREL without its flags
+            &[0x00, 0],                         // type 0
+            &[0xf0, 0],                         // type 15
+            &[0x36, 3, 0, 1, b'a'],             // QoS 3
+            &[0x62 & 0xf0, 2, 0, 1],            // PUBREL without its flags
             &[0x30, 0xff, 0xff, 0xff, 0xff, 1], // length in 5 bytes
-            &[0x82, 2, 0, 1],             // SUBSCRIBE without filters
-            &[0x40, 3, 0, 1, 9],          // PUBACK with a trailing byte
-            &[0x32, 5, 0, 1, b'a', 0, 0], // QoS 1 with packet id 0
+            &[0x82, 2, 0, 1],                   // SUBSCRIBE without filters
+            &[0x40, 3, 0, 1, 9],                // PUBACK with a trailing byte
+            &[0x32, 5, 0, 1, b'a', 0, 0],       // QoS 1 with packet id 0
         ];
         for c in cases {
             let mut buf = BytesMut::from(*c);
@@ -641,7 +645,9 @@ mod tests {
     fn mqtt5_and_unknown_levels_are_reported_for_refusal() {
         // With properties and a payload after the variable header.
         let mut buf = BytesMut::from(
-            &[0x10u8, 15, 0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 60, 0, 0, 2, b'i', b'd'][..],
+            &[
+                0x10u8, 15, 0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 60, 0, 0, 2, b'i', b'd',
+            ][..],
         );
         match decode(&mut buf, 1 << 20).unwrap() {
             Some(Packet::Connect(c)) => assert_eq!(c.level, 5),

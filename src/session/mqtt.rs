@@ -459,7 +459,10 @@ impl MqttSession {
             return refuse(
                 &self.sink,
                 connack::BAD_PROTOCOL,
-                &format!("protocol level {} is not spoken here (3.1 and 3.1.1 are)", c.level),
+                &format!(
+                    "protocol level {} is not spoken here (3.1 and 3.1.1 are)",
+                    c.level
+                ),
             );
         }
         if c.client_id.is_empty() && !c.clean_session {
@@ -487,7 +490,8 @@ impl MqttSession {
             }
         }
         if let Some(w) = &c.will {
-            if routing::validate_topic(&w.topic).is_err() || w.payload.len() > self.cfg.max_payload {
+            if routing::validate_topic(&w.topic).is_err() || w.payload.len() > self.cfg.max_payload
+            {
                 return Err(violation("CONNECT with an invalid will"));
             }
         }
@@ -499,8 +503,12 @@ impl MqttSession {
         // A client id connects once: an older connection is taken over.
         let key = format!("mqtt:{client_id}");
         for old in self.sessions.find_by_client(&key) {
-            self.sessions
-                .close(old.id, 1000, "session taken over by a new connection", false);
+            self.sessions.close(
+                old.id,
+                1000,
+                "session taken over by a new connection",
+                false,
+            );
         }
         self.sessions.insert(self.id, key, self.sink.out.clone());
         let durable_client = durable_client(&client_id);
@@ -564,14 +572,22 @@ impl MqttSession {
             MQTT_SLOT,
         );
         self.broker
-            .subscribe_durable(client, filter, consumer.clone(), crate::broker::DURABLE_PREFETCH)
+            .subscribe_durable(
+                client,
+                filter,
+                consumer.clone(),
+                crate::broker::DURABLE_PREFETCH,
+            )
             .await?;
         Ok((queue, consumer))
     }
 
     async fn publish(&mut self, p: mqtt::Publish) -> Result<(), MqttClose> {
         if routing::validate_topic(&p.topic).is_err() {
-            return Err(violation(format!("PUBLISH to an invalid topic {:?}", p.topic)));
+            return Err(violation(format!(
+                "PUBLISH to an invalid topic {:?}",
+                p.topic
+            )));
         }
         if p.payload.len() > self.cfg.max_payload {
             return Err(MqttClose {
@@ -728,7 +744,10 @@ impl MqttSession {
         }
         for (filter, sub) in conn.subs {
             sub.cancel();
-            let _ = self.broker.unsubscribe(self.sink.id, &sub.id, &filter).await;
+            let _ = self
+                .broker
+                .unsubscribe(self.sink.id, &sub.id, &filter)
+                .await;
         }
         for (_, (queue, consumer)) in conn.durable {
             consumer.cancel();

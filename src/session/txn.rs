@@ -144,7 +144,7 @@ impl Session {
                         headers: p.headers,
                         retain: false,
                         priority: p.priority,
-                    qos: 0,
+                        qos: 0,
                     };
                     self.push_op(format, rid, 1, |t| t.ops.publishes.push(publish));
                 }

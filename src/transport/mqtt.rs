@@ -85,8 +85,7 @@ pub(crate) async fn upgrade(
         return Err(ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "websocket_handshake",
-            message: "MQTT over WebSocket needs the subprotocol \"mqtt\" (or \"mqttv3.1\")"
-                .into(),
+            message: "MQTT over WebSocket needs the subprotocol \"mqtt\" (or \"mqttv3.1\")".into(),
         }
         .into());
     };

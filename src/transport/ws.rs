@@ -24,9 +24,7 @@ use super::{ApiError, AppState};
 use crate::config::SessionConfig;
 use crate::protocol::codec::{Format, decode_client};
 use crate::protocol::frame::ErrorCode;
-use crate::session::{
-    CloseRequest, Next, Outbound, OutboundStream, RateLimiter, Session, Verdict,
-};
+use crate::session::{CloseRequest, Next, Outbound, OutboundStream, RateLimiter, Session, Verdict};
 
 /// Subprotocols the server accepts, in order of preference.
 const SUBPROTOCOLS: [(&str, Format); 2] =

@@ -43,9 +43,10 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
                 actix_rt::System::new().block_on(async move {
                     let mut clients = Vec::with_capacity(mine);
                     for i in 0..mine {
-                        let mut c = MqttClient::connect(&url, opts(format!("bench-s{t}-{i}-{qos}")))
-                            .await
-                            .expect("subscriber connects");
+                        let mut c =
+                            MqttClient::connect(&url, opts(format!("bench-s{t}-{i}-{qos}")))
+                                .await
+                                .expect("subscriber connects");
                         c.subscribe(&topic, qos).await.expect("subscribe");
                         clients.push(c);
                     }
@@ -81,7 +82,9 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
             while sent < n {
                 let k = batch.len().min(n - sent);
                 if qos == 0 {
-                    p.publish_batch(&topic_p, &batch[..k]).await.expect("publish");
+                    p.publish_batch(&topic_p, &batch[..k])
+                        .await
+                        .expect("publish");
                 } else {
                     p.publish_qos1_pipelined(&topic_p, &batch[..k], 256)
                         .await
@@ -101,7 +104,10 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
     let (gen_cores, broker_cores) = cpu.cores();
     let total = n * subs;
     Row {
-        scenario: format!("MQTT/WebSocket QoS {qos}, 1 -> {subs}, {} B, {n} msgs", args.size),
+        scenario: format!(
+            "MQTT/WebSocket QoS {qos}, 1 -> {subs}, {} B, {n} msgs",
+            args.size
+        ),
         result: format!("{:.0} deliveries/s", total as f64 / elapsed.as_secs_f64()),
         gen_cores,
         broker_cores,

@@ -12,7 +12,6 @@ use super::{JobError, JobRecord, JobStatus, JobView, NewJob, Outcome};
 use crate::config::JobsConfig;
 use crate::store::{Durable, WriterHandle, jobs as records};
 
-
 struct Worker {
     kinds: Vec<String>,
     lease_until: u64,
@@ -267,7 +266,9 @@ impl JobsState {
         // Asking for work is a sign of life: the lease covers the wait.
         let lease = self.cfg.worker_lease_ms;
         if let Some(w) = self.workers.get_mut(&worker) {
-            w.lease_until = w.lease_until.max(now.saturating_add(lease).saturating_add(wait_ms));
+            w.lease_until = w
+                .lease_until
+                .max(now.saturating_add(lease).saturating_add(wait_ms));
         }
         let best = self.workers.get(&worker).and_then(|w| self.best_for(w));
         match best {
