@@ -14,13 +14,7 @@ use common::{ChildBroker, block_on};
 use wharf::client::{Client, ClientOptions};
 
 fn spawn(data: &std::path::Path) -> (ChildBroker, String) {
-    let broker = ChildBroker::spawn(&[
-        "serve",
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-    ]);
+    let broker = ChildBroker::serve(data);
     let url = format!("ws://{}/ws", broker.address());
     (broker, url)
 }

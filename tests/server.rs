@@ -110,13 +110,7 @@ fn binary_serves_on_an_ephemeral_port_and_stops_on_sigterm_and_sigint() {
     for sig in ["TERM", "INT"] {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().join("data");
-        let mut broker = ChildBroker::spawn(&[
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--data-dir",
-            data.to_str().unwrap(),
-        ]);
+        let mut broker = ChildBroker::serve(&data);
         let addr = broker.address();
         assert_ne!(addr.port(), 0);
         let (status, body) = http(addr, "GET", "/health", "");

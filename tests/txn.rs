@@ -117,13 +117,7 @@ fn rollback_leaves_nothing_and_gives_acked_deliveries_back() {
 }
 
 fn spawn(data: &std::path::Path) -> (ChildBroker, std::net::SocketAddr) {
-    let broker = ChildBroker::spawn(&[
-        "serve",
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-    ]);
+    let broker = ChildBroker::serve(data);
     let addr = broker.address();
     (broker, addr)
 }

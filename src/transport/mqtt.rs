@@ -11,7 +11,7 @@ use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
-use super::ws::handshake_error;
+use super::ws::{handshake_error, offered_subprotocols};
 use super::wsloop::{Flow, Handler, read_loop};
 use super::{ApiError, AppState};
 use crate::protocol::codec::Format;
@@ -22,12 +22,7 @@ use crate::session::{CloseRequest, Outbound, OutboundStream};
 const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
 
 fn negotiate(req: &HttpRequest) -> Option<&'static str> {
-    let offered: Vec<String> = req
-        .headers()
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|p| p.trim().to_ascii_lowercase()))
-        .collect();
+    let offered = offered_subprotocols(req);
     SUBPROTOCOLS
         .into_iter()
         .find(|name| offered.iter().any(|p| p == name))

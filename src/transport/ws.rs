@@ -30,13 +30,17 @@ use crate::session::{CloseRequest, Next, Outbound, OutboundStream, RateLimiter, 
 const SUBPROTOCOLS: [(&str, Format); 2] =
     [("wharf.bin", Format::Bincode), ("wharf.json", Format::Json)];
 
-fn negotiate(req: &HttpRequest) -> (Format, Option<&'static str>) {
-    let offered: Vec<String> = req
-        .headers()
+/// The subprotocols a WebSocket upgrade offers, lower-cased.
+pub(crate) fn offered_subprotocols(req: &HttpRequest) -> Vec<String> {
+    req.headers()
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(',').map(|p| p.trim().to_ascii_lowercase()))
-        .collect();
+        .collect()
+}
+
+fn negotiate(req: &HttpRequest) -> (Format, Option<&'static str>) {
+    let offered = offered_subprotocols(req);
     for (name, format) in SUBPROTOCOLS {
         if offered.iter().any(|p| p == name) {
             return (format, Some(name));

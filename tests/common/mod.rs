@@ -193,6 +193,13 @@ impl ChildBroker {
         ChildBroker { child, lines }
     }
 
+    /// `wharf serve` on an ephemeral loopback port with its store in
+    /// `data`.
+    pub fn serve(data: &std::path::Path) -> ChildBroker {
+        let data = data.to_str().expect("a UTF-8 path");
+        ChildBroker::spawn(&["serve", "--bind", "127.0.0.1:0", "--data-dir", data])
+    }
+
     /// Waits for the "listening on ADDR" log line and returns ADDR.
     pub fn address(&self) -> std::net::SocketAddr {
         let deadline = Instant::now() + Duration::from_secs(20);
