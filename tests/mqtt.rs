@@ -196,4 +196,27 @@ mod own_client {
             assert_eq!(raw.closed().await, Some(1002));
         });
     }
+
+    #[test]
+    fn a_silent_client_is_closed_after_one_and_a_half_keep_alives() {
+        let b = TestBroker::start(|c| {
+            c.session.ping_interval_s = 1;
+            c.session.idle_timeout_s = 60;
+        });
+        block_on(async {
+            let silent = MqttOptions {
+                keep_alive: 1,
+                ..opts("silent")
+            };
+            let mut c = MqttClient::connect(&url(&b), silent).await.unwrap();
+            let t0 = std::time::Instant::now();
+            // WebSocket pongs alone do not count as MQTT activity.
+            assert_eq!(c.closed().await, Some(1001));
+            let took = t0.elapsed();
+            assert!(
+                took >= Duration::from_millis(1400) && took < Duration::from_secs(6),
+                "{took:?}"
+            );
+        });
+    }
 }

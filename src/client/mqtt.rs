@@ -327,6 +327,9 @@ impl MqttClient {
         loop {
             match actix_rt::time::timeout(self.timeout, self.conn.next()).await {
                 Ok(Some(Ok(ws::Frame::Close(reason)))) => return reason.map(|r| r.code.into()),
+                Ok(Some(Ok(ws::Frame::Ping(b)))) => {
+                    let _ = self.conn.send(ws::Message::Pong(b)).await;
+                }
                 Ok(Some(Ok(_))) => {}
                 Ok(Some(Err(_))) | Ok(None) | Err(_) => return None,
             }

@@ -111,8 +111,11 @@ impl MqttSink {
         let mut head = BytesMut::with_capacity(8 + p.topic.len());
         mqtt::publish_head(&mut head, &p);
         let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
+        // QoS 1/2 deliveries hold a packet id until acknowledged: they go
+        // in the high lane, which the drop-oldest policy never evicts, and
+        // only when there is room.
         let pushed = if p.qos > 0 {
-            self.out.push_if_room(Lane::Normal, frame)
+            self.out.push_if_room(Lane::High, frame)
         } else {
             self.out.push(Lane::Normal, frame)
         };
@@ -275,6 +278,9 @@ pub struct MqttSession {
     connected: Option<Connected>,
     /// Set by DISCONNECT: no will.
     graceful: bool,
+    /// When the last MQTT packet arrived (keep-alive counts packets, not
+    /// WebSocket pongs).
+    last_packet: std::time::Instant,
 }
 
 struct Connected {
@@ -315,6 +321,7 @@ impl MqttSession {
             buf: BytesMut::new(),
             connected: None,
             graceful: false,
+            last_packet: std::time::Instant::now(),
         }
     }
 
@@ -331,6 +338,12 @@ impl MqttSession {
             Some(k) if k > 0 => Duration::from_millis(u64::from(k) * 1500),
             _ => Duration::from_secs(self.cfg.idle_timeout_s),
         }
+    }
+
+    /// Whether the client has sent no MQTT packet for longer than
+    /// [`MqttSession::idle_timeout`].
+    pub fn is_idle(&self) -> bool {
+        self.last_packet.elapsed() > self.idle_timeout()
     }
 
     /// Bytes from a WebSocket message: decodes and handles every complete
@@ -356,6 +369,7 @@ impl MqttSession {
                 }
                 Err(e) => return Err(violation(format!("MQTT protocol error: {e}"))),
             };
+            self.last_packet = std::time::Instant::now();
             self.packet(packet).await?;
         }
     }
@@ -648,56 +662,95 @@ impl MqttSession {
             return SUBACK_FAILURE;
         }
         let qos = qos.min(2);
+        let Some(conn) = self.connected.as_ref() else {
+            return SUBACK_FAILURE;
+        };
+        if !conn.clean {
+            return self.subscribe_durable(filter, qos).await;
+        }
         self.unsubscribe(&filter).await;
         let Some(conn) = self.connected.as_ref() else {
             return SUBACK_FAILURE;
         };
-        if conn.subs.len() + conn.durable.len() >= self.cfg.max_subscriptions {
+        if conn.subs.len() >= self.cfg.max_subscriptions {
             return SUBACK_FAILURE;
         }
-        if conn.clean {
-            let sub = Subscription::new(
-                self.sink.clone(),
-                &filter,
-                &filter,
-                Bytes::copy_from_slice(&[qos]),
-                MQTT_SLOT,
-            );
-            if self.broker.subscribe(sub.clone()).await.is_err() {
-                return SUBACK_FAILURE;
-            }
-            if let Some(c) = self.connected.as_mut() {
-                c.subs.insert(filter, sub);
-            }
-            return qos;
+        let sub = Subscription::new(
+            self.sink.clone(),
+            &filter,
+            &filter,
+            Bytes::copy_from_slice(&[qos]),
+            MQTT_SLOT,
+        );
+        if self.broker.subscribe(sub.clone()).await.is_err() {
+            return SUBACK_FAILURE;
         }
+        if let Some(c) = self.connected.as_mut() {
+            c.subs.insert(filter, sub);
+        }
+        qos
+    }
+
+    /// SUBSCRIBE in a persistent session: the filter's durable
+    /// subscription, kept (with its backlog) when it exists at this QoS.
+    async fn subscribe_durable(&mut self, filter: String, qos: u8) -> u8 {
+        let Some(conn) = self.connected.as_ref() else {
+            return SUBACK_FAILURE;
+        };
         let client = durable_client(&conn.client_id);
-        // Another QoS for the same filter is another subscription id: the
-        // old one goes.
-        for q in 0..=2u8 {
-            if q != qos {
-                let _ = self
-                    .broker
-                    .unsubscribe_durable(&client, &durable_id(&filter, q), self.sink.id)
-                    .await;
-            }
-        }
         let id = durable_id(&filter, qos);
-        let entry = match self.consume_durable(&client, &id, &filter).await {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::debug!(%filter, "MQTT durable subscription refused: {e}");
-                return SUBACK_FAILURE;
+        let existing = conn.durable.get(&filter).map(|(_, c)| c.clone());
+        let entry = match existing {
+            // Subscribing again (clients do after each reconnect) keeps
+            // what was kept.
+            Some(consumer) if *consumer.id == *id => None,
+            _ => {
+                if conn.durable.len() >= self.cfg.max_subscriptions {
+                    return SUBACK_FAILURE;
+                }
+                // Another QoS for the same filter is another subscription
+                // id: the old one goes.
+                if let Some(c) = self.connected.as_mut() {
+                    if let Some((queue, old)) = c.durable.remove(&filter) {
+                        old.cancel();
+                        let _ = self
+                            .broker
+                            .cancel_consumer(&queue, self.sink.id, &old.id)
+                            .await;
+                    }
+                }
+                for q in 0..=2u8 {
+                    if q != qos {
+                        let _ = self
+                            .broker
+                            .unsubscribe_durable(&client, &durable_id(&filter, q), self.sink.id)
+                            .await;
+                    }
+                }
+                match self.consume_durable(&client, &id, &filter).await {
+                    Ok(e) => Some(e),
+                    Err(e) => {
+                        tracing::debug!(%filter, "MQTT durable subscription refused: {e}");
+                        return SUBACK_FAILURE;
+                    }
+                }
             }
         };
-        // Retained messages go to a new subscription directly (the durable
+        let consumer = match &entry {
+            Some((_, c)) => c.clone(),
+            None => match self.connected.as_ref().and_then(|c| c.durable.get(&filter)) {
+                Some((_, c)) => c.clone(),
+                None => return SUBACK_FAILURE,
+            },
+        };
+        // Retained messages go to the subscriber directly (the durable
         // subscription keeps only what is published from now on).
         if let Ok(retained) = self.broker.retained_matching(&filter).await {
             for m in retained {
-                let _ = self.sink.deliver(&entry.1, &m);
+                let _ = self.sink.deliver(&consumer, &m);
             }
         }
-        if let Some(c) = self.connected.as_mut() {
+        if let (Some(entry), Some(c)) = (entry, self.connected.as_mut()) {
             c.durable.insert(filter, entry);
         }
         qos

@@ -137,6 +137,8 @@ pub struct Outbound {
     notice_format: AtomicU8,
     queued: AtomicU64,
     dropped: AtomicU64,
+    /// Whether `dropped` notices are written (native protocol only).
+    notices: std::sync::atomic::AtomicBool,
 }
 
 impl Outbound {
@@ -151,6 +153,7 @@ impl Outbound {
             notice_format: AtomicU8::new(format_byte(format)),
             queued: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            notices: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -301,6 +304,11 @@ impl Outbound {
         st.close.is_some() || st.finished
     }
 
+    /// Stops `dropped` notices: for protocols that have none (MQTT).
+    pub fn disable_notices(&self) {
+        self.notices.store(false, Ordering::Relaxed);
+    }
+
     /// Records the format the client last used, for server notices.
     pub fn set_notice_format(&self, format: Format) {
         self.notice_format
@@ -343,6 +351,9 @@ impl Outbound {
             st.high_bytes = 0;
         }
         let mut written = 0;
+        if st.dropped_unreported > 0 && !self.notices.load(Ordering::Relaxed) {
+            st.dropped_unreported = 0;
+        }
         if st.dropped_unreported > 0 && !aborting {
             let format = format_from(self.notice_format.load(Ordering::Relaxed));
             let notice = ServerFrame::Dropped(Dropped {

@@ -16,7 +16,7 @@ use super::wsloop::{Flow, Handler, read_loop};
 use super::{ApiError, AppState};
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
-use crate::session::{CloseRequest, Outbound, OutboundStream};
+use crate::session::{CloseRequest, Outbound, OutboundStream, RateLimiter, Verdict};
 
 /// Subprotocols MQTT clients offer.
 const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
@@ -30,6 +30,7 @@ fn negotiate(req: &HttpRequest) -> Option<&'static str> {
 
 struct Mqtt {
     session: MqttSession,
+    rate: RateLimiter,
 }
 
 impl Handler for Mqtt {
@@ -41,9 +42,19 @@ impl Handler for Mqtt {
         self.session.idle_timeout()
     }
 
-    async fn message(&mut self, format: Format, bytes: Bytes, _now: Instant) -> Flow {
+    fn is_idle(&self, _last_heard: Instant) -> bool {
+        // Keep-alive counts MQTT packets, not WebSocket pongs.
+        self.session.is_idle()
+    }
+
+    async fn message(&mut self, format: Format, bytes: Bytes, now: Instant) -> Flow {
         if format == Format::Json {
             return self.close(1003, "MQTT travels in binary frames".into());
+        }
+        // Frames past the rate are let through (dropping bytes would break
+        // the packet stream); far past it the connection is closed.
+        if let Verdict::Close = self.rate.check(now) {
+            return self.close(1008, "rate limit exceeded".into());
         }
         match self.session.data(&bytes).await {
             Ok(()) => Flow::Go,
@@ -92,6 +103,9 @@ pub(crate) async fn upgrade(
         cfg.write_quantum,
         Format::Bincode,
     );
+    // MQTT has no `dropped` notice: drops are silent (QoS 0 is at most
+    // once).
+    out.disable_notices();
     let session = MqttSession::new(
         app.broker.clone(),
         app.sessions.clone(),
@@ -100,7 +114,11 @@ pub(crate) async fn upgrade(
         app.config.mqtt.clone(),
     );
     let ping = Duration::from_secs(cfg.ping_interval_s);
-    actix_web::rt::spawn(read_loop(payload, Mqtt { session }, cfg.max_frame, ping));
+    let mqtt = Mqtt {
+        session,
+        rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
+    };
+    actix_web::rt::spawn(read_loop(payload, mqtt, cfg.max_frame, ping));
     let response = builder.message_body(BodyStream::new(OutboundStream::new(out)))?;
     Ok(HttpResponse::from(response).map_into_boxed_body())
 }

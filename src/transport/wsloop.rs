@@ -35,6 +35,11 @@ pub(crate) trait Handler {
     async fn message(&mut self, format: Format, bytes: Bytes, now: Instant) -> Flow;
     /// How long the connection may stay silent.
     fn idle_timeout(&self) -> Duration;
+    /// Whether the connection counts as silent, given when its last bytes
+    /// arrived (an endpoint may count only its own messages).
+    fn is_idle(&self, last_heard: Instant) -> bool {
+        last_heard.elapsed() > self.idle_timeout()
+    }
     /// The read side ended (the client left, closed, or broke a rule).
     async fn end(self);
 }
@@ -173,7 +178,7 @@ pub(crate) async fn read_loop<H: Handler>(
                 Some(Err(_)) | None => break 'conn,
             },
             _ = ping.tick() => {
-                if last_heard.elapsed() > reader.handler.idle_timeout() {
+                if reader.handler.is_idle(last_heard) {
                     reader.close(1001, "idle timeout", false);
                     break 'conn;
                 }

@@ -149,6 +149,9 @@ def persistent_session_part2():
     c = client("paho-persistent", clean=False)
     flags = start(c)
     assert flags.session_present, "session present after the restart"
+    # Clients usually subscribe again on every connect: that must keep
+    # what was kept.
+    c.subscribe("interop/persist/#", 1)
     got = [recv(c).payload for _ in range(5)]
     assert got == [f"m{i}".encode() for i in range(5)], got
     c.disconnect()
