@@ -11,8 +11,8 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 mod jobs;
@@ -161,7 +161,9 @@ pub(crate) struct Row {
 fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
     let n = args.messages;
     let threads = args.threads.clamp(1, subs.max(1));
-    let ready = Arc::new(Barrier::new(threads + 1));
+    // Readiness by channel with a timeout: a subscriber thread that fails
+    // must not leave the run waiting for ever.
+    let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
     let received = Arc::new(AtomicUsize::new(0));
     let done_at = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -169,7 +171,7 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
     for t in 0..threads {
         let count = subs / threads + usize::from(t < subs % threads);
         let (url, topic, opts) = (url.to_owned(), topic.to_owned(), options(args));
-        let (ready, received, done_at) = (ready.clone(), received.clone(), done_at.clone());
+        let (ready, received, done_at) = (ready_tx.clone(), received.clone(), done_at.clone());
         handles.push(std::thread::spawn(move || {
             actix_rt::System::new().block_on(async move {
                 let mut clients = Vec::new();
@@ -181,7 +183,7 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
                     streams.push(c.subscribe(&topic).await.expect("subscribe"));
                     clients.push(c);
                 }
-                ready.wait();
+                let _ = ready.send(());
                 let tasks: Vec<_> = streams
                     .into_iter()
                     .map(|mut s| {
@@ -213,7 +215,11 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
             })
         }));
     }
-    ready.wait();
+    for _ in 0..threads {
+        ready
+            .recv_timeout(Duration::from_secs(60))
+            .expect("subscribers connected and subscribed within 60 s");
+    }
     let cpu = Cpu::start(args.pid);
     let t0 = start.elapsed();
     let payload = vec![0x5au8; args.size];
