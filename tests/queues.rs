@@ -454,3 +454,34 @@ fn a_declared_queue_collects_its_bound_topics() {
         assert!(k.recv_timeout(Duration::from_millis(200)).await.is_none());
     });
 }
+
+#[test]
+fn deleting_a_durable_subscriptions_queue_ends_it_and_a_new_subscribe_starts_afresh() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let c = Client::connect(&b.ws_url(), named("bob")).await.unwrap();
+        let s = c.subscribe_durable("feed", "feed/#", 10).await.unwrap();
+        drop(s);
+        c.close(false).await.unwrap();
+        let p = connect(&b).await;
+        p.publish_confirmed("feed/x", b"old".to_vec())
+            .await
+            .unwrap();
+    });
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        info(&b, "$durable/bob/feed")["depth"] == 1
+    }));
+    let (status, body) = http(b.addr, "DELETE", "/queues/$durable/bob/feed", "");
+    assert_eq!(status, 204, "{body}");
+    block_on(async {
+        let c = Client::connect(&b.ws_url(), named("bob")).await.unwrap();
+        let mut s = c.subscribe_durable("feed", "feed/#", 10).await.unwrap();
+        let p = connect(&b).await;
+        p.publish_confirmed("feed/y", b"new".to_vec())
+            .await
+            .unwrap();
+        let d = s.recv_timeout(T).await.expect("bound again");
+        assert_eq!(d.payload, b"new", "the old backlog went with the queue");
+        c.ack(s.id(), &[d.id]).await.unwrap();
+    });
+}
