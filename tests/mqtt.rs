@@ -23,6 +23,23 @@ fn paho(b: &TestBroker, scenario: &str) {
     );
 }
 
+/// MQTT.js (npm), a second client nobody here wrote.
+#[test]
+fn mqtt_js_qos_round_trips_and_retained() {
+    let b = TestBroker::start(|_| {});
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/mqtt_js.mjs");
+    let out = Command::new("node")
+        .args([script, &b.addr.port().to_string()])
+        .output()
+        .expect("node runs (scripts/test installs MQTT.js)");
+    assert!(
+        out.status.success(),
+        "mqtt.js: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn paho_qos_0_1_2_round_trips() {
     let b = TestBroker::start(|_| {});
