@@ -9,35 +9,34 @@ use std::time::Duration;
 
 use common::TestBroker;
 
-fn paho(b: &TestBroker, scenario: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/mqtt_paho.py");
-    let out = Command::new("python3")
-        .args([script, &b.addr.port().to_string(), scenario])
+/// Runs an interop script of tests/interop with the broker's port (and
+/// more arguments); it must exit 0.
+fn interop(program: &str, script: &str, b: &TestBroker, more: &[&str]) {
+    let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
+    let port = b.addr.port().to_string();
+    let mut args = vec![path.as_str(), port.as_str()];
+    args.extend_from_slice(more);
+    let out = Command::new(program)
+        .args(&args)
         .output()
-        .expect("python3 runs (scripts/test installs paho-mqtt)");
+        .unwrap_or_else(|e| panic!("{program} runs (scripts/test installs the clients): {e}"));
     assert!(
         out.status.success(),
-        "paho {scenario}: {}\n{}",
+        "{script} {more:?}: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn paho(b: &TestBroker, scenario: &str) {
+    interop("python3", "mqtt_paho.py", b, &[scenario]);
 }
 
 /// MQTT.js (npm), a second client nobody here wrote.
 #[test]
 fn mqtt_js_qos_round_trips_and_retained() {
     let b = TestBroker::start(|_| {});
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/mqtt_js.mjs");
-    let out = Command::new("node")
-        .args([script, &b.addr.port().to_string()])
-        .output()
-        .expect("node runs (scripts/test installs MQTT.js)");
-    assert!(
-        out.status.success(),
-        "mqtt.js: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    interop("node", "mqtt_js.mjs", &b, &[]);
 }
 
 #[test]
