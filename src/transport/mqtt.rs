@@ -6,17 +6,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::body::BodyStream;
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::ws::{handshake_error, offered_subprotocols};
-use super::wsloop::{Flow, Handler, read_loop};
+use super::wsloop::{Flow, Handler, outbound, serve};
 use super::{ApiError, AppState};
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
-use crate::session::{CloseRequest, Outbound, OutboundStream, RateLimiter, Verdict};
+use crate::session::{CloseRequest, Outbound, RateLimiter, Verdict};
 
 /// Subprotocols MQTT clients offer.
 const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
@@ -97,12 +96,7 @@ pub(crate) async fn upgrade(
     };
     builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, protocol));
     let cfg = app.config.session.clone();
-    let out = Outbound::new(
-        cfg.outbound_limit,
-        cfg.slow_consumer,
-        cfg.write_quantum,
-        Format::Bincode,
-    );
+    let out = outbound(&cfg, Format::Bincode);
     // MQTT has no `dropped` notice: drops are silent (QoS 0 is at most
     // once).
     out.disable_notices();
@@ -113,12 +107,9 @@ pub(crate) async fn upgrade(
         cfg.clone(),
         app.config.mqtt.clone(),
     );
-    let ping = Duration::from_secs(cfg.ping_interval_s);
     let mqtt = Mqtt {
         session,
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
     };
-    actix_web::rt::spawn(read_loop(payload, mqtt, cfg.max_frame, ping));
-    let response = builder.message_body(BodyStream::new(OutboundStream::new(out)))?;
-    Ok(HttpResponse::from(response).map_into_boxed_body())
+    serve(builder, payload, mqtt, &cfg)
 }

@@ -14,17 +14,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::body::BodyStream;
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
-use super::wsloop::{Flow, Handler, read_loop};
+use super::wsloop::{Flow, Handler, outbound, serve};
 use super::{ApiError, AppState};
 use crate::config::SessionConfig;
 use crate::protocol::codec::{Format, decode_client};
 use crate::protocol::frame::ErrorCode;
-use crate::session::{CloseRequest, Next, Outbound, OutboundStream, RateLimiter, Session, Verdict};
+use crate::session::{CloseRequest, Next, Outbound, RateLimiter, Session, Verdict};
 
 /// Subprotocols the server accepts, in order of preference.
 const SUBPROTOCOLS: [(&str, Format); 2] =
@@ -73,12 +72,7 @@ pub(crate) async fn upgrade(
         builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, name));
     }
     let cfg = app.config.session.clone();
-    let out = Outbound::new(
-        cfg.outbound_limit,
-        cfg.slow_consumer,
-        cfg.write_quantum,
-        format,
-    );
+    let out = outbound(&cfg, format);
     let session = Session::new(
         app.broker.clone(),
         app.sessions.clone(),
@@ -87,15 +81,12 @@ pub(crate) async fn upgrade(
     )
     .with_jobs(app.jobs.clone());
     tracing::debug!(session = %session.id(), ?format, "websocket session opened");
-    let (max_frame, ping) = (cfg.max_frame, Duration::from_secs(cfg.ping_interval_s));
     let native = Native {
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
         session,
-        cfg,
+        cfg: cfg.clone(),
     };
-    actix_web::rt::spawn(read_loop(payload, native, max_frame, ping));
-    let response = builder.message_body(BodyStream::new(OutboundStream::new(out)))?;
-    Ok(HttpResponse::from(response).map_into_boxed_body())
+    serve(builder, payload, native, &cfg)
 }
 
 /// The native protocol's side of a connection: rate limit, decode,

@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 
 use actix_codec::Decoder;
 use actix_http::ws::{Codec, Frame, Item, ProtocolError};
-use actix_web::web;
+use actix_web::body::BodyStream;
+use actix_web::{HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 
+use crate::config::SessionConfig;
 use crate::protocol::codec::Format;
-use crate::session::{CloseRequest, Lane, OutFrame, Outbound};
+use crate::session::{CloseRequest, Lane, OutFrame, Outbound, OutboundStream};
 
 /// Longest a draining close waits for the client to read what is queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -125,6 +127,31 @@ impl<H: Handler> Reader<H> {
         }
         Flow::Go
     }
+}
+
+/// A connection's outbound queue, bounded and policed per `[session]`.
+pub(crate) fn outbound(cfg: &SessionConfig, format: Format) -> Arc<Outbound> {
+    Outbound::new(
+        cfg.outbound_limit,
+        cfg.slow_consumer,
+        cfg.write_quantum,
+        format,
+    )
+}
+
+/// Completes an accepted upgrade: the read side runs `handler` on this
+/// worker, the response body writes its outbound queue.
+pub(crate) fn serve<H: Handler + 'static>(
+    mut builder: actix_http::ResponseBuilder,
+    payload: web::Payload,
+    handler: H,
+    cfg: &SessionConfig,
+) -> Result<HttpResponse, actix_web::Error> {
+    let out = handler.outbound().clone();
+    let ping = Duration::from_secs(cfg.ping_interval_s);
+    actix_web::rt::spawn(read_loop(payload, handler, cfg.max_frame, ping));
+    let response = builder.message_body(BodyStream::new(OutboundStream::new(out)))?;
+    Ok(HttpResponse::from(response).map_into_boxed_body())
 }
 
 /// Reads the connection until it ends, then ends the handler and the
