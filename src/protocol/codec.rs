@@ -232,10 +232,147 @@ pub fn message_body(
     }
 }
 
+/// Index of `ServerFrame::Delivery` in declaration order (bincode's tag).
+const DELIVERY_VARIANT: u32 = 6;
+
+/// A queue delivery's fields, borrowed from the queue's message.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryRef<'a> {
+    /// The consumer id.
+    pub sub: &'a str,
+    /// The queue.
+    pub queue: &'a str,
+    /// Delivery id.
+    pub id: u64,
+    /// The message's id in its queue.
+    pub seq: u64,
+    /// Deliveries so far, this one included.
+    pub count: u32,
+    /// Priority.
+    pub priority: u8,
+    /// Payload.
+    pub payload: &'a [u8],
+    /// Headers.
+    pub headers: &'a Headers,
+}
+
+/// The encoding of a `delivery` frame, written from borrowed fields: the
+/// same bytes as `encode_server(format, &ServerFrame::Delivery(..))`
+/// without copying the payload or headers into an owned frame first.
+pub fn delivery_frame(format: Format, d: &DeliveryRef<'_>) -> Vec<u8> {
+    match format {
+        Format::Json => {
+            #[derive(Serialize)]
+            struct Frame<'a> {
+                op: &'static str,
+                sub: &'a str,
+                queue: &'a str,
+                id: u64,
+                seq: u64,
+                count: u32,
+                #[serde(skip_serializing_if = "is_zero")]
+                priority: u8,
+                payload: &'a str,
+                #[serde(skip_serializing_if = "is_utf8")]
+                encoding: Encoding,
+                #[serde(skip_serializing_if = "Headers::is_empty")]
+                headers: &'a Headers,
+            }
+            fn is_utf8(e: &Encoding) -> bool {
+                *e == Encoding::Utf8
+            }
+            fn is_zero(p: &u8) -> bool {
+                *p == 0
+            }
+            let (text, encoding) = payload_to_json(d.payload);
+            serde_json::to_vec(&Frame {
+                op: "delivery",
+                sub: d.sub,
+                queue: d.queue,
+                id: d.id,
+                seq: d.seq,
+                count: d.count,
+                priority: d.priority,
+                payload: &text,
+                encoding,
+                headers: d.headers,
+            })
+            .unwrap_or_default()
+        }
+        Format::Bincode => {
+            #[derive(bincode::Encode)]
+            struct Frame<'a> {
+                variant: u32,
+                sub: &'a str,
+                queue: &'a str,
+                id: u64,
+                seq: u64,
+                count: u32,
+                priority: u8,
+                payload: &'a [u8],
+                headers: &'a Headers,
+            }
+            bincode::encode_to_vec(
+                Frame {
+                    variant: DELIVERY_VARIANT,
+                    sub: d.sub,
+                    queue: d.queue,
+                    id: d.id,
+                    seq: d.seq,
+                    count: d.count,
+                    priority: d.priority,
+                    payload: d.payload,
+                    headers: d.headers,
+                },
+                bincode_config(),
+            )
+            .unwrap_or_default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::frame::*;
+
+    #[test]
+    fn a_delivery_written_from_borrowed_fields_is_the_whole_frame() {
+        let mut headers = Headers::new();
+        headers.insert("k".into(), "v".into());
+        for (payload, headers, priority) in [
+            (&b"text"[..], headers.clone(), 7u8),
+            (&[0u8, 255, 1][..], Headers::new(), 0),
+        ] {
+            let owned = QueueDelivery {
+                sub: "c1".into(),
+                queue: "q/a".into(),
+                id: 300,
+                seq: 70_000,
+                count: 2,
+                priority,
+                payload: payload.to_vec(),
+                headers: headers.clone(),
+            };
+            let borrowed = DeliveryRef {
+                sub: "c1",
+                queue: "q/a",
+                id: 300,
+                seq: 70_000,
+                count: 2,
+                priority,
+                payload,
+                headers: &headers,
+            };
+            for format in [Format::Json, Format::Bincode] {
+                assert_eq!(
+                    delivery_frame(format, &borrowed),
+                    encode_server(format, &ServerFrame::Delivery(owned.clone())),
+                    "{format:?}"
+                );
+            }
+        }
+    }
 
     fn message(payload: &[u8], headers: Headers, retained: bool) -> Message {
         Message {

@@ -21,7 +21,7 @@ use super::wsframe;
 use crate::broker::{Delivery, Published, QueuedDelivery, Sink, Subscription, next_sink_id};
 use crate::config::SlowConsumer;
 use crate::protocol::codec::{self, Format};
-use crate::protocol::frame::{Dropped, Priority, QueueDelivery, ServerFrame};
+use crate::protocol::frame::{Dropped, Priority, ServerFrame};
 
 /// Which lane a frame waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +85,17 @@ pub enum PushError {
     /// The session is closing or closed.
     #[error("session closed")]
     Closed,
+}
+
+impl From<Result<(), PushError>> for Delivery {
+    /// What a push means to the resource that delivered.
+    fn from(pushed: Result<(), PushError>) -> Self {
+        match pushed {
+            Ok(()) => Delivery::Queued,
+            Err(PushError::Dropped) => Delivery::Dropped,
+            Err(PushError::Closed) => Delivery::Closed,
+        }
+    }
 }
 
 /// How a session is closed: status code, reason, and whether queued frames
@@ -427,11 +438,8 @@ impl Sink for Outbound {
             Priority::High => Lane::High,
             Priority::Normal => Lane::Normal,
         };
-        match self.push(lane, OutFrame::data(format, sub.tag.clone(), body)) {
-            Ok(()) => Delivery::Queued,
-            Err(PushError::Dropped) => Delivery::Dropped,
-            Err(PushError::Closed) => Delivery::Closed,
-        }
+        self.push(lane, OutFrame::data(format, sub.tag.clone(), body))
+            .into()
     }
 
     fn is_closed(&self) -> bool {
@@ -441,28 +449,29 @@ impl Sink for Outbound {
     fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
         let format = format_from(sub.encoding as u8);
         let m = d.message;
-        let frame = ServerFrame::Delivery(QueueDelivery {
-            sub: sub.id.to_string(),
-            queue: d.queue.to_owned(),
-            id: d.id,
-            seq: m.seq,
-            count: m.deliveries,
-            priority: m.priority,
-            payload: m.payload.to_vec(),
-            headers: m.headers.clone(),
-        });
-        let body = codec::encode_server(format, &frame);
+        // One encode per delivery, from borrowed fields (each delivery goes
+        // to one consumer, so there is nothing to share).
+        let body = codec::delivery_frame(
+            format,
+            &codec::DeliveryRef {
+                sub: &sub.id,
+                queue: d.queue,
+                id: d.id,
+                seq: m.seq,
+                count: m.deliveries,
+                priority: m.priority,
+                payload: &m.payload,
+                headers: &m.headers,
+            },
+        );
         // High lane: the drop-oldest policy never discards a delivery (the
         // queue would only time it out); past the bound the queue keeps
         // the message and offers it again after this consumer's next ack.
-        match self.push_if_room(
+        self.push_if_room(
             Lane::High,
             OutFrame::data(format, Bytes::new(), body.into()),
-        ) {
-            Ok(()) => Delivery::Queued,
-            Err(PushError::Dropped) => Delivery::Dropped,
-            Err(PushError::Closed) => Delivery::Closed,
-        }
+        )
+        .into()
     }
 }
 
