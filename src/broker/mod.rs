@@ -227,8 +227,21 @@ impl Broker {
     /// The topic named `name`, created (with its matching wildcard
     /// subscriptions) if `create` and it does not exist.
     fn topic(&self, name: &str, create: bool, limited: bool) -> Result<Option<Topic>, BrokerError> {
-        if let Some(t) = self.read().topics.get(name) {
-            return Ok(Some(t.clone()));
+        {
+            let reg = self.read();
+            if let Some(t) = reg.topics.get(name) {
+                return Ok(Some(t.clone()));
+            }
+            // A publish to a name nobody wants needs no write lock.
+            if !create {
+                let mut wanted = false;
+                reg.wildcards.for_each_match(name, |s| {
+                    wanted |= !s.is_cancelled() && !s.sink.is_closed();
+                });
+                if !wanted {
+                    return Ok(None);
+                }
+            }
         }
         let mut reg = self.write();
         if let Some(t) = reg.topics.get(name) {

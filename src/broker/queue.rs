@@ -70,6 +70,13 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The delay of a backoff schedule (ms) after `n` attempts: step `n - 1`,
+/// the last step repeating; 0 for an empty schedule.
+pub(crate) fn backoff_delay(steps: &[u64], n: u32) -> u64 {
+    let i = (n as usize).saturating_sub(1);
+    steps.get(i).or(steps.last()).copied().unwrap_or(0)
+}
+
 /// Why a queue operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum QueueError {
@@ -95,12 +102,8 @@ pub(crate) struct Incoming {
     pub(crate) payload: Bytes,
     /// Time to live asked for by the publisher (capped by the queue's).
     pub(crate) ttl_ms: Option<u64>,
-    /// Delivery count carried over (0 for a new message).
-    pub(crate) deliveries: u32,
     /// When it was first enqueued, for a message moved between queues.
     pub(crate) enqueued_ms: Option<u64>,
-    /// An absolute expiry carried over from the queue it was moved from.
-    pub(crate) expires_ms: u64,
     /// Writes that must commit in the same batch (the delete of the copy
     /// this one replaces, for a move).
     pub(crate) with: Vec<Write>,
@@ -114,9 +117,7 @@ impl Incoming {
             headers,
             payload,
             ttl_ms,
-            deliveries: 0,
             enqueued_ms: None,
-            expires_ms: 0,
             with: Vec::new(),
         }
     }
@@ -245,7 +246,7 @@ pub(crate) struct QueueState {
     dlq: Option<QueueHandle>,
     /// Its own handle (weak: no cycle), for the store writer's answers to
     /// refill reads.
-    me: Option<(WeakTaskQueue<QueueState>, Arc<QueueShared>)>,
+    me: Option<WeakTaskQueue<QueueState>>,
     shared: Arc<QueueShared>,
     stats: QueueCounters,
     deleted: bool,
@@ -293,7 +294,7 @@ impl QueueState {
 
     /// Gives the queue its own handle (right after creation).
     pub(crate) fn set_handle(&mut self, me: &QueueHandle) {
-        self.me = Some((me.tq.downgrade(), me.shared.clone()));
+        self.me = Some(me.tq.downgrade());
     }
 
     /// Installs what the store held at start.
@@ -341,11 +342,8 @@ impl QueueState {
         let msg = self.stamp(m, now);
         let durable = match &self.writer {
             Some(w) => {
-                let mut writes = Vec::with_capacity(2 + with.len());
+                let mut writes = Vec::with_capacity(1 + with.len());
                 writes.push(records::put_message(self.id, &msg));
-                if msg.deliveries > 0 {
-                    writes.push(records::put_deliveries(self.id, &msg));
-                }
                 writes.extend(with);
                 Some(w.submit(writes).map_err(QueueError::Store)?)
             }
@@ -368,14 +366,7 @@ impl QueueState {
             (Some(a), b) => a.min(b),
             (None, b) => b,
         };
-        let mut expires_ms = if ttl > 0 { now.saturating_add(ttl) } else { 0 };
-        if m.expires_ms > 0 {
-            expires_ms = if expires_ms == 0 {
-                m.expires_ms
-            } else {
-                expires_ms.min(m.expires_ms)
-            };
-        }
+        let expires_ms = if ttl > 0 { now.saturating_add(ttl) } else { 0 };
         StoredMessage {
             seq: self.next_seq,
             priority: m.priority.min(9),
@@ -383,7 +374,7 @@ impl QueueState {
             payload: m.payload,
             enqueued_ms: m.enqueued_ms.unwrap_or(now),
             expires_ms,
-            deliveries: m.deliveries,
+            deliveries: 0,
             not_before_ms: 0,
         }
     }
@@ -606,11 +597,7 @@ impl QueueState {
             self.dead_letter(m, DeadReason::MaxDeliveries);
             return;
         }
-        let delay = delay_ms.unwrap_or_else(|| {
-            let steps = &self.opts.backoff_ms;
-            let i = (m.deliveries as usize).saturating_sub(1);
-            steps.get(i).or(steps.last()).copied().unwrap_or(0)
-        });
+        let delay = delay_ms.unwrap_or_else(|| backoff_delay(&self.opts.backoff_ms, m.deliveries));
         m.not_before_ms = if delay > 0 {
             now.saturating_add(delay)
         } else {
@@ -619,7 +606,7 @@ impl QueueState {
         if m.not_before_ms > 0 {
             if let Some(w) = &self.writer {
                 // Best effort: a lost delay only means an early redelivery.
-                let _ = w.submit(vec![records::put_deliveries(self.id, &m)]);
+                let _ = w.submit_detached(vec![records::put_deliveries(self.id, &m)]);
             }
         }
         self.hold(m);
@@ -637,7 +624,7 @@ impl QueueState {
         let Some(dlq) = self.dlq.clone().filter(|_| !expired_drop) else {
             self.stats.discarded += 1;
             if let Some(w) = &self.writer {
-                let _ = w.submit(removal);
+                let _ = w.submit_detached(removal);
             }
             return;
         };
@@ -651,9 +638,7 @@ impl QueueState {
             headers,
             payload: m.payload,
             ttl_ms: None,
-            deliveries: 0,
             enqueued_ms: Some(m.enqueued_ms),
-            expires_ms: 0,
             with: removal,
         };
         self.stats.dead_lettered += 1;
@@ -714,11 +699,14 @@ impl QueueState {
             return;
         }
         let mut closed = false;
+        // Delivery counts of this dispatch, written in one submission.
+        let mut counts = Vec::new();
         while let Some(ci) = self.next_consumer() {
             let Some(mut m) = self.pop_ready(now) else {
                 break;
             };
             m.deliveries = m.deliveries.saturating_add(1);
+
             let id = self.next_delivery;
             let c = &self.consumers[ci];
             let outcome = c.sub.sink.deliver_queued(
@@ -733,9 +721,8 @@ impl QueueState {
                 Delivery::Queued => {
                     self.next_delivery += 1;
                     self.stats.delivered += 1;
-                    if let Some(w) = &self.writer {
-                        // Best effort: a lost count only undercounts.
-                        let _ = w.submit(vec![records::put_deliveries(self.id, &m)]);
+                    if self.writer.is_some() {
+                        counts.push(records::put_deliveries(self.id, &m));
                     }
                     let c = &mut self.consumers[ci];
                     c.inflight += 1;
@@ -764,6 +751,10 @@ impl QueueState {
                     closed = true;
                 }
             }
+        }
+        if let (Some(w), false) = (&self.writer, counts.is_empty()) {
+            // Best effort: a lost count only undercounts.
+            let _ = w.submit_detached(counts);
         }
         if closed {
             let gone: Vec<u64> = self
@@ -806,7 +797,7 @@ impl QueueState {
             .memory_window
             .saturating_sub(self.ready_len)
             .max(REFILL_MIN);
-        let (me, shared) = me.clone();
+        let (me, shared) = (me.clone(), self.shared.clone());
         let range = records::range_after(self.id, p as u8, self.loaded_upto[p]);
         let reply = Box::new(move |result: ReadResult| {
             // A queue dropped meanwhile (shutdown, deletion) needs nothing.

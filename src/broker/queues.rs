@@ -155,6 +155,23 @@ fn is_dlq_name(name: &str) -> bool {
     name.ends_with(DLQ_SUFFIX)
 }
 
+/// The dead-letter queue of `name`: configured, or `<name>.dlq`; none for
+/// dead-letter queues and durable subscriptions.
+fn dead_letter_name(reg: &QueueRegistry, name: &str) -> Option<String> {
+    if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) {
+        return None;
+    }
+    let configured = match reg.declared.get(name) {
+        Some(o) => &o.dead_letter,
+        None => &reg.defaults.dead_letter,
+    };
+    Some(if configured.is_empty() {
+        format!("{name}{DLQ_SUFFIX}")
+    } else {
+        configured.clone()
+    })
+}
+
 /// The queue holding durable subscription `sub` of client `client`.
 ///
 /// # Errors
@@ -220,28 +237,21 @@ impl Broker {
             return q.clone();
         }
         let mut opts = Self::options_for(reg, name);
-        let dlq = if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) {
-            // A dead-letter queue keeps what it is given; a durable
-            // subscription redelivers until its subscriber acks.
-            opts.max_deliveries = 0;
-            None
-        } else {
-            let dlq_name = if opts.dead_letter.is_empty() {
-                format!("{name}{DLQ_SUFFIX}")
-            } else {
-                opts.dead_letter.clone()
-            };
-            if dlq_name == name {
+        let dlq = match dead_letter_name(reg, name) {
+            Some(dlq_name) if dlq_name != name => Some(self.create_queue(reg, &dlq_name, None)),
+            Some(_) => None,
+            None => {
+                // A dead-letter queue keeps what it is given; a durable
+                // subscription redelivers until its subscriber acks.
+                opts.max_deliveries = 0;
                 None
-            } else {
-                Some(self.create_queue(reg, &dlq_name, None))
             }
         };
         let id = match id {
             Some(id) => id,
             None => {
                 let id = reg.next_id;
-                reg.next_id += 1;
+                reg.next_id = reg.next_id.saturating_add(1);
                 if let Some(w) = &self.inner.writer {
                     // Ordered before any of its messages by the writer.
                     if let Err(e) = w.submit(vec![records::put_queue(name, id, b"")]) {
@@ -251,7 +261,7 @@ impl Broker {
                 id
             }
         };
-        reg.next_id = reg.next_id.max(id + 1);
+        reg.next_id = reg.next_id.max(id.saturating_add(1));
         let shared = Arc::new(QueueShared::default());
         let name: Arc<str> = name.into();
         let tq = TaskQueue::new(
@@ -286,24 +296,32 @@ impl Broker {
     pub async fn restore_queues(&self, loaded: LoadedQueues) -> Result<usize, BrokerError> {
         if !loaded.orphans.is_empty() {
             if let Some(w) = &self.inner.writer {
-                let _ = w.submit(loaded.orphans);
+                let _ = w.submit_detached(loaded.orphans);
             }
         }
         let mut messages = 0;
-        for q in &loaded.queues {
-            if routing::validate_topic(&q.name).is_err() {
-                tracing::warn!(queue = %q.name, "skipping a stored queue with an invalid name");
-            }
-        }
+        let stored: Vec<_> = loaded
+            .queues
+            .into_iter()
+            .filter(|q| {
+                let valid = routing::validate_topic(&q.name).is_ok();
+                if !valid {
+                    tracing::warn!(queue = %q.name, "skipping a stored queue with an invalid name");
+                }
+                valid
+            })
+            .collect();
         let handles: Vec<_> = {
             let mut reg = self.queue_registry();
             // Stored ids first, so that new queues (dead-letter queues
             // created along the way) never take one.
-            reg.next_id = loaded.queues.iter().map(|q| q.id + 1).max().unwrap_or(0);
-            loaded
-                .queues
+            reg.next_id = stored
+                .iter()
+                .map(|q| q.id.saturating_add(1))
+                .max()
+                .unwrap_or(0);
+            stored
                 .into_iter()
-                .filter(|q| routing::validate_topic(&q.name).is_ok())
                 .map(|q| {
                     let h = self.create_queue(&mut reg, &q.name, Some(q.id));
                     (h, q)
@@ -646,14 +664,7 @@ impl Broker {
         let mut info = q.tq.submit(|q| q.info()).await.ok()?;
         let dlq_name = {
             let reg = self.inner.queues.read();
-            let opts = Self::options_for(&reg, name);
-            if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) {
-                None
-            } else if opts.dead_letter.is_empty() {
-                Some(format!("{name}{DLQ_SUFFIX}"))
-            } else {
-                Some(opts.dead_letter)
-            }
+            dead_letter_name(&reg, name)
         };
         if let Some(dlq_name) = dlq_name {
             if let Some(dlq) = self.queue(&dlq_name, false).ok().flatten() {
@@ -732,9 +743,7 @@ impl Broker {
                     headers,
                     payload: m.payload.clone(),
                     ttl_ms: None,
-                    deliveries: 0,
                     enqueued_ms: Some(m.enqueued_ms),
-                    expires_ms: 0,
                     with: removal,
                 };
                 match queue

@@ -133,6 +133,8 @@ impl ActorConsumer {
 
 struct ConsumerSink {
     id: u64,
+    /// The one queue it consumes (shared by every delivery's settler).
+    queue: Arc<str>,
     recipient: actix::WeakRecipient<QueueMessage>,
     broker: WeakBroker,
     closed: AtomicBool,
@@ -154,7 +156,7 @@ impl Sink for ConsumerSink {
             self.closed.store(true, Ordering::Relaxed);
             return Outcome::Closed;
         };
-        let queue: Arc<str> = d.queue.into();
+        let queue = self.queue.clone();
         let m = d.message;
         let msg = QueueMessage {
             queue: queue.clone(),
@@ -223,6 +225,7 @@ impl Wharf {
     ) -> Result<ActorConsumer, BrokerError> {
         let sink = Arc::new(ConsumerSink {
             id: next_sink_id(),
+            queue: queue.into(),
             // Weak: a consumer must not keep its actor (or the broker)
             // alive.
             recipient: recipient.downgrade(),

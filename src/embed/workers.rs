@@ -62,10 +62,7 @@ where
                 }
             },
         };
-        if !jobs.ping(id).await.unwrap_or(false) {
-            worker = None;
-            continue;
-        }
+        // A dequeue checks the lease and extends it over its wait.
         let job = match jobs.dequeue(id, POLL).await {
             Ok(Some(job)) => job,
             Ok(None) => continue,

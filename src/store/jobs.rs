@@ -5,7 +5,7 @@
 
 use super::engine::Engine as _;
 use super::writer::Write;
-use super::{Store, StoreError};
+use super::{Store, StoreError, read_error};
 
 /// The tree of job records.
 pub const JOBS_TREE: &str = "jobs";
@@ -45,10 +45,7 @@ impl Store {
                 }
                 true
             })
-            .map_err(|e| StoreError::Read {
-                op: "read jobs",
-                reason: e.0,
-            })?;
+            .map_err(read_error("read jobs"))?;
         Ok(out)
     }
 }

@@ -275,6 +275,11 @@ fn decode_headers(value: &[u8], at: &mut usize) -> Option<crate::protocol::frame
     Some(headers)
 }
 
+/// Turns an engine's read failure into [`StoreError::Read`] for `op`.
+fn read_error(op: &'static str) -> impl Fn(CommitError) -> StoreError {
+    move |e| StoreError::Read { op, reason: e.0 }
+}
+
 /// How long [`Store::open`] waits for sled's file lock to be released.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
 

@@ -21,7 +21,7 @@ use bytes::Bytes;
 
 use super::engine::Engine;
 use super::writer::Write;
-use super::{Store, StoreError, decode_headers, encode_headers};
+use super::{Store, StoreError, decode_headers, encode_headers, read_error as io};
 use crate::protocol::frame::Headers;
 
 /// Queue names and ids.
@@ -223,10 +223,6 @@ pub fn decode_deliveries(value: &[u8]) -> Option<(u32, u64)> {
         u32::from_be_bytes(value.get(..4)?.try_into().ok()?),
         u64::from_be_bytes(value.get(4..12)?.try_into().ok()?),
     ))
-}
-
-fn io(op: &'static str) -> impl Fn(super::CommitError) -> StoreError {
-    move |e| StoreError::Read { op, reason: e.0 }
 }
 
 impl Store {

@@ -78,10 +78,7 @@ impl Store {
                 }
                 true
             })
-            .map_err(|e| StoreError::Read {
-                op: "read retained messages",
-                reason: e.0,
-            })?;
+            .map_err(super::read_error("read retained messages"))?;
         Ok(out)
     }
 }

@@ -122,16 +122,27 @@ impl WriterHandle {
     /// [`SubmitError::Full`] or [`SubmitError::Closed`]; nothing is queued.
     pub fn submit(&self, writes: Vec<Write>) -> Result<Durable, SubmitError> {
         let (done, rx) = oneshot::channel();
-        self.tx
-            .try_send(Msg::Writes {
-                writes,
-                done: Some(done),
-            })
-            .map_err(|e| match e {
-                TrySendError::Full(_) => SubmitError::Full,
-                TrySendError::Disconnected(_) => SubmitError::Closed,
-            })?;
+        self.send(Msg::Writes {
+            writes,
+            done: Some(done),
+        })?;
         Ok(Durable(rx))
+    }
+
+    /// Queues writes that nobody waits for (best-effort records): like
+    /// [`WriterHandle::submit`] without the completion to signal.
+    ///
+    /// # Errors
+    /// As [`WriterHandle::submit`].
+    pub fn submit_detached(&self, writes: Vec<Write>) -> Result<(), SubmitError> {
+        self.send(Msg::Writes { writes, done: None })
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), SubmitError> {
+        self.tx.try_send(msg).map_err(|e| match e {
+            TrySendError::Full(_) => SubmitError::Full,
+            TrySendError::Disconnected(_) => SubmitError::Closed,
+        })
     }
 
     /// Reads up to `limit` pairs of `tree` from `from` to `to` (both
@@ -149,18 +160,13 @@ impl WriterHandle {
         limit: usize,
         reply: ReadReply,
     ) -> Result<(), SubmitError> {
-        self.tx
-            .try_send(Msg::Read {
-                tree,
-                from,
-                to,
-                limit,
-                reply,
-            })
-            .map_err(|e| match e {
-                TrySendError::Full(_) => SubmitError::Full,
-                TrySendError::Disconnected(_) => SubmitError::Closed,
-            })
+        self.send(Msg::Read {
+            tree,
+            from,
+            to,
+            limit,
+            reply,
+        })
     }
 }
 

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::queue::now_ms;
 use crate::config::JobsConfig;
 use crate::store::WriterHandle;
 use crate::taskq::{Priority as Lane, SchedulerHandle, TaskError, TaskQueue};
@@ -228,10 +229,6 @@ pub struct JobsInfo {
 pub struct Jobs {
     tq: TaskQueue<JobsState>,
     cfg: std::sync::Arc<JobsConfig>,
-}
-
-fn now_ms() -> u64 {
-    super::queue::now_ms()
 }
 
 impl Jobs {

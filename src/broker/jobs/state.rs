@@ -3,12 +3,13 @@
 //! for a job. Everything here runs inside the resource's task queue.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::{JobError, JobRecord, JobStatus, JobView, NewJob, Outcome};
+use crate::broker::queue::backoff_delay;
 use crate::config::JobsConfig;
 use crate::store::{Durable, WriterHandle, jobs as records};
 
@@ -51,7 +52,7 @@ pub(crate) struct JobsState {
     /// Dequeues waiting for a job, oldest first; one per worker.
     waiting: VecDeque<(Uuid, oneshot::Sender<JobView>)>,
     /// Finished jobs by finish time, for the retention sweep.
-    finished: BTreeMap<(u64, Uuid), ()>,
+    finished: BTreeSet<(u64, Uuid)>,
     writer: Option<WriterHandle>,
     /// Called with each job that dies (copied to the dead-letter queue).
     on_dead: Box<dyn Fn(&JobRecord) + Send>,
@@ -72,7 +73,7 @@ impl JobsState {
             deadlines: BTreeSet::new(),
             workers: HashMap::new(),
             waiting: VecDeque::new(),
-            finished: BTreeMap::new(),
+            finished: BTreeSet::new(),
             writer,
             on_dead,
         }
@@ -118,7 +119,7 @@ impl JobsState {
             let id = j.id;
             match j.status {
                 JobStatus::Succeeded | JobStatus::Dead => {
-                    self.finished.insert((j.updated_ms, id), ());
+                    self.finished.insert((j.updated_ms, id));
                     self.jobs.insert(id, j);
                 }
                 _ => {
@@ -217,10 +218,6 @@ impl JobsState {
 
     /// Whether the worker is registered with a lease in force.
     pub(crate) fn is_valid(&self, worker: Uuid, now: u64) -> bool {
-        self.valid_worker(worker, now)
-    }
-
-    fn valid_worker(&self, worker: Uuid, now: u64) -> bool {
         self.workers
             .get(&worker)
             .is_some_and(|w| w.lease_until > now)
@@ -229,7 +226,7 @@ impl JobsState {
     /// Extends a worker's lease; false if it is no longer valid (it must
     /// register again).
     pub(crate) fn ping(&mut self, worker: Uuid, now: u64) -> bool {
-        if !self.valid_worker(worker, now) {
+        if !self.is_valid(worker, now) {
             self.expire_worker(worker, now);
             return false;
         }
@@ -259,7 +256,7 @@ impl JobsState {
         wait_ms: u64,
         now: u64,
     ) -> Result<Option<JobView>, JobError> {
-        if !self.valid_worker(worker, now) {
+        if !self.is_valid(worker, now) {
             self.expire_worker(worker, now);
             return Err(JobError::WorkerExpired);
         }
@@ -273,9 +270,7 @@ impl JobsState {
         let best = self.workers.get(&worker).and_then(|w| self.best_for(w));
         match best {
             Some((kind, key)) => {
-                if let Some(set) = self.ready.get_mut(&kind) {
-                    set.remove(&key);
-                }
+                self.take_ready(&kind, &key);
                 Ok(self.assign(key.2, worker, now))
             }
             None => {
@@ -317,7 +312,7 @@ impl JobsState {
     fn hand_to_waiting(&mut self, now: u64) {
         let mut still = VecDeque::with_capacity(self.waiting.len());
         while let Some((worker, tx)) = self.waiting.pop_front() {
-            if tx.is_closed() || !self.valid_worker(worker, now) {
+            if tx.is_closed() || !self.is_valid(worker, now) {
                 continue;
             }
             let best = self.workers.get(&worker).and_then(|w| self.best_for(w));
@@ -325,33 +320,36 @@ impl JobsState {
                 still.push_back((worker, tx));
                 continue;
             };
-            if let Some(set) = self.ready.get_mut(&kind) {
-                set.remove(&key);
-            }
+            self.take_ready(&kind, &key);
             let Some(view) = self.assign(key.2, worker, now) else {
                 continue;
             };
             if let Err(view) = tx.send(view) {
                 // The request went away between the check and the send:
                 // the job goes back, not to this worker.
-                self.unassign(view.id, worker, now);
+                self.unassign(view.id, worker);
             }
         }
         self.waiting = still;
     }
 
-    fn unassign(&mut self, id: Uuid, worker: Uuid, _now: u64) {
-        if let Some(w) = self.workers.get_mut(&worker) {
-            w.running.remove(&id);
+    /// Takes a job out of its kind's ready set; an emptied set goes, so
+    /// kinds nobody enqueues any more cost nothing.
+    fn take_ready(&mut self, kind: &str, key: &ReadyKey) {
+        if let Some(set) = self.ready.get_mut(kind) {
+            set.remove(key);
+            if set.is_empty() {
+                self.ready.remove(kind);
+            }
         }
+    }
+
+    fn unassign(&mut self, id: Uuid, worker: Uuid) {
+        self.stop_running(id, worker);
         if let Some(j) = self.jobs.get_mut(&id) {
             j.attempt = j.attempt.saturating_sub(1);
             j.worker = None;
             j.started_ms = None;
-            if let Some(t) = j.timeout_ms {
-                let started = j.updated_ms;
-                self.deadlines.remove(&(started.saturating_add(t), id));
-            }
         }
         self.make_ready(id);
     }
@@ -369,7 +367,7 @@ impl JobsState {
         let Some(j) = self.jobs.get(&id) else {
             return Err(JobError::UnknownJob);
         };
-        if !self.valid_worker(worker, now) {
+        if !self.is_valid(worker, now) {
             self.expire_worker(worker, now);
             return Err(JobError::WorkerExpired);
         }
@@ -412,7 +410,7 @@ impl JobsState {
             if error.is_some() {
                 j.error = error;
             }
-            self.finished.insert((now, id), ());
+            self.finished.insert((now, id));
             if status == JobStatus::Dead {
                 (self.on_dead)(j);
             }
@@ -436,13 +434,7 @@ impl JobsState {
             self.finish(id, JobStatus::Dead, error, now);
             return JobStatus::Dead;
         }
-        let i = (j.attempt as usize).saturating_sub(1);
-        let delay = policy
-            .backoff_ms
-            .get(i)
-            .or(policy.backoff_ms.last())
-            .copied()
-            .unwrap_or(0);
+        let delay = backoff_delay(&policy.backoff_ms, j.attempt);
         if let Some(j) = self.jobs.get_mut(&id) {
             j.status = status;
             j.worker = None;
@@ -522,14 +514,14 @@ impl JobsState {
             let _ = self.persist(id);
         }
         let horizon = now.saturating_sub(self.cfg.retention_s.saturating_mul(1000));
-        while let Some((&(at, id), ())) = self.finished.first_key_value() {
+        while let Some(&(at, id)) = self.finished.first() {
             if at > horizon {
                 break;
             }
             self.finished.remove(&(at, id));
             self.jobs.remove(&id);
             if let Some(w) = &self.writer {
-                let _ = w.submit(vec![records::delete(id.as_bytes())]);
+                let _ = w.submit_detached(vec![records::delete(id.as_bytes())]);
             }
         }
         self.hand_to_waiting(now);
