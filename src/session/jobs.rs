@@ -3,19 +3,19 @@
 //! count, and is answered with a `job_reply` carrying the HTTP API's JSON
 //! or an `error` frame.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{Lane, MAX_PENDING_CONFIRMS, Session};
+use super::{Lane, Session};
 use crate::broker::jobs::{JobError, Jobs, NewJob, Outcome};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{ClientFrame, ErrorCode, ErrorFrame, ServerFrame};
 use crate::protocol::jobs::{JobReply, JsonText};
 use crate::taskq::TaskError;
 
-fn code(e: &JobError) -> ErrorCode {
+/// The error code of a jobs error, on every transport.
+pub fn job_error_code(e: &JobError) -> ErrorCode {
     match e {
         JobError::UnknownJob => ErrorCode::UnknownJob,
         JobError::WorkerExpired => ErrorCode::WorkerExpired,
@@ -102,16 +102,16 @@ impl Session {
     /// Handles a job or worker frame without holding up the frames after
     /// it (past [`MAX_PENDING_CONFIRMS`] requests in flight, it waits).
     pub(super) async fn handle_job(&mut self, format: Format, frame: ClientFrame) {
+        let rid = rid(&frame);
         let Some(jobs) = self.jobs.clone() else {
             self.error(
                 format,
                 ErrorCode::UnknownOp,
                 "jobs are not served on this endpoint",
-                Some(rid(&frame)),
+                Some(rid),
             );
             return;
         };
-        let rid = rid(&frame);
         let out = self.out.clone();
         let answer = async move {
             let reply = match run(jobs, frame).await {
@@ -120,22 +120,13 @@ impl Session {
                     body: JsonText::of(&body),
                 }),
                 Err(e) => ServerFrame::Error(ErrorFrame {
-                    code: code(&e),
+                    code: job_error_code(&e),
                     message: e.to_string(),
                     rid: Some(rid),
                 }),
             };
             let _ = out.push_frame(Lane::High, format, &reply);
         };
-        if self.pending.load(Ordering::Acquire) >= MAX_PENDING_CONFIRMS {
-            answer.await;
-            return;
-        }
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        let pending = self.pending.clone();
-        actix_rt::spawn(async move {
-            answer.await;
-            pending.fetch_sub(1, Ordering::AcqRel);
-        });
+        self.run_bounded(answer).await;
     }
 }

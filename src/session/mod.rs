@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use uuid::Uuid;
 
+pub use jobs::job_error_code;
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
     CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
@@ -41,6 +42,29 @@ use crate::protocol::frame::{
 use crate::routing;
 use crate::store::Durable;
 use crate::taskq::TaskError;
+
+/// The error code of a broker error, on every transport (the HTTP API
+/// answers the same code with a status).
+pub fn error_code(e: &BrokerError) -> ErrorCode {
+    match e {
+        BrokerError::InvalidTopic(_) => ErrorCode::InvalidTopic,
+        BrokerError::InvalidFilter(_) => ErrorCode::InvalidFilter,
+        BrokerError::Task(TaskError::Overloaded { .. })
+        | BrokerError::Contended
+        | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
+        BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
+        BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
+        BrokerError::QueueFull(_) => ErrorCode::QueueFull,
+        BrokerError::UnknownDelivery(_) => ErrorCode::UnknownDelivery,
+        BrokerError::DuplicateConsumer => ErrorCode::DuplicateSubscription,
+        BrokerError::UnknownConsumer => ErrorCode::UnknownSubscription,
+        BrokerError::UnknownQueue(_) => ErrorCode::UnknownQueue,
+        BrokerError::InvalidPriority(_)
+        | BrokerError::InvalidPrefetch(_)
+        | BrokerError::InvalidIds(_)
+        | BrokerError::InvalidDurable(_) => ErrorCode::InvalidField,
+    }
+}
 
 /// What the connection does after a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,25 +189,7 @@ impl Session {
     }
 
     fn broker_error(&self, format: Format, e: BrokerError, rid: Option<u64>) {
-        let code = match &e {
-            BrokerError::InvalidTopic(_) => ErrorCode::InvalidTopic,
-            BrokerError::InvalidFilter(_) => ErrorCode::InvalidFilter,
-            BrokerError::Task(TaskError::Overloaded { .. })
-            | BrokerError::Contended
-            | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
-            BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
-            BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
-            BrokerError::QueueFull(_) => ErrorCode::QueueFull,
-            BrokerError::UnknownDelivery(_) => ErrorCode::UnknownDelivery,
-            BrokerError::DuplicateConsumer => ErrorCode::DuplicateSubscription,
-            BrokerError::UnknownConsumer => ErrorCode::UnknownSubscription,
-            BrokerError::UnknownQueue(_) => ErrorCode::UnknownQueue,
-            BrokerError::InvalidPriority(_)
-            | BrokerError::InvalidPrefetch(_)
-            | BrokerError::InvalidIds(_)
-            | BrokerError::InvalidDurable(_) => ErrorCode::InvalidField,
-        };
-        self.error(format, code, e.to_string(), rid);
+        self.error(format, error_code(&e), e.to_string(), rid);
     }
 
     /// Sends `confirm` once `durable` completes (an error frame if the
@@ -211,14 +217,22 @@ impl Session {
             };
             let _ = out.push_frame(Lane::High, format, &frame);
         };
+        self.run_bounded(async move { send(durable.await) }).await;
+    }
+
+    /// Runs an answer that waits (for the disk, for a job) without holding
+    /// up the frames that follow: spawned, up to [`MAX_PENDING_CONFIRMS`]
+    /// at once, then inline, so a client that pipelines is slowed instead
+    /// of buffered without bound.
+    async fn run_bounded(&self, answer: impl std::future::Future<Output = ()> + 'static) {
         if self.pending.load(Ordering::Acquire) >= MAX_PENDING_CONFIRMS {
-            send(durable.await);
+            answer.await;
             return;
         }
         self.pending.fetch_add(1, Ordering::AcqRel);
         let pending = self.pending.clone();
         actix_rt::spawn(async move {
-            send(durable.await);
+            answer.await;
             pending.fetch_sub(1, Ordering::AcqRel);
         });
     }
@@ -328,10 +342,6 @@ impl Session {
                 self.config.max_payload
             )
         })
-    }
-
-    fn out_id(&self) -> u64 {
-        self.out.id()
     }
 
     /// Handles one decoded frame that arrived in `format`.
@@ -459,17 +469,8 @@ impl Session {
                 }
             },
             ClientFrame::Publish(p) => {
-                if p.payload.len() > self.config.max_payload {
-                    self.error(
-                        format,
-                        ErrorCode::PayloadTooLarge,
-                        format!(
-                            "payload of {} bytes is over the {}-byte limit",
-                            p.payload.len(),
-                            self.config.max_payload
-                        ),
-                        p.rid,
-                    );
+                if let Some(refusal) = self.refuse_payload(p.payload.len()) {
+                    self.error(format, ErrorCode::PayloadTooLarge, refusal, p.rid);
                     return Next::Continue;
                 }
                 let msg = Publish {
@@ -487,17 +488,8 @@ impl Session {
             }
             ClientFrame::Ping(p) => self.reply(format, ServerFrame::Pong(p)),
             ClientFrame::Enqueue(e) => {
-                if e.payload.len() > self.config.max_payload {
-                    self.error(
-                        format,
-                        ErrorCode::PayloadTooLarge,
-                        format!(
-                            "payload of {} bytes is over the {}-byte limit",
-                            e.payload.len(),
-                            self.config.max_payload
-                        ),
-                        e.rid,
-                    );
+                if let Some(refusal) = self.refuse_payload(e.payload.len()) {
+                    self.error(format, ErrorCode::PayloadTooLarge, refusal, e.rid);
                     return Next::Continue;
                 }
                 let queue = e.queue.clone();

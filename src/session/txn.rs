@@ -10,7 +10,7 @@
 use bytes::Bytes;
 
 use super::{Next, Session};
-use crate::broker::{Broker, Enqueue, MAX_IDS, Publish, Settle, TxnAck, TxnOps};
+use crate::broker::{Enqueue, MAX_IDS, Publish, Settle, Sink as _, TxnAck, TxnOps};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{ClientFrame, ErrorCode};
 use crate::routing;
@@ -43,15 +43,6 @@ pub(super) enum Staged {
     Done(Next),
     /// Not a transactional frame: handle it as usual.
     Pass(ClientFrame),
-}
-
-/// Gives the deliveries of staged acks back.
-async fn give_back(broker: &Broker, txn: OpenTxn) {
-    for a in txn.ops.acks {
-        let _ = broker
-            .settle(&a.queue, a.sink, &a.sub, vec![a.id], Settle::Nack(Some(0)))
-            .await;
-    }
 }
 
 impl Session {
@@ -93,14 +84,7 @@ impl Session {
                     Err(e) => {
                         // Nothing took effect: the commit's acks and the
                         // staged nacks give their deliveries back.
-                        let back = OpenTxn {
-                            ops: TxnOps {
-                                acks,
-                                ..TxnOps::default()
-                            },
-                            nacks,
-                        };
-                        self.roll_back(back).await;
+                        self.give_back(acks, nacks).await;
                         self.broker_error(format, e, t.rid);
                     }
                 }
@@ -177,7 +161,7 @@ impl Session {
             }
             ClientFrame::Ack(a) => {
                 if let Some(queue) = self.consumer_queue(format, &a.sub, a.ids.len(), a.rid) {
-                    let sink = self.out_id();
+                    let sink = self.out.id();
                     let acks: Vec<TxnAck> = a
                         .ids
                         .iter()
@@ -267,7 +251,7 @@ impl Session {
     }
 
     async fn apply_nacks(&self, nacks: Vec<StagedNack>) {
-        let sink = self.out_id();
+        let sink = self.out.id();
         for n in nacks {
             if let Err(e) = self
                 .broker
@@ -281,15 +265,17 @@ impl Session {
 
     /// Discards a transaction: its acked and nacked deliveries go back.
     pub(super) async fn roll_back(&self, txn: OpenTxn) {
-        let OpenTxn { ops, nacks } = txn;
-        give_back(
-            &self.broker,
-            OpenTxn {
-                ops,
-                nacks: Vec::new(),
-            },
-        )
-        .await;
+        self.give_back(txn.ops.acks, txn.nacks).await;
+    }
+
+    /// Staged acks and nacks give their deliveries back at once.
+    async fn give_back(&self, acks: Vec<TxnAck>, nacks: Vec<StagedNack>) {
+        for a in acks {
+            let _ = self
+                .broker
+                .settle(&a.queue, a.sink, &a.sub, vec![a.id], Settle::Nack(Some(0)))
+                .await;
+        }
         let back = nacks
             .into_iter()
             .map(|n| StagedNack {

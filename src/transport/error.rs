@@ -5,6 +5,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::protocol::frame::ErrorCode;
+
 /// An error answered over HTTP: a status, a stable machine-readable code
 /// and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +51,47 @@ impl actix_web::Responder for ApiError {
 
     fn respond_to(self, _req: &HttpRequest) -> HttpResponse<Self::Body> {
         self.error_response()
+    }
+}
+
+/// The HTTP status answering an error code.
+pub(crate) fn http_status(code: ErrorCode) -> StatusCode {
+    use ErrorCode as C;
+    match code {
+        C::Malformed
+        | C::UnknownOp
+        | C::MissingField
+        | C::InvalidField
+        | C::InvalidTopic
+        | C::InvalidFilter
+        | C::UnexpectedHello
+        | C::UnsupportedVersion => StatusCode::BAD_REQUEST,
+        C::PayloadTooLarge | C::TransactionTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        C::DuplicateSubscription
+        | C::UnknownDelivery
+        | C::WorkerExpired
+        | C::StaleToken
+        | C::TransactionState => StatusCode::CONFLICT,
+        C::UnknownSubscription | C::UnknownQueue | C::UnknownJob => StatusCode::NOT_FOUND,
+        C::TooManySubscriptions
+        | C::Overloaded
+        | C::TooManyTopics
+        | C::QueueFull
+        | C::TooManyWorkers => StatusCode::SERVICE_UNAVAILABLE,
+        C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl ApiError {
+    /// An error with the code (and its HTTP status) it has on every
+    /// transport.
+    pub(crate) fn coded(code: ErrorCode, message: String) -> ApiError {
+        ApiError {
+            status: http_status(code),
+            code: code.as_str(),
+            message,
+        }
     }
 }
 

@@ -16,28 +16,15 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::topics::{bad, read_payload};
+use super::topics::{bad, query, read_payload};
 use super::{ApiError, AppState};
 use crate::broker::jobs::{JobError, JobStatus, NewJob, Outcome};
-use crate::taskq::TaskError;
 
 /// Largest JSON body accepted by the jobs routes.
 const MAX_BODY: usize = 1 << 20;
 
 fn job_error(e: JobError) -> ApiError {
-    let (status, code) = match &e {
-        JobError::UnknownJob => (StatusCode::NOT_FOUND, "unknown_job"),
-        JobError::WorkerExpired => (StatusCode::CONFLICT, "worker_expired"),
-        JobError::StaleToken { .. } => (StatusCode::CONFLICT, "stale_token"),
-        JobError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
-        JobError::Full(_) => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
-        JobError::TooManyWorkers(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_workers"),
-        JobError::StoreBusy | JobError::Task(TaskError::Overloaded { .. }) => {
-            (StatusCode::SERVICE_UNAVAILABLE, "overloaded")
-        }
-        JobError::Store(_) | JobError::Task(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-    };
-    bad(status, code, e.to_string())
+    ApiError::coded(crate::session::job_error_code(&e), e.to_string())
 }
 
 async fn json_body<T: serde::de::DeserializeOwned>(
@@ -139,8 +126,7 @@ pub(crate) async fn dequeue(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid(&id, "worker id")?;
-    let q = web::Query::<DequeueQuery>::from_query(req.query_string())
-        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))?;
+    let q: DequeueQuery = query(&req)?;
     let wait = Duration::from_millis(q.wait_ms);
     match app.jobs.dequeue(id, wait).await.map_err(job_error)? {
         Some(job) => Ok(HttpResponse::Ok().json(job)),

@@ -8,7 +8,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
-use super::topics::{api_error, bad, message_headers, read_payload};
+use super::topics::{api_error, bad, message_headers, query, read_payload};
 use super::{ApiError, AppState};
 use crate::broker::Enqueue;
 
@@ -42,12 +42,6 @@ pub struct RedriveReply {
 pub(crate) struct RedriveQuery {
     #[serde(default)]
     to: Option<String>,
-}
-
-fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
-    web::Query::<T>::from_query(req.query_string())
-        .map(web::Query::into_inner)
-        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))
 }
 
 pub(crate) async fn enqueue(

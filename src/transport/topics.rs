@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use super::{ApiError, AppState};
 use crate::broker::{BrokerError, Publish};
 use crate::protocol::frame::{Headers, Priority};
-use crate::taskq::TaskError;
 
 /// Prefix of request headers carried as message headers.
 pub const HEADER_PREFIX: &str = "x-wharf-";
@@ -48,6 +47,13 @@ pub(crate) fn bad(status: StatusCode, code: &'static str, message: impl Into<Str
         code,
         message: message.into(),
     }
+}
+
+/// The request's query string as `T`; `400 invalid_query` if it is not.
+pub(crate) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))
 }
 
 /// Reads a request body of at most `limit` bytes.
@@ -87,27 +93,7 @@ pub(crate) fn message_headers(req: &HttpRequest) -> Result<Headers, ApiError> {
 
 /// A broker error as an HTTP status and code.
 pub(crate) fn api_error(e: BrokerError) -> ApiError {
-    let (status, code) = match &e {
-        BrokerError::InvalidTopic(_) => (StatusCode::BAD_REQUEST, "invalid_topic"),
-        BrokerError::InvalidFilter(_) => (StatusCode::BAD_REQUEST, "invalid_filter"),
-        BrokerError::InvalidPriority(_)
-        | BrokerError::InvalidPrefetch(_)
-        | BrokerError::InvalidIds(_)
-        | BrokerError::InvalidDurable(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
-        BrokerError::Task(TaskError::Overloaded { .. })
-        | BrokerError::Contended
-        | BrokerError::StoreBusy(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
-        BrokerError::TooManyTopics(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_topics"),
-        BrokerError::QueueFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
-        BrokerError::UnknownQueue(_) => (StatusCode::NOT_FOUND, "unknown_queue"),
-        BrokerError::UnknownDelivery(_) => (StatusCode::CONFLICT, "unknown_delivery"),
-        BrokerError::DuplicateConsumer => (StatusCode::CONFLICT, "duplicate_subscription"),
-        BrokerError::UnknownConsumer => (StatusCode::NOT_FOUND, "unknown_subscription"),
-        BrokerError::Task(_) | BrokerError::Store(_) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
-        }
-    };
-    bad(status, code, e.to_string())
+    ApiError::coded(crate::session::error_code(&e), e.to_string())
 }
 
 pub(crate) async fn publish(
@@ -116,9 +102,7 @@ pub(crate) async fn publish(
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let query = web::Query::<PublishQuery>::from_query(req.query_string())
-        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))?
-        .into_inner();
+    let query: PublishQuery = query(&req)?;
     let payload = read_payload(&mut body, app.config.session.max_payload).await?;
     let headers = message_headers(&req)?;
     let topic = name.into_inner();
