@@ -100,8 +100,7 @@ pub struct MqttSink {
 }
 
 impl MqttSink {
-    fn send(&self, p: &mqtt::Publish, what: Pending) -> Delivery {
-        let mut p = p.clone();
+    fn send(&self, mut p: mqtt::Publish, what: Pending) -> Delivery {
         if p.qos > 0 {
             match self.state.lock().take_pid(what) {
                 Some(pid) => p.pid = Some(pid),
@@ -187,7 +186,7 @@ impl Sink for MqttSink {
             pid: None,
             payload: msg.payload.clone(),
         };
-        self.send(&p, Pending::Topic)
+        self.send(p, Pending::Topic)
     }
 
     fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
@@ -216,7 +215,7 @@ impl Sink for MqttSink {
             sub: sub.id.clone(),
             delivery: d.id,
         };
-        let outcome = self.send(&p, what);
+        let outcome = self.send(p, what);
         if qos == 0 && outcome == Delivery::Queued {
             // Nothing will acknowledge a QoS 0 delivery: it is done.
             if let Some(b) = self.broker.upgrade() {
@@ -284,7 +283,8 @@ pub struct MqttSession {
 }
 
 struct Connected {
-    client_id: String,
+    /// The client id as durable subscription names carry it.
+    durable_client: String,
     clean: bool,
     keep_alive: u16,
     will: Option<mqtt::Will>,
@@ -528,7 +528,7 @@ impl MqttSession {
         let durable_client = durable_client(&client_id);
         let existing = self.broker.durable_subscriptions(&durable_client);
         let mut conn = Connected {
-            client_id,
+            durable_client: durable_client.clone(),
             clean: c.clean_session,
             keep_alive: c.keep_alive,
             will: c.will,
@@ -697,7 +697,7 @@ impl MqttSession {
         let Some(conn) = self.connected.as_ref() else {
             return SUBACK_FAILURE;
         };
-        let client = durable_client(&conn.client_id);
+        let client = conn.durable_client.clone();
         let id = durable_id(&filter, qos);
         let existing = conn.durable.get(&filter).map(|(_, c)| c.clone());
         let entry = match existing {
@@ -766,7 +766,7 @@ impl MqttSession {
         }
         if let Some((_, consumer)) = conn.durable.remove(filter) {
             consumer.cancel();
-            let client = durable_client(&conn.client_id);
+            let client = conn.durable_client.clone();
             let _ = self
                 .broker
                 .unsubscribe_durable(&client, &consumer.id, self.sink.id)
