@@ -536,21 +536,27 @@ impl MqttSession {
             durable: HashMap::new(),
             awaiting_rel: HashSet::new(),
         };
-        let mut session_present = false;
+        let session_present = !c.clean_session && !existing.is_empty();
         if c.clean_session {
             // A clean start forgets what a persistent session kept.
-            for (id, _) in existing {
+            for (id, _) in &existing {
                 let sink = self.sink.id;
                 if let Err(e) = self
                     .broker
-                    .unsubscribe_durable(&durable_client, &id, sink)
+                    .unsubscribe_durable(&durable_client, id, sink)
                     .await
                 {
                     tracing::warn!("dropping an old MQTT session's subscription failed: {e}");
                 }
             }
-        } else {
-            session_present = !existing.is_empty();
+        }
+        // CONNACK goes out before anything a resumed subscription sends:
+        // a PUBLISH may not precede it.
+        self.sink.push(&Packet::ConnAck {
+            session_present,
+            code: connack::ACCEPTED,
+        });
+        if !c.clean_session {
             for (id, filters) in existing {
                 let Some(filter) = filters.into_iter().next() else {
                     continue;
@@ -564,10 +570,6 @@ impl MqttSession {
             }
         }
         self.connected = Some(conn);
-        self.sink.push(&Packet::ConnAck {
-            session_present,
-            code: connack::ACCEPTED,
-        });
         Ok(())
     }
 
