@@ -285,7 +285,6 @@ impl Client {
         let id = format!("s{}", self.next_id());
         let rid = self.next_id();
         let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
-        let (reply, answer) = oneshot::channel();
         let frame = ClientFrame::Subscribe(Subscribe {
             id: id.clone(),
             filter: filter.to_owned(),
@@ -293,18 +292,52 @@ impl Client {
             durable: false,
             prefetch: None,
         });
+        self.open_route(frame, &id, rid, Route::Messages(tx))
+            .await?;
+        Ok(Subscription { id, rx })
+    }
+
+    /// Sends a frame that opens subscription (or consumer) `id`, routing
+    /// its frames to `route` from the start, and waits for the receipt.
+    async fn open_route(
+        &self,
+        frame: ClientFrame,
+        id: &str,
+        rid: u64,
+        route: Route,
+    ) -> Result<(), ClientError> {
+        let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::Subscribe {
                 frame,
-                id: id.clone(),
+                id: id.to_owned(),
                 rid,
-                tx: Route::Messages(tx),
+                tx: route,
                 reply,
             })
             .await
             .map_err(|_| ClientError::Closed)?;
-        wait(answer, self.options.timeout).await?;
-        Ok(Subscription { id, rx })
+        wait(answer, self.options.timeout).await.map(|_| ())
+    }
+
+    /// Ends subscription (or consumer) `id` and waits for the receipt.
+    async fn close_route(&self, id: String) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        let (reply, answer) = oneshot::channel();
+        let frame = ClientFrame::Unsubscribe(Unsubscribe {
+            id: id.clone(),
+            rid: Some(rid),
+        });
+        self.commands
+            .send(Command::Unsubscribe {
+                frame,
+                id,
+                rid,
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        wait(answer, self.options.timeout).await.map(|_| ())
     }
 
     /// Ends a subscription.
@@ -312,22 +345,7 @@ impl Client {
     /// # Errors
     /// As [`Client::subscribe`].
     pub async fn unsubscribe(&self, sub: Subscription) -> Result<(), ClientError> {
-        let rid = self.next_id();
-        let (reply, answer) = oneshot::channel();
-        let frame = ClientFrame::Unsubscribe(Unsubscribe {
-            id: sub.id.clone(),
-            rid: Some(rid),
-        });
-        self.commands
-            .send(Command::Unsubscribe {
-                frame,
-                id: sub.id,
-                rid,
-                reply,
-            })
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        wait(answer, self.options.timeout).await.map(|_| ())
+        self.close_route(sub.id).await
     }
 
     /// Publishes without waiting for the server (at most once).

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Client, ClientError, Command, Route, wait};
 use crate::protocol::frame::{
     ClientFrame, Consume, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle, Subscribe,
-    Touch, Txn, Unsubscribe,
+    Touch, Txn,
 };
 
 /// Options of one enqueue beyond queue and payload.
@@ -112,10 +112,7 @@ impl Client {
     /// `transaction_state` if one is open, a timeout, or a closed
     /// connection.
     pub async fn begin(&self) -> Result<(), ClientError> {
-        let rid = self.next_id();
-        self.request(ClientFrame::Begin(Txn { rid: Some(rid) }), Some(rid))
-            .await
-            .map(|_| ())
+        self.txn(ClientFrame::Begin).await
     }
 
     /// Commits the open transaction; returns once it is durable and in
@@ -125,10 +122,7 @@ impl Client {
     /// The server refusing (an ack of a delivery no longer in flight, a
     /// full queue, no open transaction): nothing took effect.
     pub async fn commit(&self) -> Result<(), ClientError> {
-        let rid = self.next_id();
-        self.request(ClientFrame::Commit(Txn { rid: Some(rid) }), Some(rid))
-            .await
-            .map(|_| ())
+        self.txn(ClientFrame::Commit).await
     }
 
     /// Discards the open transaction; staged acks give their deliveries
@@ -138,8 +132,12 @@ impl Client {
     /// `transaction_state` if none is open, a timeout, or a closed
     /// connection.
     pub async fn rollback(&self) -> Result<(), ClientError> {
+        self.txn(ClientFrame::Rollback).await
+    }
+
+    async fn txn(&self, make: fn(Txn) -> ClientFrame) -> Result<(), ClientError> {
         let rid = self.next_id();
-        self.request(ClientFrame::Rollback(Txn { rid: Some(rid) }), Some(rid))
+        self.request(make(Txn { rid: Some(rid) }), Some(rid))
             .await
             .map(|_| ())
     }
@@ -195,24 +193,14 @@ impl Client {
         let id = format!("c{}", self.next_id());
         let rid = self.next_id();
         let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
-        let (reply, answer) = oneshot::channel();
         let frame = ClientFrame::Consume(Consume {
             id: id.clone(),
             queue: queue.to_owned(),
             prefetch,
             rid: Some(rid),
         });
-        self.commands
-            .send(Command::Subscribe {
-                frame,
-                id: id.clone(),
-                rid,
-                tx: Route::Deliveries(tx),
-                reply,
-            })
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        wait(answer, self.options.timeout).await?;
+        self.open_route(frame, &id, rid, Route::Deliveries(tx))
+            .await?;
         Ok(Consumer { id, rx })
     }
 
@@ -233,7 +221,6 @@ impl Client {
     ) -> Result<Consumer, ClientError> {
         let rid = self.next_id();
         let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
-        let (reply, answer) = oneshot::channel();
         let frame = ClientFrame::Subscribe(Subscribe {
             id: id.to_owned(),
             filter: filter.to_owned(),
@@ -241,17 +228,8 @@ impl Client {
             durable: true,
             prefetch: Some(prefetch),
         });
-        self.commands
-            .send(Command::Subscribe {
-                frame,
-                id: id.to_owned(),
-                rid,
-                tx: Route::Deliveries(tx),
-                reply,
-            })
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        wait(answer, self.options.timeout).await?;
+        self.open_route(frame, id, rid, Route::Deliveries(tx))
+            .await?;
         Ok(Consumer {
             id: id.to_owned(),
             rx,
@@ -265,22 +243,7 @@ impl Client {
     /// # Errors
     /// As [`Client::consume`].
     pub async fn cancel(&self, consumer: Consumer) -> Result<(), ClientError> {
-        let rid = self.next_id();
-        let (reply, answer) = oneshot::channel();
-        let frame = ClientFrame::Unsubscribe(Unsubscribe {
-            id: consumer.id.clone(),
-            rid: Some(rid),
-        });
-        self.commands
-            .send(Command::Unsubscribe {
-                frame,
-                id: consumer.id,
-                rid,
-                reply,
-            })
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        wait(answer, self.options.timeout).await.map(|_| ())
+        self.close_route(consumer.id).await
     }
 
     async fn settle(

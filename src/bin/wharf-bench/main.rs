@@ -202,9 +202,8 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
                                     None => break,
                                 }
                             }
-                            let total = received.fetch_add(got, Ordering::Relaxed) + got;
+                            received.fetch_add(got, Ordering::Relaxed);
                             done_at.fetch_max(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                            let _ = total;
                         })
                     })
                     .collect();
@@ -458,21 +457,23 @@ struct Spawned {
 impl Spawned {
     /// Stops the broker (SIGTERM, wait) and keeps its data directory.
     fn stop_keeping_data(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        self.terminate();
         self._dir = PathBuf::new();
     }
-}
 
-impl Drop for Spawned {
-    fn drop(&mut self) {
+    /// SIGTERM, then wait for it to exit (a second call finds it gone).
+    fn terminate(&mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .stderr(Stdio::null())
             .status();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        self.terminate();
         if !self._dir.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&self._dir);
         }
@@ -538,15 +539,13 @@ fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned,
 
 fn main() {
     let mut args = Args::parse();
-    let spawned;
-    let url = match args.url.clone() {
-        Some(url) => url,
+    // The spawned broker lives until main returns.
+    let (_spawned, url) = match args.url.clone() {
+        Some(url) => (None, url),
         None => {
             let (s, url) = spawn_broker(&args);
             args.pid = Some(s.child.id());
-            spawned = Some(s);
-            let _ = &spawned;
-            url
+            (Some(s), url)
         }
     };
     println!(
