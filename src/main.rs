@@ -82,7 +82,12 @@ fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathB
             return ExitCode::FAILURE;
         }
     };
-    let result = actix_rt::System::new().block_on(wharf::run(listener, config, shutdown_signal()));
+    let result = actix_rt::System::new().block_on(async move {
+        // Handlers are installed before the broker starts, so a signal
+        // that arrives while it starts stops it cleanly.
+        let shutdown = shutdown_signal();
+        wharf::run(listener, config, shutdown).await
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -114,20 +119,34 @@ fn init_logging(config: &Config) {
     }
 }
 
-/// Completes on the first SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Installs SIGINT and SIGTERM handlers now (inside the runtime) and
+/// returns what completes on the first of them.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use actix_rt::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
+    let watch = |kind: SignalKind, name: &str| match signal(kind) {
+        Ok(s) => Some(s),
         Err(e) => {
-            tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the broker");
-            let _ = actix_rt::signal::ctrl_c().await;
-            return;
+            tracing::warn!("cannot watch {name}: {e}");
+            None
         }
     };
-    tokio::select! {
-        _ = actix_rt::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut term = watch(SignalKind::terminate(), "SIGTERM");
+    let mut int = watch(SignalKind::interrupt(), "SIGINT");
+    async move {
+        tokio::select! {
+            _ = next_signal(&mut term) => {}
+            _ = next_signal(&mut int) => {}
+        }
+        tracing::info!("signal received");
     }
-    tracing::info!("signal received");
+}
+
+/// The next delivery of a watched signal; never, if it is not watched.
+async fn next_signal(s: &mut Option<actix_rt::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
