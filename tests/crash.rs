@@ -261,6 +261,7 @@ fn confirmed_queue_messages_and_acks_survive_kill_9() {
             raised += 1;
         }
     }
+    assert!(raised > 0, "deliveries were left in flight at the crash");
     let unconfirmed = found.keys().filter(|m| !enqueued.contains(*m)).count();
     eprintln!(
         "{} enqueues confirmed, {} acks confirmed; after the restart {} messages: \

@@ -130,8 +130,10 @@ fn an_execution_timeout_retries_per_policy_then_the_job_is_dead() {
     let (status, v) = dequeue(&b, &w, 0);
     assert_eq!((status, v["token"].as_u64()), (200, Some(1)));
     assert_eq!(v["timeout_ms"], 200);
-    // Let it time out.
-    std::thread::sleep(Duration::from_millis(250));
+    // Wait for the timeout to end the attempt.
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        get(&b, &format!("/jobs/{job}")).1["status"] != "running"
+    }));
     let (_, v) = get(&b, &format!("/jobs/{job}"));
     assert!(v["status"] == "timed_out" || v["status"] == "queued", "{v}");
     let (status, v) = outcome(&b, &job, &w, 1, "succeeded");
@@ -142,7 +144,9 @@ fn an_execution_timeout_retries_per_policy_then_the_job_is_dead() {
         (200, Some(2)),
         "retried: {v}"
     );
-    std::thread::sleep(Duration::from_millis(300));
+    common::wait_until(Duration::from_secs(5), || {
+        get(&b, &format!("/jobs/{job}")).1["status"] == "dead"
+    });
     let (_, v) = get(&b, &format!("/jobs/{job}"));
     assert_eq!(v["status"], "dead", "{v}");
     assert_eq!(v["error"], "execution timeout");

@@ -69,8 +69,23 @@ fn paho_persistent_session_survives_a_restart() {
     let data = dir.path().join("data");
     let b = TestBroker::start_in(&data, |_| {});
     paho(&b, "persist1");
-    // The copies are written asynchronously: let them land.
-    std::thread::sleep(Duration::from_millis(300));
+    // The copies are written asynchronously: wait for all of them.
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        let (_, body) = common::http(b.addr, "GET", "/queues", "");
+        let queues: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let kept: u64 = queues
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|q| {
+                q["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("$durable/mqtt:paho-persistent/"))
+            })
+            .filter_map(|q| q["depth"].as_u64())
+            .sum();
+        kept == 150
+    }));
     b.stop().unwrap();
     let b = TestBroker::start_in(&data, |_| {});
     paho(&b, "persist2");

@@ -89,6 +89,11 @@ fn rollback_leaves_nothing_and_gives_acked_deliveries_back() {
         c.enqueue("in", b"work".to_vec()).await.unwrap();
         let mut input = c.consume("in", 1).await.unwrap();
         let work = input.recv_timeout(T).await.unwrap();
+        // Watches the staged publish: it must never go out.
+        let watcher = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        let mut never = watcher.subscribe("never").await.unwrap();
         assert_eq!(code(c.commit().await), ErrorCode::TransactionState);
         c.begin().await.unwrap();
         assert_eq!(code(c.begin().await), ErrorCode::TransactionState);
@@ -101,6 +106,10 @@ fn rollback_leaves_nothing_and_gives_acked_deliveries_back() {
             ErrorCode::TransactionTooLarge
         );
         c.rollback().await.unwrap();
+        assert!(
+            never.recv_timeout(QUIET).await.is_none(),
+            "a rolled-back publish went out"
+        );
         let again = input.recv_timeout(T).await.expect("given back");
         assert_eq!(again.seq, work.seq);
         assert_eq!(again.count, 2, "count raised");

@@ -27,6 +27,8 @@ def client(cid, clean=True, will=None):
         c.will_set(*will)
     c.inbox = queue.Queue()
     c.connected = queue.Queue()
+    c.subscribed = queue.Queue()
+    c.on_subscribe = lambda cl, ud, mid, rcs, props: cl.subscribed.put((mid, rcs))
     c.on_message = lambda cl, ud, msg: cl.inbox.put(msg)
     c.on_connect = lambda cl, ud, flags, rc, props: cl.connected.put((flags, rc))
     return c
@@ -55,7 +57,10 @@ def none_within(c, secs):
 def sub(c, filt, qos):
     r, mid = c.subscribe(filt, qos)
     assert r == mqtt.MQTT_ERR_SUCCESS
-    time.sleep(0.3)
+    # Wait for the SUBACK, not a while.
+    got, rcs = c.subscribed.get(timeout=T)
+    assert got == mid, (got, mid)
+    assert not rcs[0].is_failure, rcs
 
 
 def qos_round_trips():
@@ -136,10 +141,11 @@ def persistent_session_part1():
     sub(c, "interop/persist/#", 1)
     c.disconnect()
     c.loop_stop()
-    # Published while it is away.
+    # Published while it is away: more than one prefetch window (100), so
+    # a re-subscribe that lost the backlog could not go unnoticed.
     p = client("paho-publisher")
     start(p)
-    for i in range(5):
+    for i in range(150):
         p.publish(f"interop/persist/{i}", f"m{i}".encode(), qos=1).wait_for_publish(timeout=T)
     p.disconnect()
 
@@ -152,14 +158,19 @@ def persistent_session_part2():
     # Clients usually subscribe again on every connect: that must keep
     # what was kept.
     c.subscribe("interop/persist/#", 1)
-    got = [recv(c).payload for _ in range(5)]
-    assert got == [f"m{i}".encode() for i in range(5)], got
+    got = [recv(c).payload for _ in range(150)]
+    assert got == [f"m{i}".encode() for i in range(150)], got
     c.disconnect()
-    # A clean session forgets it.
+    c.loop_stop()
+    # A clean session forgets it: a persistent one after it starts empty.
     c2 = client("paho-persistent", clean=True)
-    flags = start(c2)
-    assert not flags.session_present
+    start(c2)
     c2.disconnect()
+    c2.loop_stop()
+    c3 = client("paho-persistent", clean=False)
+    flags = start(c3)
+    assert not flags.session_present, "the clean session forgot the old one"
+    c3.disconnect()
 
 
 SCENARIOS = {
