@@ -143,7 +143,8 @@ pub struct TopicsConfig {
     /// after its last use.
     pub idle_timeout_s: u64,
     /// Most topics that may exist at once; creating one more (by a retained
-    /// publish or a subscription) is refused with `too_many_topics`.
+    /// publish, a subscription to a new name, or a publish to a new name a
+    /// wildcard subscription matches) is refused with `too_many_topics`.
     pub max_topics: usize,
 }
 
@@ -305,8 +306,9 @@ pub struct MqttConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct JobsConfig {
-    /// Milliseconds a worker stays valid after registering or pinging;
-    /// past it its running jobs go back to the queue.
+    /// Milliseconds a worker stays valid after registering, pinging or
+    /// dequeuing (a dequeue adds its `wait_ms`); past it its running jobs
+    /// go back to the queue.
     pub worker_lease_ms: u64,
     /// Attempts a job gets (the first included) before it is dead.
     pub max_attempts: u32,
