@@ -146,13 +146,32 @@ pub struct TopicsConfig {
     /// publish, a subscription to a new name, or a publish to a new name a
     /// wildcard subscription matches) is refused with `too_many_topics`.
     pub max_topics: usize,
+    /// Most `/`-separated levels in a topic name, filter or queue name
+    /// (1 to 1024); more is refused with `invalid_topic` /
+    /// `invalid_filter`.
+    pub max_levels: usize,
+    /// Most bytes in a topic name, filter or queue name (1 to 65535).
+    pub max_name_bytes: usize,
+}
+
+impl TopicsConfig {
+    /// The bounds every name that enters the broker is checked against.
+    pub fn limits(&self) -> crate::routing::TopicLimits {
+        crate::routing::TopicLimits {
+            max_levels: self.max_levels,
+            max_bytes: self.max_name_bytes,
+        }
+    }
 }
 
 impl Default for TopicsConfig {
     fn default() -> Self {
+        let limits = crate::routing::TopicLimits::DEFAULT;
         TopicsConfig {
             idle_timeout_s: 60,
             max_topics: 1_000_000,
+            max_levels: limits.max_levels,
+            max_name_bytes: limits.max_bytes,
         }
     }
 }
@@ -265,7 +284,7 @@ impl QueueDecl {
 }
 
 impl QueueOptions {
-    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+    fn validate(&self, key: &str, limits: &crate::routing::TopicLimits) -> Result<(), ConfigError> {
         let invalid = |field: &str, reason: &str| ConfigError::Invalid {
             key: format!("{key}.{field}"),
             reason: reason.to_owned(),
@@ -286,7 +305,8 @@ impl QueueOptions {
             return Err(invalid("memory_window", "must be between 1 and 10000000"));
         }
         if !self.dead_letter.is_empty() {
-            crate::routing::validate_topic(&self.dead_letter)
+            limits
+                .check_topic(&self.dead_letter)
                 .map_err(|e| invalid("dead_letter", &format!("not a valid queue name: {e}")))?;
         }
         Ok(())
@@ -614,7 +634,18 @@ impl Config {
         if self.store.interval_ms == 0 || self.store.interval_ms > 60_000 {
             return Err(invalid("store.interval_ms", "must be between 1 and 60000"));
         }
-        self.queue_defaults.validate("queue_defaults")?;
+        let widest = crate::routing::TopicLimits::WIDEST;
+        if self.topics.max_levels == 0 || self.topics.max_levels > widest.max_levels {
+            return Err(invalid("topics.max_levels", "must be between 1 and 1024"));
+        }
+        if self.topics.max_name_bytes == 0 || self.topics.max_name_bytes > widest.max_bytes {
+            return Err(invalid(
+                "topics.max_name_bytes",
+                "must be between 1 and 65535",
+            ));
+        }
+        let limits = self.topics.limits();
+        self.queue_defaults.validate("queue_defaults", &limits)?;
         let jobs = &self.jobs;
         if jobs.worker_lease_ms < 100 || jobs.worker_lease_ms > 86_400_000 {
             return Err(invalid(
@@ -645,7 +676,7 @@ impl Config {
         let mut names = std::collections::HashSet::new();
         for (i, q) in self.queues.iter().enumerate() {
             let key = format!("queues[{i}]");
-            if let Err(e) = crate::routing::validate_topic(&q.name) {
+            if let Err(e) = limits.check_topic(&q.name) {
                 return Err(ConfigError::Invalid {
                     key: format!("{key}.name"),
                     reason: format!("not a valid queue name: {e}"),
@@ -658,14 +689,14 @@ impl Config {
                 });
             }
             for (j, f) in q.bind.iter().enumerate() {
-                if let Err(e) = crate::routing::validate_filter(f) {
+                if let Err(e) = limits.check_filter(f) {
                     return Err(ConfigError::Invalid {
                         key: format!("{key}.bind[{j}]"),
                         reason: format!("not a valid topic filter: {e}"),
                     });
                 }
             }
-            q.options(&self.queue_defaults).validate(&key)?;
+            q.options(&self.queue_defaults).validate(&key, &limits)?;
         }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::Invalid {

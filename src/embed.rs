@@ -143,11 +143,7 @@ impl Wharf {
         .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
         let writer = store.start_writer(&config.store)?;
         let scheduler = Scheduler::new(&config.scheduler)?;
-        let broker = Broker::with_store(
-            scheduler.handle(),
-            writer.handle(),
-            config.topics.max_topics,
-        );
+        let broker = Broker::with_store(scheduler.handle(), writer.handle(), &config.topics);
         let restored = retained.len();
         broker.restore_retained(retained).await?;
         if restored > 0 {

@@ -39,7 +39,8 @@ pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 
 use crate::protocol::frame::{Headers, Priority};
-use crate::routing::{self, FilterTrie, TopicError};
+use crate::config::TopicsConfig;
+use crate::routing::{self, FilterTrie, TopicError, TopicLimits};
 use crate::store::{RetainedRecord, SubmitError, WriterHandle};
 use crate::taskq::{SchedulerHandle, TaskError, TaskQueue};
 use topic::{Gone, NotPublished, TopicState};
@@ -138,6 +139,8 @@ struct Inner {
     writer: Option<WriterHandle>,
     /// Most topics that may exist at once.
     max_topics: usize,
+    /// Bounds on the names and filters that enter through this broker.
+    limits: TopicLimits,
     /// Queues by name, with their options.
     queues: parking_lot::RwLock<queues::QueueRegistry>,
 }
@@ -162,40 +165,75 @@ pub struct BrokerStats {
 const GONE_RETRIES: usize = 8;
 
 impl Broker {
-    /// The topic limit of [`Broker::new`] (the default of
-    /// `topics.max_topics`).
-    pub const DEFAULT_MAX_TOPICS: usize = 1_000_000;
-
     /// A broker whose topics run on `scheduler`'s workers and keep
     /// retained messages in memory only.
     pub fn new(scheduler: SchedulerHandle) -> Self {
-        Self::build(scheduler, None, Self::DEFAULT_MAX_TOPICS)
+        Self::build(scheduler, None, &TopicsConfig::default())
     }
 
-    /// A broker that persists retained messages through a store writer and
-    /// holds at most `max_topics` topics. Call [`Broker::restore_retained`]
-    /// with what the store holds before serving.
-    pub fn with_store(scheduler: SchedulerHandle, writer: WriterHandle, max_topics: usize) -> Self {
-        Self::build(scheduler, Some(writer), max_topics)
+    /// A broker that persists retained messages through a store writer,
+    /// with `topics`' limits (most topics, name bounds). Call
+    /// [`Broker::restore_retained`] with what the store holds before
+    /// serving.
+    pub fn with_store(
+        scheduler: SchedulerHandle,
+        writer: WriterHandle,
+        topics: &TopicsConfig,
+    ) -> Self {
+        Self::build(scheduler, Some(writer), topics)
     }
 
-    fn build(scheduler: SchedulerHandle, writer: Option<WriterHandle>, max_topics: usize) -> Self {
+    fn build(
+        scheduler: SchedulerHandle,
+        writer: Option<WriterHandle>,
+        topics: &TopicsConfig,
+    ) -> Self {
         Broker {
             inner: Arc::new(Inner {
                 scheduler,
                 registry: RwLock::new(Registry::default()),
                 writer,
-                max_topics,
+                max_topics: topics.max_topics,
+                limits: topics.limits(),
                 queues: parking_lot::RwLock::new(queues::QueueRegistry::default()),
             }),
         }
+    }
+
+    /// The bounds on topic names, filters and queue names this broker
+    /// accepts (`[topics] max_levels`, `max_name_bytes`), for the
+    /// transports to check a name before they act on it.
+    pub fn topic_limits(&self) -> TopicLimits {
+        self.inner.limits
+    }
+
+    /// Checks a topic name against this broker's limits.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidTopic`].
+    pub fn check_topic(&self, name: &str) -> Result<(), BrokerError> {
+        self.inner
+            .limits
+            .check_topic(name)
+            .map_err(BrokerError::InvalidTopic)
+    }
+
+    /// Checks a topic filter against this broker's limits.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidFilter`].
+    pub fn check_filter(&self, filter: &str) -> Result<(), BrokerError> {
+        self.inner
+            .limits
+            .check_filter(filter)
+            .map_err(BrokerError::InvalidFilter)
     }
 
     /// Re-creates topics with their retained messages, as read back from
     /// the store at start.
     pub async fn restore_retained(&self, records: Vec<RetainedRecord>) -> Result<(), BrokerError> {
         for r in records {
-            if routing::validate_topic(&r.topic).is_err() {
+            if TopicLimits::WIDEST.check_topic(&r.topic).is_err() {
                 tracing::warn!(topic = %r.topic, "skipping a stored retained message with an invalid topic");
                 continue;
             }
@@ -287,7 +325,7 @@ impl Broker {
     /// An invalid topic name, or the topic's queue refusing the task
     /// (overloaded).
     pub async fn publish(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
-        routing::validate_topic(&msg.topic).map_err(BrokerError::InvalidTopic)?;
+        self.check_topic(&msg.topic)?;
         let Publish {
             topic: name,
             payload,
@@ -333,7 +371,7 @@ impl Broker {
     /// # Errors
     /// An invalid filter, or a topic queue refusing the task.
     pub async fn subscribe(&self, sub: Subscription) -> Result<(), BrokerError> {
-        routing::validate_filter(&sub.filter).map_err(BrokerError::InvalidFilter)?;
+        self.check_filter(&sub.filter)?;
         if !routing::is_wildcard(&sub.filter) {
             return self.subscribe_exact(sub).await;
         }
@@ -461,7 +499,7 @@ impl Broker {
         &self,
         filter: &str,
     ) -> Result<Vec<Arc<Published>>, BrokerError> {
-        routing::validate_filter(filter).map_err(BrokerError::InvalidFilter)?;
+        self.check_filter(filter)?;
         let topics: Vec<Topic> = self
             .read()
             .topics

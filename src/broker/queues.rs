@@ -185,7 +185,11 @@ pub fn durable_queue_name(client: &str, sub: &str) -> Result<String, BrokerError
         ));
     }
     let name = format!("{DURABLE_PREFIX}{client}/{sub}");
-    routing::validate_topic(&name).map_err(BrokerError::InvalidTopic)?;
+    // A derived name: its parts are bounded where they enter (client ids,
+    // subscription ids); here only its shape is checked.
+    routing::TopicLimits::WIDEST
+        .check_topic(&name)
+        .map_err(BrokerError::InvalidTopic)?;
     Ok(name)
 }
 
@@ -225,7 +229,7 @@ impl Broker {
         if !create {
             return Ok(None);
         }
-        routing::validate_topic(name).map_err(BrokerError::InvalidTopic)?;
+        self.check_topic(name)?;
         let mut reg = self.queue_registry();
         Ok(Some(self.create_queue(&mut reg, name, None)))
     }
@@ -304,7 +308,8 @@ impl Broker {
             .queues
             .into_iter()
             .filter(|q| {
-                let valid = routing::validate_topic(&q.name).is_ok();
+                // What the store holds is restored even past lowered limits.
+                let valid = routing::TopicLimits::WIDEST.check_topic(&q.name).is_ok();
                 if !valid {
                     tracing::warn!(queue = %q.name, "skipping a stored queue with an invalid name");
                 }
@@ -434,7 +439,7 @@ impl Broker {
         consumer: Subscription,
         prefetch: u32,
     ) -> Result<(), BrokerError> {
-        routing::validate_filter(filter).map_err(BrokerError::InvalidFilter)?;
+        self.check_filter(filter)?;
         if prefetch == 0 || prefetch > MAX_PREFETCH {
             return Err(BrokerError::InvalidPrefetch(prefetch));
         }

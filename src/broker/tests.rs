@@ -290,7 +290,11 @@ fn a_cancelled_subscription_gets_nothing_more_and_is_dropped() {
 #[test]
 fn topics_past_the_limit_are_refused_and_existing_ones_keep_working() {
     let s = Scheduler::new(&SchedulerConfig::default()).unwrap();
-    let b = Broker::build(s.handle(), None, 2);
+    let topics = crate::config::TopicsConfig {
+        max_topics: 2,
+        ..Default::default()
+    };
+    let b = Broker::build(s.handle(), None, &topics);
     let r = Recorder::new();
     run(async {
         b.subscribe(sub(&r, "1", "t/1")).await.unwrap();

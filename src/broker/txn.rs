@@ -68,7 +68,7 @@ impl Broker {
     /// failure: then nothing took effect.
     pub async fn commit(&self, ops: TxnOps) -> Result<(), BrokerError> {
         for p in &ops.publishes {
-            crate::routing::validate_topic(&p.topic).map_err(BrokerError::InvalidTopic)?;
+            self.check_topic(&p.topic)?;
         }
         let mut by_queue: BTreeMap<String, PerQueue> = BTreeMap::new();
         for e in ops.enqueues {

@@ -11,8 +11,102 @@ mod trie;
 
 pub use trie::FilterTrie;
 
-/// Longest topic name or filter accepted, in bytes (MQTT's limit).
+/// Longest topic name or filter any configuration accepts, in bytes
+/// (MQTT's limit).
 pub const MAX_TOPIC_LEN: usize = 65_535;
+
+/// Most levels in a topic name or filter any configuration accepts.
+pub const MAX_TOPIC_LEVELS: usize = 1_024;
+
+/// Bounds on topic names and filters (`[topics] max_levels` and
+/// `max_name_bytes`). They exist because a name's size becomes memory in
+/// the filter trie and the registry, and its depth the length of every
+/// walk: every way a name enters the broker checks it against these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicLimits {
+    /// Most `/`-separated levels.
+    pub max_levels: usize,
+    /// Most bytes.
+    pub max_bytes: usize,
+}
+
+impl TopicLimits {
+    /// `[topics]`'s defaults: 32 levels, 1 KiB.
+    pub const DEFAULT: TopicLimits = TopicLimits {
+        max_levels: 32,
+        max_bytes: 1024,
+    };
+
+    /// The widest bounds a configuration may set; what the store gives
+    /// back at start is checked against these, so that lowering the
+    /// configured limits never drops stored data.
+    pub const WIDEST: TopicLimits = TopicLimits {
+        max_levels: MAX_TOPIC_LEVELS,
+        max_bytes: MAX_TOPIC_LEN,
+    };
+
+    fn check_common(&self, s: &str) -> Result<(), TopicError> {
+        if s.is_empty() {
+            return Err(TopicError::Empty);
+        }
+        if s.len() > self.max_bytes {
+            return Err(TopicError::TooLong {
+                bytes: s.len(),
+                max: self.max_bytes,
+            });
+        }
+        let levels = s.bytes().filter(|&b| b == b'/').count() + 1;
+        if levels > self.max_levels {
+            return Err(TopicError::TooManyLevels {
+                levels,
+                max: self.max_levels,
+            });
+        }
+        if s.contains('\0') {
+            return Err(TopicError::Nul);
+        }
+        Ok(())
+    }
+
+    /// Checks a topic name, the thing one publishes to (and a queue name).
+    ///
+    /// # Errors
+    /// Empty, past the limits, NUL, or a wildcard character.
+    pub fn check_topic(&self, name: &str) -> Result<(), TopicError> {
+        self.check_common(name)?;
+        if name.contains(['+', '#']) {
+            return Err(TopicError::WildcardInName);
+        }
+        Ok(())
+    }
+
+    /// Checks a topic filter, the thing one subscribes to.
+    ///
+    /// # Errors
+    /// Empty, past the limits, NUL, a wildcard sharing a level, or `#` not
+    /// last.
+    pub fn check_filter(&self, filter: &str) -> Result<(), TopicError> {
+        self.check_common(filter)?;
+        let mut levels = filter.split('/').peekable();
+        while let Some(level) = levels.next() {
+            match level {
+                "#" if levels.peek().is_some() => return Err(TopicError::HashNotLast),
+                "#" | "+" => {}
+                other if other.contains(['+', '#']) => {
+                    return Err(TopicError::PartialWildcard(other.to_owned()));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for TopicLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// Why a topic name or filter was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,9 +114,22 @@ pub enum TopicError {
     /// Names and filters have at least one character.
     #[error("must not be empty")]
     Empty,
-    /// Longer than [`MAX_TOPIC_LEN`] bytes.
-    #[error("longer than {MAX_TOPIC_LEN} bytes")]
-    TooLong,
+    /// Longer than `[topics] max_name_bytes`.
+    #[error("is {bytes} bytes long, more than the limit of {max} ([topics] max_name_bytes)")]
+    TooLong {
+        /// The name's length.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More levels than `[topics] max_levels`.
+    #[error("has {levels} levels, more than the limit of {max} ([topics] max_levels)")]
+    TooManyLevels {
+        /// The name's levels.
+        levels: usize,
+        /// The limit.
+        max: usize,
+    },
     /// NUL is not allowed anywhere.
     #[error("contains a NUL character")]
     Nul,
@@ -35,51 +142,6 @@ pub enum TopicError {
     /// `#` is not the last level (`a/#/b`).
     #[error("'#' may only be the last level")]
     HashNotLast,
-}
-
-fn check_common(s: &str) -> Result<(), TopicError> {
-    if s.is_empty() {
-        return Err(TopicError::Empty);
-    }
-    if s.len() > MAX_TOPIC_LEN {
-        return Err(TopicError::TooLong);
-    }
-    if s.contains('\0') {
-        return Err(TopicError::Nul);
-    }
-    Ok(())
-}
-
-/// Checks a topic name, the thing one publishes to.
-///
-/// # Errors
-/// Empty, too long, NUL, or a wildcard character.
-pub fn validate_topic(name: &str) -> Result<(), TopicError> {
-    check_common(name)?;
-    if name.contains(['+', '#']) {
-        return Err(TopicError::WildcardInName);
-    }
-    Ok(())
-}
-
-/// Checks a topic filter, the thing one subscribes to.
-///
-/// # Errors
-/// Empty, too long, NUL, a wildcard sharing a level, or `#` not last.
-pub fn validate_filter(filter: &str) -> Result<(), TopicError> {
-    check_common(filter)?;
-    let mut levels = filter.split('/').peekable();
-    while let Some(level) = levels.next() {
-        match level {
-            "#" if levels.peek().is_some() => return Err(TopicError::HashNotLast),
-            "#" | "+" => {}
-            other if other.contains(['+', '#']) => {
-                return Err(TopicError::PartialWildcard(other.to_owned()));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// Whether a (valid) filter has a wildcard, so it must go through the trie
@@ -111,6 +173,39 @@ pub fn matches(filter: &str, topic: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn validate_topic(s: &str) -> Result<(), TopicError> {
+        TopicLimits::WIDEST.check_topic(s)
+    }
+
+    fn validate_filter(s: &str) -> Result<(), TopicError> {
+        TopicLimits::WIDEST.check_filter(s)
+    }
+
+    #[test]
+    fn limits() {
+        let l = TopicLimits {
+            max_levels: 3,
+            max_bytes: 10,
+        };
+        assert!(l.check_topic("a/b/c").is_ok());
+        assert!(l.check_filter("a/+/#").is_ok());
+        assert_eq!(
+            l.check_topic("a/b/c/d"),
+            Err(TopicError::TooManyLevels { levels: 4, max: 3 })
+        );
+        assert_eq!(
+            l.check_filter("+/+/+/#"),
+            Err(TopicError::TooManyLevels { levels: 4, max: 3 })
+        );
+        assert_eq!(
+            l.check_topic("abcdefghijk"),
+            Err(TopicError::TooLong { bytes: 11, max: 10 })
+        );
+        let deep = format!("{}#", "a/".repeat(8000));
+        let err = TopicLimits::DEFAULT.check_filter(&deep).unwrap_err();
+        assert!(err.to_string().contains("max_name_bytes"), "{err}");
+    }
+
     #[test]
     fn names() {
         assert!(validate_topic("a/b/c").is_ok());
@@ -122,7 +217,10 @@ mod tests {
         assert_eq!(validate_topic("a\0"), Err(TopicError::Nul));
         assert_eq!(
             validate_topic(&"x".repeat(MAX_TOPIC_LEN + 1)),
-            Err(TopicError::TooLong)
+            Err(TopicError::TooLong {
+                bytes: MAX_TOPIC_LEN + 1,
+                max: MAX_TOPIC_LEN
+            })
         );
     }
 

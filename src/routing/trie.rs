@@ -33,6 +33,19 @@ impl<V> Default for Node<V> {
     }
 }
 
+impl<V> Drop for Node<V> {
+    /// Drops the subtree node by node: a deep branch must not drop
+    /// recursively, one stack frame per level.
+    fn drop(&mut self) {
+        let mut stack: Vec<Node<V>> = self.children.drain().map(|(_, c)| c).collect();
+        stack.extend(self.plus.take().map(|b| *b));
+        while let Some(mut node) = stack.pop() {
+            stack.extend(node.children.drain().map(|(_, c)| c));
+            stack.extend(node.plus.take().map(|b| *b));
+        }
+    }
+}
+
 impl<V> Node<V> {
     fn is_empty(&self) -> bool {
         self.children.is_empty()
@@ -103,41 +116,80 @@ impl<V: PartialEq> FilterTrie<V> {
 
     /// Removes the first value under `filter` for which `pred` holds;
     /// returns whether one was. Empty branches are pruned.
+    ///
+    /// Iterative, as every walk here: a filter's depth must never become
+    /// the depth of the stack.
     pub fn remove_by(&mut self, filter: &str, pred: impl Fn(&V) -> bool) -> bool {
         let levels: Vec<&str> = filter.split('/').collect();
-        let removed = Self::remove_at(&mut self.root, &levels, &pred);
-        if removed {
-            self.len -= 1;
+        let (path, hash) = match levels.split_last() {
+            Some((&"#", rest)) => (rest, true),
+            _ => (&levels[..], false),
+        };
+        // Down to the filter's node, remembering the deepest node on the way
+        // that keeps something besides the path (the prune point).
+        let mut node = &mut self.root;
+        for &level in path {
+            let next = if level == "+" {
+                node.plus.as_deref_mut()
+            } else {
+                node.children.get_mut(level)
+            };
+            match next {
+                Some(n) => node = n,
+                None => return false,
+            }
         }
-        removed
+        let list = if hash { &mut node.hash } else { &mut node.here };
+        if !Self::take(list, &pred) {
+            return false;
+        }
+        self.len -= 1;
+        self.prune(path);
+        true
     }
 
-    fn remove_at(node: &mut Node<V>, levels: &[&str], pred: &impl Fn(&V) -> bool) -> bool {
-        let Some((&level, rest)) = levels.split_first() else {
-            return Self::take(&mut node.here, pred);
-        };
-        if level == "#" && rest.is_empty() {
-            return Self::take(&mut node.hash, pred);
-        }
-        if level == "+" {
-            let Some(child) = node.plus.as_deref_mut() else {
-                return false;
+    /// Cuts the branch along `path` below its last node that still holds
+    /// something other than the path itself.
+    fn prune(&mut self, path: &[&str]) {
+        let mut cut: Option<usize> = None;
+        let mut node = &self.root;
+        for (depth, &level) in path.iter().enumerate() {
+            let next = if level == "+" {
+                node.plus.as_deref()
+            } else {
+                node.children.get(level)
             };
-            let removed = Self::remove_at(child, rest, pred);
-            if child.is_empty() {
-                node.plus = None;
+            let Some(next) = next else { return };
+            let keeps_other = !node.here.is_empty()
+                || !node.hash.is_empty()
+                || node.children.len() + usize::from(node.plus.is_some()) > 1;
+            if depth == 0 || keeps_other {
+                cut = Some(depth);
             }
-            removed
+            node = next;
+        }
+        if !node.is_empty() {
+            return;
+        }
+        let Some(cut) = cut else { return };
+        let mut parent = &mut self.root;
+        for &level in &path[..cut] {
+            let next = if level == "+" {
+                parent.plus.as_deref_mut()
+            } else {
+                parent.children.get_mut(level)
+            };
+            match next {
+                Some(n) => parent = n,
+                None => return,
+            }
+        }
+        let removed = if path[cut] == "+" {
+            parent.plus.take().map(|b| *b)
         } else {
-            let Some(child) = node.children.get_mut(level) else {
-                return false;
-            };
-            let removed = Self::remove_at(child, rest, pred);
-            if child.is_empty() {
-                node.children.remove(level);
-            }
-            removed
-        }
+            parent.children.remove(path[cut])
+        };
+        drop(removed);
     }
 
     fn take(list: &mut Vec<V>, pred: &impl Fn(&V) -> bool) -> bool {
@@ -153,51 +205,107 @@ impl<V: PartialEq> FilterTrie<V> {
     /// Keeps only the values for which `keep` holds, pruning empty
     /// branches. Returns how many were removed.
     pub fn retain(&mut self, keep: impl Fn(&V) -> bool) -> usize {
-        fn walk<V>(node: &mut Node<V>, keep: &impl Fn(&V) -> bool) -> usize {
-            let before = node.here.len() + node.hash.len();
-            node.here.retain(|v| keep(v));
-            node.hash.retain(|v| keep(v));
-            let mut removed = before - node.here.len() - node.hash.len();
-            node.children.retain(|_, child| {
-                removed += walk(child, keep);
-                !child.is_empty()
-            });
-            if let Some(plus) = node.plus.as_deref_mut() {
-                removed += walk(plus, keep);
-                if plus.is_empty() {
-                    node.plus = None;
-                }
-            }
-            removed
-        }
-        let removed = walk(&mut self.root, &keep);
+        let mut removed = 0;
+        // Each node is taken out of its parent, filtered, and put back
+        // only if it still holds something: a walk on an explicit stack.
+        let root = std::mem::take(&mut self.root);
+        self.root = Self::retain_owned(root, &keep, &mut removed).unwrap_or_default();
         self.len -= removed;
         removed
     }
 
+    /// Filters a detached subtree without recursion; `None` if it ends up
+    /// empty.
+    fn retain_owned(
+        root: Node<V>,
+        keep: &impl Fn(&V) -> bool,
+        removed: &mut usize,
+    ) -> Option<Node<V>> {
+        // Frames of (node, its remaining children, the child key being
+        // rebuilt): a post-order walk on an explicit stack.
+        enum Key {
+            Root,
+            Plus,
+            Child(Box<str>),
+        }
+        struct Frame<V> {
+            node: Node<V>,
+            pending: Vec<(Key, Node<V>)>,
+            key: Key,
+        }
+        let open = |mut node: Node<V>, key: Key, removed: &mut usize| {
+            let before = node.here.len() + node.hash.len();
+            node.here.retain(|v| keep(v));
+            node.hash.retain(|v| keep(v));
+            *removed += before - node.here.len() - node.hash.len();
+            let mut pending: Vec<(Key, Node<V>)> = node
+                .children
+                .drain()
+                .map(|(k, child)| (Key::Child(k), child))
+                .collect();
+            if let Some(plus) = node.plus.take() {
+                pending.push((Key::Plus, *plus));
+            }
+            Frame { node, pending, key }
+        };
+        let mut stack = vec![open(root, Key::Root, removed)];
+        loop {
+            let top = stack.last_mut()?;
+            if let Some((key, child)) = top.pending.pop() {
+                let frame = open(child, key, removed);
+                stack.push(frame);
+                continue;
+            }
+            let done = stack.pop()?;
+            let node = done.node;
+            let Some(parent) = stack.last_mut() else {
+                return (!node.is_empty()).then_some(node);
+            };
+            if node.is_empty() {
+                continue;
+            }
+            match done.key {
+                Key::Plus => parent.node.plus = Some(Box::new(node)),
+                Key::Child(k) => {
+                    parent.node.children.insert(k, node);
+                }
+                Key::Root => {}
+            }
+        }
+    }
+
     /// Calls `f` with every value whose filter matches the (valid) topic
     /// name. A value under several matching filters is seen once per
-    /// filter.
+    /// filter. Iterative: the stack holds the `+` branches still to visit,
+    /// not the topic's depth.
     pub fn for_each_match(&self, topic: &str, mut f: impl FnMut(&V)) {
         let levels: Vec<&str> = topic.split('/').collect();
         let dollar = topic.starts_with('$');
-        Self::walk(&self.root, &levels, dollar, &mut f);
-    }
-
-    fn walk(node: &Node<V>, levels: &[&str], skip_wild: bool, f: &mut impl FnMut(&V)) {
-        if !skip_wild {
-            node.hash.iter().for_each(&mut *f);
-        }
-        let Some((&level, rest)) = levels.split_first() else {
-            node.here.iter().for_each(f);
-            return;
-        };
-        if let Some(child) = node.children.get(level) {
-            Self::walk(child, rest, false, f);
-        }
-        if !skip_wild {
-            if let Some(plus) = node.plus.as_deref() {
-                Self::walk(plus, rest, false, f);
+        // (node, index of its level in `levels`, whether wildcards are
+        // skipped at this node: the first level of a `$` topic).
+        let mut stack: Vec<(&Node<V>, usize, bool)> = vec![(&self.root, 0, dollar)];
+        while let Some((mut node, mut depth, mut skip_wild)) = stack.pop() {
+            loop {
+                if !skip_wild {
+                    node.hash.iter().for_each(&mut f);
+                }
+                let Some(&level) = levels.get(depth) else {
+                    node.here.iter().for_each(&mut f);
+                    break;
+                };
+                if !skip_wild {
+                    if let Some(plus) = node.plus.as_deref() {
+                        stack.push((plus, depth + 1, false));
+                    }
+                }
+                match node.children.get(level) {
+                    Some(child) => {
+                        node = child;
+                        depth += 1;
+                        skip_wild = false;
+                    }
+                    None => break,
+                }
             }
         }
     }
@@ -273,5 +381,55 @@ mod tests {
                 .collect();
             assert_eq!(matched(&t, topic), want, "topic {topic:?}");
         }
+    }
+
+    /// Deep filters and topics are walked without recursion: on a thread
+    /// with a small stack, a 100,000-level filter is inserted, matched,
+    /// removed, kept by `retain` and dropped.
+    #[test]
+    fn deep_filters_do_not_use_the_stack() {
+        let run = || {
+            let deep_filter = format!("{}#", "a/".repeat(100_000));
+            let deep_plus = format!("{}x", "+/".repeat(100_000));
+            let deep_topic = format!("{}x", "a/".repeat(100_000));
+            let mut t = FilterTrie::new();
+            t.insert(&deep_filter, 1);
+            t.insert(&deep_plus, 2);
+            t.insert("a/b", 3);
+            assert_eq!(matched(&t, &deep_topic), [1, 2]);
+            assert!(t.remove(&deep_filter, &1));
+            assert_eq!(matched(&t, &deep_topic), [2]);
+            assert_eq!(t.retain(|v| *v != 3), 1);
+            assert_eq!(matched(&t, &deep_topic), [2]);
+            t.insert(&deep_filter, 1);
+            drop(t);
+        };
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(run)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// Removing one filter prunes only its own branch: filters sharing a
+    /// prefix, or ending on the removed filter's path, keep matching.
+    #[test]
+    fn remove_prunes_only_its_branch() {
+        let mut t = FilterTrie::new();
+        for (f, v) in [("a/b/c/d", 1), ("a/b", 2), ("a/b/+/e", 3), ("a/b/c/#", 4)] {
+            t.insert(f, v);
+        }
+        assert!(t.remove("a/b/c/d", &1));
+        assert_eq!(matched(&t, "a/b"), [2]);
+        assert_eq!(matched(&t, "a/b/c"), [4]);
+        assert_eq!(matched(&t, "a/b/c/e"), [3, 4]);
+        assert!(t.remove("a/b/c/#", &4));
+        assert_eq!(matched(&t, "a/b/c/e"), [3]);
+        assert!(t.remove("a/b", &2));
+        assert_eq!(matched(&t, "a/b/x/e"), [3]);
+        assert!(t.remove("a/b/+/e", &3));
+        assert!(t.root.is_empty(), "branches pruned");
+        assert!(!t.remove("a/b/+/e", &3));
     }
 }

@@ -39,7 +39,6 @@ use crate::protocol::frame::{
     ClientFrame, Enqueued, ErrorCode, ErrorFrame, Limits, PROTOCOL_VERSION, Receipt, ServerFrame,
     Welcome,
 };
-use crate::routing;
 use crate::store::Durable;
 use crate::taskq::TaskError;
 
@@ -396,7 +395,7 @@ impl Session {
                 );
             }
             ClientFrame::Subscribe(s) => {
-                if let Err(e) = routing::validate_filter(&s.filter) {
+                if let Err(e) = self.broker.topic_limits().check_filter(&s.filter) {
                     self.error(
                         format,
                         ErrorCode::InvalidFilter,
@@ -520,10 +519,10 @@ impl Session {
                 }
             }
             ClientFrame::Consume(c) => {
-                if let Err(e) = routing::validate_topic(&c.queue) {
+                if let Err(e) = self.broker.topic_limits().check_topic(&c.queue) {
                     self.error(
                         format,
-                        ErrorCode::InvalidField,
+                        ErrorCode::InvalidTopic,
                         format!("queue: {e}"),
                         c.rid,
                     );

@@ -33,7 +33,6 @@ use crate::config::{MqttConfig, SessionConfig};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{Headers, Priority};
 use crate::protocol::mqtt::{self, Connect, MqttError, Packet, SUBACK_FAILURE, connack};
-use crate::routing;
 
 /// The encoding slot of a message's QoS 0 PUBLISH header (shared by every
 /// QoS 0 MQTT subscriber).
@@ -504,7 +503,7 @@ impl MqttSession {
             }
         }
         if let Some(w) = &c.will {
-            if routing::validate_topic(&w.topic).is_err() || w.payload.len() > self.cfg.max_payload
+            if self.broker.topic_limits().check_topic(&w.topic).is_err() || w.payload.len() > self.cfg.max_payload
             {
                 return Err(violation("CONNECT with an invalid will"));
             }
@@ -599,11 +598,8 @@ impl MqttSession {
     }
 
     async fn publish(&mut self, p: mqtt::Publish) -> Result<(), MqttClose> {
-        if routing::validate_topic(&p.topic).is_err() {
-            return Err(violation(format!(
-                "PUBLISH to an invalid topic {:?}",
-                p.topic
-            )));
+        if let Err(e) = self.broker.topic_limits().check_topic(&p.topic) {
+            return Err(violation(format!("PUBLISH to an invalid topic: {e}")));
         }
         if p.payload.len() > self.cfg.max_payload {
             return Err(MqttClose {
@@ -660,7 +656,7 @@ impl MqttSession {
     }
 
     async fn subscribe(&mut self, filter: String, qos: u8) -> u8 {
-        if routing::validate_filter(&filter).is_err() {
+        if self.broker.topic_limits().check_filter(&filter).is_err() {
             return SUBACK_FAILURE;
         }
         let qos = qos.min(2);

@@ -13,7 +13,6 @@ use super::{Next, Session};
 use crate::broker::{Enqueue, MAX_IDS, Publish, Settle, Sink as _, TxnAck, TxnOps};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{ClientFrame, ErrorCode};
-use crate::routing;
 
 /// A nack staged in a transaction.
 #[derive(Debug, Clone)]
@@ -119,7 +118,7 @@ impl Session {
                         "retain: retained publishes cannot be part of a transaction",
                         rid,
                     );
-                } else if let Err(e) = routing::validate_topic(&p.topic) {
+                } else if let Err(e) = self.broker.topic_limits().check_topic(&p.topic) {
                     self.error(format, ErrorCode::InvalidTopic, format!("topic: {e}"), rid);
                 } else {
                     let publish = Publish {
@@ -138,7 +137,7 @@ impl Session {
                 let rid = e.rid;
                 if let Some(refusal) = self.refuse_payload(e.payload.len()) {
                     self.error(format, ErrorCode::PayloadTooLarge, refusal, rid);
-                } else if let Err(err) = routing::validate_topic(&e.queue) {
+                } else if let Err(err) = self.broker.topic_limits().check_topic(&e.queue) {
                     self.error(
                         format,
                         ErrorCode::InvalidTopic,
