@@ -129,6 +129,21 @@ impl<H: Handler> Reader<H> {
     }
 }
 
+/// The payload length a WebSocket frame header at the start of `buf`
+/// announces, once enough of the header has arrived (RFC 6455 §5.2: a
+/// 7-bit length, or 126 then 16 bits, or 127 then 64 bits).
+fn announced_len(buf: &[u8]) -> Option<u64> {
+    let len7 = buf.get(1)? & 0x7f;
+    match len7 {
+        126 => Some(u64::from(u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?]))),
+        127 => {
+            let bytes: [u8; 8] = buf.get(2..10)?.try_into().ok()?;
+            Some(u64::from_be_bytes(bytes))
+        }
+        n => Some(u64::from(n)),
+    }
+}
+
 /// A connection's outbound queue, bounded and policed per `[session]`.
 pub(crate) fn outbound(cfg: &SessionConfig, format: Format) -> Arc<Outbound> {
     Outbound::new(
@@ -175,6 +190,12 @@ pub(crate) async fn read_loop<H: Handler>(
     };
     'conn: loop {
         loop {
+            // actix-http's codec checks max_size only once a frame is
+            // whole, buffering it all first: refuse on the header.
+            if announced_len(&buf).is_some_and(|len| len > max_frame as u64) {
+                reader.close(1009, "frame larger than max_frame", false);
+                break 'conn;
+            }
             match codec.decode(&mut buf) {
                 Ok(Some(frame)) => {
                     if let Flow::Stop = reader.frame(frame).await {
@@ -228,5 +249,24 @@ pub(crate) async fn read_loop<H: Handler>(
             actix_rt::time::sleep(DRAIN_TIMEOUT).await;
             out.abort(1001, "close drain timed out");
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::announced_len;
+
+    #[test]
+    fn announced_lengths() {
+        assert_eq!(announced_len(&[]), None);
+        assert_eq!(announced_len(&[0x82]), None);
+        assert_eq!(announced_len(&[0x82, 0x80 | 5]), Some(5));
+        assert_eq!(announced_len(&[0x82, 0x80 | 126, 1]), None);
+        assert_eq!(announced_len(&[0x82, 0x80 | 126, 1, 0]), Some(256));
+        let mut h = vec![0x82, 0x80 | 127];
+        h.extend_from_slice(&(1u64 << 40).to_be_bytes()[..7]);
+        assert_eq!(announced_len(&h), None, "one length byte missing");
+        h.push(0);
+        assert_eq!(announced_len(&h), Some(1 << 40));
     }
 }

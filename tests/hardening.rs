@@ -1,0 +1,339 @@
+//! Attacks any client can make, over real sockets: names deep or long
+//! enough to exhaust the stack or memory, a WebSocket frame header that
+//! announces more than `max_frame`, and an HTTP body sent a byte at a time.
+//! Each is refused, and the broker and its other clients carry on.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{TestBroker, block_on, http};
+use wharf::client::mqtt::{MqttClient, MqttOptions};
+
+/// A WebSocket connection made by hand, so that tests can send what no
+/// well-behaved client library would.
+struct RawWs {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawWs {
+    fn connect(addr: SocketAddr, path: &str, protocol: Option<&str>) -> RawWs {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let proto = protocol
+            .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
+            .unwrap_or_default();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{proto}\r\n"
+        )
+        .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        RawWs {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// A masked frame header (mask key 0, so the payload goes as is).
+    fn header(opcode: u8, len: u64) -> Vec<u8> {
+        let mut h = vec![0x80 | opcode];
+        if len < 126 {
+            h.push(0x80 | len as u8);
+        } else if len <= u64::from(u16::MAX) {
+            h.push(0x80 | 126);
+            h.extend_from_slice(&(len as u16).to_be_bytes());
+        } else {
+            h.push(0x80 | 127);
+            h.extend_from_slice(&len.to_be_bytes());
+        }
+        h.extend_from_slice(&[0, 0, 0, 0]);
+        h
+    }
+
+    fn send(&mut self, opcode: u8, payload: &[u8]) {
+        let mut frame = Self::header(opcode, payload.len() as u64);
+        frame.extend_from_slice(payload);
+        self.stream.write_all(&frame).unwrap();
+    }
+
+    fn send_text(&mut self, text: &str) {
+        self.send(1, text.as_bytes());
+    }
+
+    /// The next frame from the server: (opcode, payload); `None` when the
+    /// connection ends or nothing comes within the read timeout.
+    fn next(&mut self) -> Option<(u8, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 2 {
+                let len7 = usize::from(self.buf[1] & 0x7f);
+                let (len, start) = match len7 {
+                    126 if self.buf.len() >= 4 => (
+                        usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]])),
+                        4,
+                    ),
+                    127 if self.buf.len() >= 10 => {
+                        let b: [u8; 8] = self.buf[2..10].try_into().unwrap();
+                        (u64::from_be_bytes(b) as usize, 10)
+                    }
+                    126 | 127 => (usize::MAX, 0),
+                    n => (n, 2),
+                };
+                if len != usize::MAX && self.buf.len() >= start + len {
+                    let opcode = self.buf[0] & 0x0f;
+                    let payload = self.buf[start..start + len].to_vec();
+                    self.buf.drain(..start + len);
+                    return Some((opcode, payload));
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// The next text frame as JSON, skipping pings.
+    fn next_json(&mut self) -> serde_json::Value {
+        loop {
+            let (op, payload) = self.next().expect("a frame");
+            match op {
+                1 => return serde_json::from_slice(&payload).unwrap(),
+                9 | 10 => continue,
+                other => panic!("unexpected opcode {other}: {payload:?}"),
+            }
+        }
+    }
+
+    /// The code of the server's close frame, skipping what comes before.
+    fn close_code(&mut self) -> Option<u16> {
+        loop {
+            let (op, payload) = self.next()?;
+            if op == 8 {
+                return Some(u16::from_be_bytes([*payload.first()?, *payload.get(1)?]));
+            }
+        }
+    }
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+fn healthy(addr: SocketAddr) {
+    let (status, body) = http(addr, "GET", "/health", "");
+    assert_eq!(status, 200, "{body}");
+}
+
+/// The reported crash: a wildcard filter of thousands of levels, then the
+/// end of its subscription. It is refused with `invalid_filter` and the
+/// request's rid, so is a topic past the limits; the broker lives on.
+#[test]
+fn deep_and_long_names_are_refused_over_the_native_protocol() {
+    let b = TestBroker::start(|_| {});
+    let mut ws = RawWs::connect(b.addr, "/ws", None);
+    let deep = format!("{}#", "a/".repeat(8000));
+    ws.send_text(&format!(
+        r#"{{"op":"subscribe","id":"x","filter":"{deep}","rid":1}}"#
+    ));
+    let reply = ws.next_json();
+    assert_eq!(reply["code"], "invalid_filter", "{reply}");
+    assert_eq!(reply["rid"], 1);
+    assert!(
+        reply["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_name_bytes"),
+        "{reply}"
+    );
+    let levels = format!("{}#", "a/".repeat(32));
+    ws.send_text(&format!(
+        r#"{{"op":"subscribe","id":"y","filter":"{levels}","rid":2}}"#
+    ));
+    let reply = ws.next_json();
+    assert_eq!(reply["code"], "invalid_filter", "{reply}");
+    assert!(
+        reply["message"].as_str().unwrap().contains("max_levels"),
+        "{reply}"
+    );
+    let topic = "t/".repeat(40) + "x";
+    ws.send_text(&format!(
+        r#"{{"op":"publish","topic":"{topic}","payload":"p","rid":3}}"#
+    ));
+    let reply = ws.next_json();
+    assert_eq!(reply["code"], "invalid_topic", "{reply}");
+    assert_eq!(reply["rid"], 3);
+    ws.send_text(&format!(
+        r#"{{"op":"enqueue","queue":"{topic}","payload":"p","rid":4}}"#
+    ));
+    assert_eq!(ws.next_json()["code"], "invalid_topic");
+    // A filter at the limit is fine.
+    let ok = format!("{}#", "a/".repeat(31));
+    ws.send_text(&format!(
+        r#"{{"op":"subscribe","id":"z","filter":"{ok}","rid":5}}"#
+    ));
+    assert_eq!(ws.next_json()["op"], "receipt");
+    drop(ws);
+    healthy(b.addr);
+
+    let (status, body) = http(b.addr, "POST", &format!("/topics/{topic}"), "x");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid_topic"), "{body}");
+    let (status, body) = http(b.addr, "POST", &format!("/queues/{topic}/messages"), "x");
+    assert_eq!(status, 400, "{body}");
+    healthy(b.addr);
+}
+
+/// At the widest limits a configuration allows, the deepest filters and
+/// topics are matched, unsubscribed and dropped without recursion.
+#[test]
+fn the_widest_limits_do_not_crash_the_broker() {
+    let b = TestBroker::start(|c| {
+        c.topics.max_levels = 1024;
+        c.topics.max_name_bytes = 65_535;
+        c.session.max_frame = 1 << 20;
+        c.session.max_payload = 1 << 16;
+    });
+    let deep_filter = format!("{}#", "a/".repeat(1023));
+    let deep_plus = format!("{}a", "+/".repeat(1023));
+    let deep_topic = format!("{}a", "a/".repeat(1023));
+    let mut sub = RawWs::connect(b.addr, "/ws", None);
+    for (id, f) in [("h", &deep_filter), ("p", &deep_plus)] {
+        sub.send_text(&format!(
+            r#"{{"op":"subscribe","id":"{id}","filter":"{f}","rid":1}}"#
+        ));
+        assert_eq!(sub.next_json()["op"], "receipt");
+    }
+    let mut publisher = RawWs::connect(b.addr, "/ws", None);
+    publisher.send_text(&format!(
+        r#"{{"op":"publish","topic":"{deep_topic}","payload":"p","rid":2}}"#
+    ));
+    assert_eq!(publisher.next_json()["op"], "receipt");
+    let mut subs = Vec::new();
+    for _ in 0..2 {
+        let m = sub.next_json();
+        assert_eq!(m["op"], "message", "{m}");
+        subs.push(m["sub"].as_str().unwrap().to_owned());
+    }
+    subs.sort();
+    assert_eq!(subs, ["h", "p"]);
+    // The end of the subscriptions prunes their deep branches.
+    drop(sub);
+    publisher.send_text(r#"{"op":"ping","rid":3}"#);
+    assert_eq!(publisher.next_json()["op"], "pong");
+    healthy(b.addr);
+}
+
+/// MQTT: a filter past the limits gets SUBACK 0x80 and the connection
+/// goes on; a PUBLISH to a topic past them closes that connection only.
+#[test]
+fn deep_names_over_mqtt_get_suback_0x80_or_a_close() {
+    let b = TestBroker::start(|_| {});
+    let url = format!("ws://{}/mqtt", b.addr);
+    block_on(async {
+        let mut c = MqttClient::connect(&url, MqttOptions::default())
+            .await
+            .unwrap();
+        let deep = format!("{}#", "a/".repeat(8000));
+        assert_eq!(c.subscribe(&deep, 0).await.unwrap(), 0x80);
+        assert_eq!(c.subscribe("ok/+", 0).await.unwrap(), 0);
+        let mut other = MqttClient::connect(&url, MqttOptions::default())
+            .await
+            .unwrap();
+        let topic = "t/".repeat(40) + "x";
+        c.publish(&topic, b"p".to_vec(), 0, false).await.unwrap();
+        assert!(c.closed().await.is_some(), "the connection is closed");
+        other.ping().await.unwrap();
+    });
+    healthy(b.addr);
+}
+
+/// 200 subscriptions with filters at the default limits (32 levels, 1 KiB,
+/// no shared prefix) cost a bounded amount of memory: the reported attack
+/// (200 filters of 3,000 levels) cost 302 MiB.
+#[test]
+fn memory_per_subscription_stays_bounded() {
+    let b = TestBroker::start(|_| {});
+    let mut ws = RawWs::connect(b.addr, "/ws", None);
+    let before = rss_bytes();
+    for i in 0..200 {
+        // 31 levels of 32 bytes each (1023 bytes with the '/'s), then '#'.
+        let level = |j: usize| format!("{i:04}{j:04}{}", "x".repeat(23));
+        let filter = (0..30).map(level).collect::<Vec<_>>().join("/") + "/#";
+        assert!(
+            filter.len() <= 1024 && filter.len() > 900,
+            "{}",
+            filter.len()
+        );
+        ws.send_text(&format!(
+            r#"{{"op":"subscribe","id":"s{i}","filter":"{filter}","rid":{i}}}"#
+        ));
+        assert_eq!(ws.next_json()["op"], "receipt");
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(
+        grown < 32 << 20,
+        "200 subscriptions grew the process by {} KiB",
+        grown >> 10
+    );
+}
+
+/// A frame header announcing 2^40 bytes is refused as soon as it is read
+/// (close 1009), on /ws and /mqtt: the broker does not buffer what follows.
+#[test]
+fn a_header_announcing_more_than_max_frame_closes_at_once_with_1009() {
+    let b = TestBroker::start(|_| {});
+    // Warm up: the first connections touch thread stacks and allocator
+    // arenas that are no attack's doing.
+    for _ in 0..4 {
+        let mut ws = RawWs::connect(b.addr, "/ws", None);
+        ws.send_text(r#"{"op":"ping","rid":1}"#);
+        assert_eq!(ws.next_json()["op"], "pong");
+    }
+    for (path, protocol) in [("/ws", None), ("/mqtt", Some("mqtt"))] {
+        let before = rss_bytes();
+        let mut ws = RawWs::connect(b.addr, path, protocol);
+        ws.stream
+            .set_write_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        ws.stream.write_all(&RawWs::header(2, 1 << 40)).unwrap();
+        // Stream bytes after it until the server closes: it must close long
+        // before the 64 MiB this would send.
+        let chunk = vec![0u8; 64 << 10];
+        let started = Instant::now();
+        let mut sent = 0usize;
+        while sent < 64 << 20 && started.elapsed() < Duration::from_secs(10) {
+            match ws.stream.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        assert_eq!(ws.close_code(), Some(1009), "{path}");
+        let grown = rss_bytes().saturating_sub(before);
+        assert!(
+            grown < 10 << 20,
+            "{path}: grew by {} KiB for {} KiB sent",
+            grown >> 10,
+            sent >> 10
+        );
+    }
+    let mut ws = RawWs::connect(b.addr, "/ws", None);
+    ws.send_text(r#"{"op":"ping","rid":1}"#);
+    assert_eq!(ws.next_json()["op"], "pong");
+}
