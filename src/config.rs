@@ -59,6 +59,12 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Seconds a graceful shutdown waits for in-flight requests.
     pub shutdown_timeout_s: u64,
+    /// Seconds an HTTP request body may take to arrive, whole; a slower
+    /// one is answered `408 body_timeout`.
+    pub body_timeout_s: u64,
+    /// Most HTTP request bodies read at once; past it a request with a
+    /// body is answered `503 overloaded`.
+    pub max_body_reads: usize,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +74,8 @@ impl Default for ServerConfig {
             http_workers: 0,
             max_connections: 25_000,
             shutdown_timeout_s: 10,
+            body_timeout_s: 10,
+            max_body_reads: 256,
         }
     }
 }
@@ -566,6 +574,15 @@ impl Config {
         }
         if self.server.shutdown_timeout_s > 3600 {
             return Err(invalid("server.shutdown_timeout_s", "must be at most 3600"));
+        }
+        if self.server.body_timeout_s == 0 || self.server.body_timeout_s > 3600 {
+            return Err(invalid(
+                "server.body_timeout_s",
+                "must be between 1 and 3600",
+            ));
+        }
+        if self.server.max_body_reads == 0 {
+            return Err(invalid("server.max_body_reads", "must be at least 1"));
         }
         self.scheduler
             .validate()

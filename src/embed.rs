@@ -193,6 +193,7 @@ impl Wharf {
             jobs: jobs.clone(),
             sessions: sessions.clone(),
             config: config.clone(),
+            bodies: crate::transport::BodyReader::new(&config.server),
         });
         // Topics nobody uses any more are swept every idle timeout.
         let idle = Duration::from_secs(config.topics.idle_timeout_s);

@@ -337,3 +337,68 @@ fn a_header_announcing_more_than_max_frame_closes_at_once_with_1009() {
     ws.send_text(r#"{"op":"ping","rid":1}"#);
     assert_eq!(ws.next_json()["op"], "pong");
 }
+
+/// Starts a POST whose body (100 bytes announced) never arrives; returns
+/// the stream, with its headers sent.
+fn slow_post(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut t = TcpStream::connect(addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        t,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+    )
+    .unwrap();
+    t
+}
+
+/// The status of the response on `t`, once it arrives, and whether the
+/// server then closed the connection.
+fn status_and_close(t: &mut TcpStream) -> (u16, bool) {
+    let mut raw = Vec::new();
+    let closed = t.read_to_end(&mut raw).is_ok();
+    let text = String::from_utf8_lossy(&raw);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, closed)
+}
+
+/// A body sent a byte every 100 ms is cut at `body_timeout_s` with 408;
+/// past `max_body_reads` bodies in progress, a request with a body is
+/// refused at once with 503, and other routes are unaffected.
+#[test]
+fn slow_request_bodies_are_cut_and_capped() {
+    let b = TestBroker::start(|c| {
+        c.server.body_timeout_s = 1;
+        c.server.max_body_reads = 2;
+    });
+    let started = Instant::now();
+    let mut dribbler = slow_post(b.addr, "/topics/slow");
+    let mut writer = dribbler.try_clone().unwrap();
+    let feeding = std::thread::spawn(move || {
+        for _ in 0..99 {
+            if writer.write_all(b"x").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let mut silent = slow_post(b.addr, "/queues/q/messages");
+    // Both bodies are being read: the next one is refused at once.
+    common::wait_until(Duration::from_secs(5), || {
+        http(b.addr, "POST", "/topics/third", "x").0 == 503
+    });
+    let (status, body) = http(b.addr, "POST", "/topics/third", "x");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("max_body_reads"), "{body}");
+    healthy(b.addr);
+    assert_eq!(status_and_close(&mut dribbler), (408, true));
+    assert_eq!(status_and_close(&mut silent), (408, true));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    feeding.join().unwrap();
+    // The slots are free again.
+    let (status, body) = http(b.addr, "POST", "/topics/after", "x");
+    assert_eq!(status, 202, "{body}");
+}

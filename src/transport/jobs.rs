@@ -16,7 +16,8 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::topics::{bad, query, read_payload};
+use super::body::BodyReader;
+use super::topics::{bad, query};
 use super::{ApiError, AppState};
 use crate::broker::jobs::{JobError, JobStatus, NewJob, Outcome};
 
@@ -28,10 +29,11 @@ fn job_error(e: JobError) -> ApiError {
 }
 
 async fn json_body<T: serde::de::DeserializeOwned>(
+    bodies: &BodyReader,
     body: &mut web::Payload,
     empty_ok: Option<T>,
 ) -> Result<T, ApiError> {
-    let bytes = read_payload(body, MAX_BODY).await?;
+    let bytes = bodies.read(body, MAX_BODY).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         if let Some(default) = empty_ok {
             return Ok(default);
@@ -62,7 +64,7 @@ pub(crate) async fn enqueue(
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let new: NewJob = json_body(&mut body, None).await?;
+    let new: NewJob = json_body(&app.bodies, &mut body, None).await?;
     let id = app.jobs.enqueue(new).await.map_err(job_error)?;
     Ok(HttpResponse::Created().json(Enqueued { id }))
 }
@@ -96,7 +98,7 @@ pub(crate) async fn register(
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let r: Register = json_body(&mut body, Some(Register::default())).await?;
+    let r: Register = json_body(&app.bodies, &mut body, Some(Register::default())).await?;
     let (worker_id, lease_ms) = app.jobs.register(r.kinds).await.map_err(job_error)?;
     Ok(HttpResponse::Created().json(Registered {
         worker_id,
@@ -159,7 +161,7 @@ pub(crate) async fn outcome(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid(&id, "job id")?;
-    let b: OutcomeBody = json_body(&mut body, None).await?;
+    let b: OutcomeBody = json_body(&app.bodies, &mut body, None).await?;
     let status = app
         .jobs
         .outcome(id, b.worker_id, b.token, b.outcome, b.error)

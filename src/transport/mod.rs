@@ -2,6 +2,7 @@
 //! turn typed errors into HTTP statuses with a JSON body in one place
 //! ([`ApiError`]).
 
+mod body;
 mod error;
 mod health;
 mod jobs;
@@ -13,6 +14,7 @@ mod wsloop;
 
 use std::sync::Arc;
 
+pub use body::BodyReader;
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
 pub use jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
@@ -37,6 +39,8 @@ pub struct AppState {
     pub sessions: Sessions,
     /// The configuration in force.
     pub config: Arc<Config>,
+    /// How request bodies are read (size, time and concurrency bounds).
+    pub bodies: BodyReader,
 }
 
 /// Mounts Wharf's routes on an actix `App` or scope. The caller must have

@@ -8,7 +8,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
-use super::topics::{api_error, bad, message_headers, query, read_payload};
+use super::topics::{api_error, bad, message_headers, query};
 use super::{ApiError, AppState};
 use crate::broker::Enqueue;
 
@@ -51,7 +51,10 @@ pub(crate) async fn enqueue(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let q: EnqueueQuery = query(&req)?;
-    let payload = read_payload(&mut body, app.config.session.max_payload).await?;
+    let payload = app
+        .bodies
+        .read(&mut body, app.config.session.max_payload)
+        .await?;
     let headers = message_headers(&req)?;
     let queue = name.into_inner();
     let id = app

@@ -2,13 +2,8 @@
 //! `x-wharf-*` request headers become message headers; `?retain=true` and
 //! `?priority=high` as on the WebSocket.
 
-use std::future::poll_fn;
-use std::pin::Pin;
-
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use bytes::{Bytes, BytesMut};
-use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, AppState};
@@ -56,23 +51,6 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result
         .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))
 }
 
-/// Reads a request body of at most `limit` bytes.
-pub(crate) async fn read_payload(body: &mut web::Payload, limit: usize) -> Result<Bytes, ApiError> {
-    let mut payload = BytesMut::new();
-    while let Some(chunk) = poll_fn(|cx| Pin::new(&mut *body).poll_next(cx)).await {
-        let chunk = chunk.map_err(|e| bad(StatusCode::BAD_REQUEST, "bad_body", e.to_string()))?;
-        if payload.len() + chunk.len() > limit {
-            return Err(bad(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("payload is over the {limit}-byte limit"),
-            ));
-        }
-        payload.extend_from_slice(&chunk);
-    }
-    Ok(payload.freeze())
-}
-
 /// The `x-wharf-*` request headers, as message headers.
 pub(crate) fn message_headers(req: &HttpRequest) -> Result<Headers, ApiError> {
     let mut headers = Headers::new();
@@ -103,7 +81,10 @@ pub(crate) async fn publish(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let query: PublishQuery = query(&req)?;
-    let payload = read_payload(&mut body, app.config.session.max_payload).await?;
+    let payload = app
+        .bodies
+        .read(&mut body, app.config.session.max_payload)
+        .await?;
     let headers = message_headers(&req)?;
     let topic = name.into_inner();
     let outcome = app
