@@ -73,8 +73,13 @@ fn a_dead_workers_job_goes_to_the_other_and_its_late_outcome_is_refused() {
     assert_eq!(first["token"], 1);
     let (_, v) = get(&b, &format!("/jobs/{job}"));
     assert_eq!(v["status"], "running");
-    assert_eq!(v["worker_id"], w1.as_str());
     assert_eq!(v["attempt"], 1);
+    // Who runs it, and the token, are the worker's own: a status shows
+    // neither, so nobody else can report its outcome.
+    assert!(
+        v.get("worker_id").is_none() && v.get("token").is_none(),
+        "{v}"
+    );
     // w2 keeps pinging and long-polls; w1 goes silent past its lease.
     let deadline = Instant::now() + Duration::from_secs(10);
     let second = loop {
@@ -97,8 +102,16 @@ fn a_dead_workers_job_goes_to_the_other_and_its_late_outcome_is_refused() {
     assert_eq!(v["error"]["code"], "worker_expired");
     let (_, v) = get(&b, &format!("/jobs/{job}"));
     assert_eq!(
-        (v["status"].as_str(), v["worker_id"].as_str()),
-        (Some("running"), Some(w2.as_str()))
+        (v["status"].as_str(), v["attempt"].as_u64()),
+        (Some("running"), Some(2))
+    );
+    // A live worker that does not hold the job cannot report its outcome,
+    // even with the right token.
+    let w3 = register(&b, &[]);
+    let (status, v) = outcome(&b, &job, &w3, 2, "succeeded");
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("stale_token"))
     );
     // A stale token from the current worker is refused too.
     let (status, v) = outcome(&b, &job, &w2, 1, "succeeded");
@@ -394,4 +407,24 @@ fn jobs_over_websocket_work_like_over_http() {
             other => panic!("expected unknown_job, got {other:?}"),
         }
     });
+}
+
+/// A worker registered for some kinds never receives another kind's job,
+/// whatever else is queued.
+#[test]
+fn a_worker_only_receives_the_kinds_it_registered_for() {
+    let b = TestBroker::start(|_| {});
+    let other = enqueue(&b, "other", json!({"priority": 9}));
+    let mine = enqueue(&b, "mine", json!({}));
+    let w = register(&b, &["mine"]);
+    let (status, v) = dequeue(&b, &w, 0);
+    assert_eq!(
+        (status, v["id"].as_str()),
+        (200, Some(mine.as_str())),
+        "{v}"
+    );
+    let (status, v) = dequeue(&b, &w, 200);
+    assert_eq!(status, 204, "the other kind's job is not handed out: {v}");
+    let (_, v) = get(&b, &format!("/jobs/{other}"));
+    assert_eq!(v["status"], "queued");
 }

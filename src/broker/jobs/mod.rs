@@ -79,7 +79,8 @@ pub struct JobRecord {
     pub status: JobStatus,
     /// Attempts started so far (the fencing token of the current one).
     pub attempt: u32,
-    /// The worker running it.
+    /// The worker running it; only in the dequeue's answer (a worker id
+    /// is that worker's credential).
     pub worker: Option<Uuid>,
     /// When the current attempt started (Unix ms).
     pub started_ms: Option<u64>,
@@ -111,7 +112,8 @@ pub struct JobView {
     /// Attempts started; for a running job, the token its worker must
     /// give with the outcome.
     pub attempt: u32,
-    /// The fencing token of a running job (= `attempt`).
+    /// The fencing token of a running job (= `attempt`); only in the
+    /// dequeue's answer to the worker that took the job.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<u32>,
     /// The worker running it.
@@ -291,15 +293,22 @@ impl Jobs {
         Ok(id)
     }
 
-    /// A job's current record.
+    /// A job's current record, as anyone who knows its id may see it:
+    /// without the worker's id and the fencing token. A worker's id is
+    /// what lets it report outcomes, so only the worker itself (from its
+    /// registration and its dequeue) knows it.
     ///
     /// # Errors
     /// [`JobError::UnknownJob`], or the resource refusing the task.
     pub async fn status(&self, id: Uuid) -> Result<JobView, JobError> {
-        self.tq
+        let mut view = self
+            .tq
             .submit(move |s| s.status(id))
             .await?
-            .ok_or(JobError::UnknownJob)
+            .ok_or(JobError::UnknownJob)?;
+        view.token = None;
+        view.worker_id = None;
+        Ok(view)
     }
 
     /// Registers a worker for `kinds` (empty: every kind); returns its id
