@@ -522,7 +522,7 @@ impl Session {
                 if let Err(e) = self.broker.topic_limits().check_topic(&c.queue) {
                     self.error(
                         format,
-                        ErrorCode::InvalidTopic,
+                        ErrorCode::InvalidField,
                         format!("queue: {e}"),
                         c.rid,
                     );
