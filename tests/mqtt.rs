@@ -1,5 +1,6 @@
 //! MQTT over WebSocket with a client nobody here wrote: Eclipse Paho
-//! (Python paho-mqtt, installed by .ci/run and scripts/test), against a
+//! (Python paho-mqtt, installed by scripts/test in a virtual environment
+//! whose interpreter it names in `WHARF_PYTHON`), against a
 //! broker started by the test on loopback.
 
 mod common;
@@ -29,7 +30,10 @@ fn interop(program: &str, script: &str, b: &TestBroker, more: &[&str]) {
 }
 
 fn paho(b: &TestBroker, scenario: &str) {
-    interop("python3", "mqtt_paho.py", b, &[scenario]);
+    // scripts/test installs Paho in a virtual environment of its own and
+    // names its interpreter here.
+    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
+    interop(&python, "mqtt_paho.py", b, &[scenario]);
 }
 
 /// MQTT.js (npm), a second client nobody here wrote.
