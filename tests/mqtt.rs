@@ -113,6 +113,24 @@ mod own_client {
         }
     }
 
+    /// MQTT clients that connect to `/` (MQTT.js's default) are served
+    /// when they offer the `mqtt` subprotocol; `/` is 404 to the rest.
+    #[test]
+    fn mqtt_is_served_at_the_root_path_too() {
+        let b = TestBroker::start(|_| {});
+        block_on(async {
+            let root = format!("ws://{}/", b.addr);
+            let mut m = MqttClient::connect(&root, opts("root")).await.unwrap();
+            assert_eq!(m.subscribe("root/t", 0).await.unwrap(), 0);
+            m.publish("root/t", Bytes::from_static(b"hi"), 0, false)
+                .await
+                .unwrap();
+            assert_eq!(&m.recv().await.unwrap().payload[..], b"hi");
+        });
+        let (status, body) = common::http(b.addr, "GET", "/", "");
+        assert_eq!(status, 404, "{body}");
+    }
+
     #[test]
     fn native_and_mqtt_clients_share_topics_byte_for_byte() {
         let b = TestBroker::start(|_| {});

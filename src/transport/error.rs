@@ -95,7 +95,14 @@ impl ApiError {
     }
 }
 
-pub(crate) async fn not_found() -> ApiError {
+pub(crate) async fn not_found(req: HttpRequest) -> ApiError {
+    if req.headers().contains_key(actix_web::http::header::UPGRADE) {
+        tracing::info!(
+            peer = ?req.peer_addr(),
+            path = req.path(),
+            "refused a WebSocket upgrade: no endpoint at this path (use /ws, or /mqtt or / with the \"mqtt\" subprotocol)"
+        );
+    }
     ApiError {
         status: StatusCode::NOT_FOUND,
         code: "not_found",

@@ -57,6 +57,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(
+        web::resource("/")
+            .guard(actix_web::guard::fn_guard(mqtt::offers_mqtt))
+            .route(web::get().to(mqtt::upgrade_at_root)),
+    )
+    .service(
         web::resource("/mqtt")
             .route(web::get().to(mqtt::upgrade))
             .default_service(web::to(error::method_not_allowed)),
@@ -135,6 +140,6 @@ async fn list_sessions(app: web::Data<AppState>) -> actix_web::HttpResponse {
 }
 
 /// The answer for paths no route matches: 404 with a JSON error body.
-pub async fn not_found() -> ApiError {
-    error::not_found().await
+pub async fn not_found(req: actix_web::HttpRequest) -> ApiError {
+    error::not_found(req).await
 }

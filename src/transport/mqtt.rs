@@ -20,8 +20,8 @@ use crate::session::{CloseRequest, Outbound, RateLimiter, Verdict};
 /// Subprotocols MQTT clients offer.
 const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
 
-fn negotiate(req: &HttpRequest) -> Option<&'static str> {
-    let offered = offered_subprotocols(req);
+fn negotiate(headers: &header::HeaderMap) -> Option<&'static str> {
+    let offered = offered_subprotocols(headers);
     SUBPROTOCOLS
         .into_iter()
         .find(|name| offered.iter().any(|p| p == name))
@@ -80,13 +80,37 @@ impl Mqtt {
     }
 }
 
+/// `GET /` with an MQTT subprotocol: MQTT over WebSocket for clients that
+/// connect to the root path (MQTT.js and others do by default, and
+/// Mosquitto accepts any path).
+pub(crate) async fn upgrade_at_root(
+    req: HttpRequest,
+    payload: web::Payload,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, actix_web::Error> {
+    upgrade(req, payload, app).await
+}
+
+/// Whether a request offers an MQTT subprotocol: the guard of `GET /`,
+/// so that an embedding app's own `/` route still gets everything else.
+pub(crate) fn offers_mqtt(ctx: &actix_web::guard::GuardContext<'_>) -> bool {
+    negotiate(&ctx.head().headers).is_some()
+}
+
+/// `GET /mqtt`: MQTT over WebSocket.
 pub(crate) async fn upgrade(
     req: HttpRequest,
     payload: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, actix_web::Error> {
-    let mut builder = actix_http::ws::handshake(req.head()).map_err(handshake_error)?;
-    let Some(protocol) = negotiate(&req) else {
+    let mut builder =
+        actix_http::ws::handshake(req.head()).map_err(|e| handshake_error(&req, e))?;
+    let Some(protocol) = negotiate(req.headers()) else {
+        tracing::info!(
+            peer = ?req.peer_addr(),
+            path = req.path(),
+            "refused an MQTT WebSocket upgrade: no \"mqtt\" subprotocol offered"
+        );
         return Err(ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "websocket_handshake",

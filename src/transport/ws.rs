@@ -30,8 +30,8 @@ const SUBPROTOCOLS: [(&str, Format); 2] =
     [("wharf.bin", Format::Bincode), ("wharf.json", Format::Json)];
 
 /// The subprotocols a WebSocket upgrade offers, lower-cased.
-pub(crate) fn offered_subprotocols(req: &HttpRequest) -> Vec<String> {
-    req.headers()
+pub(crate) fn offered_subprotocols(headers: &header::HeaderMap) -> Vec<String> {
+    headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(',').map(|p| p.trim().to_ascii_lowercase()))
@@ -39,7 +39,7 @@ pub(crate) fn offered_subprotocols(req: &HttpRequest) -> Vec<String> {
 }
 
 fn negotiate(req: &HttpRequest) -> (Format, Option<&'static str>) {
-    let offered = offered_subprotocols(req);
+    let offered = offered_subprotocols(req.headers());
     for (name, format) in SUBPROTOCOLS {
         if offered.iter().any(|p| p == name) {
             return (format, Some(name));
@@ -48,8 +48,11 @@ fn negotiate(req: &HttpRequest) -> (Format, Option<&'static str>) {
     (Format::Json, None)
 }
 
-pub(crate) fn handshake_error(e: actix_http::ws::HandshakeError) -> ApiError {
+/// A refused upgrade as an HTTP error, logged with the reason: a client
+/// whose upgrade fails otherwise learns nothing from the broker's log.
+pub(crate) fn handshake_error(req: &HttpRequest, e: actix_http::ws::HandshakeError) -> ApiError {
     use actix_http::ws::HandshakeError as H;
+    tracing::info!(peer = ?req.peer_addr(), path = req.path(), "refused a WebSocket upgrade: {e}");
     let status = match e {
         H::NoWebsocketUpgrade | H::NoConnectionUpgrade => StatusCode::UPGRADE_REQUIRED,
         _ => StatusCode::BAD_REQUEST,
@@ -66,7 +69,8 @@ pub(crate) async fn upgrade(
     payload: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, actix_web::Error> {
-    let mut builder = actix_http::ws::handshake(req.head()).map_err(handshake_error)?;
+    let mut builder =
+        actix_http::ws::handshake(req.head()).map_err(|e| handshake_error(&req, e))?;
     let (format, chosen) = negotiate(&req);
     if let Some(name) = chosen {
         builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, name));
