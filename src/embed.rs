@@ -304,8 +304,11 @@ impl Wharf {
     /// [`Delivery`]. Deliveries use `try_send`, so they are bounded by the
     /// actor's mailbox capacity (`ctx.set_mailbox_capacity`): a message
     /// that finds the mailbox full is dropped and counted in
-    /// [`ActorSubscription::dropped`]. When the actor stops, the
-    /// subscription ends by itself.
+    /// [`ActorSubscription::dropped`]. The subscription holds the actor's
+    /// address, so the actor lives as long as its subscription (the code
+    /// that started it need not keep its `Addr`): it ends when
+    /// [`ActorSubscription::cancel`] is called or when the actor stops
+    /// itself (`ctx.stop()`).
     ///
     /// # Errors
     /// An invalid filter or an overloaded topic.
@@ -316,8 +319,7 @@ impl Wharf {
     ) -> Result<ActorSubscription, BrokerError> {
         let sink = Arc::new(RecipientSink {
             id: crate::broker::next_sink_id(),
-            // Weak: a subscription must not keep its actor alive.
-            recipient: recipient.downgrade(),
+            recipient,
             closed: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
         });
@@ -410,7 +412,9 @@ impl ActorSubscription {
 
 struct RecipientSink {
     id: u64,
-    recipient: actix::WeakRecipient<Delivery>,
+    /// Strong: the subscription keeps its actor alive until it is
+    /// cancelled or the actor stops itself (`ctx.stop()`).
+    recipient: Recipient<Delivery>,
     closed: AtomicBool,
     dropped: AtomicU64,
 }
@@ -421,11 +425,7 @@ impl Sink for RecipientSink {
     }
 
     fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> Outcome {
-        let Some(recipient) = self.recipient.upgrade() else {
-            self.closed.store(true, Ordering::Relaxed);
-            return Outcome::Closed;
-        };
-        match recipient.try_send(Delivery {
+        match self.recipient.try_send(Delivery {
             message: msg.clone(),
         }) {
             Ok(()) => Outcome::Queued,
@@ -441,7 +441,6 @@ impl Sink for RecipientSink {
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed)
-            || self.recipient.upgrade().is_none_or(|r| !r.connected())
+        self.closed.load(Ordering::Relaxed) || !self.recipient.connected()
     }
 }

@@ -62,6 +62,12 @@ pub use embed::{
 };
 pub use server::run;
 
+/// README.md's code blocks, compiled as doc tests: a snippet that drifts
+/// from the API fails CI.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// Why the broker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

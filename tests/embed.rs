@@ -11,7 +11,7 @@ mod embedded;
 use std::time::Duration;
 
 use actix::prelude::*;
-use common::{block_on, http, wait_until};
+use common::{block_on, eventually, http, wait_until};
 use wharf::client::{Client, ClientOptions};
 
 fn broker_threads() -> Vec<String> {
@@ -181,4 +181,80 @@ impl Handler<StopActor> for embedded::Auditor {
     fn handle(&mut self, _: StopActor, ctx: &mut Self::Context) {
         ctx.stop();
     }
+}
+
+/// Counts what it is given: topic deliveries, and queue messages it acks.
+struct Counter(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Actor for Counter {
+    type Context = Context<Self>;
+}
+
+impl Handler<wharf::Delivery> for Counter {
+    type Result = ();
+    fn handle(&mut self, _: wharf::Delivery, _: &mut Context<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Handler<wharf::QueueMessage> for Counter {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, m: wharf::QueueMessage, _: &mut Context<Self>) -> Self::Result {
+        let seen = self.0.clone();
+        Box::pin(async move {
+            if m.settler.ack().await.is_ok() {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    }
+}
+
+/// The README's pattern: actors started inline, their `Addr` not kept,
+/// live as long as their subscription and their consumer, and cancelling
+/// both ends them without an error.
+#[test]
+fn actors_started_inline_live_as_long_as_their_subscription() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    block_on(async move {
+        let wharf = wharf::Wharf::builder()
+            .data_dir(data)
+            .workers(1)
+            .start()
+            .await
+            .unwrap();
+        let (heard, taken) = (
+            std::sync::Arc::new(AtomicUsize::new(0)),
+            std::sync::Arc::new(AtomicUsize::new(0)),
+        );
+        let sub = wharf
+            .subscribe("inline/#", Counter(heard.clone()).start().recipient())
+            .await
+            .unwrap();
+        let consumer = wharf
+            .consume("inline-q", Counter(taken.clone()).start().recipient(), 1)
+            .await
+            .unwrap();
+        // Give the actors' mailboxes a turn, as a real app does.
+        actix_rt::task::yield_now().await;
+        wharf.publish("inline/a", "x").await.unwrap();
+        wharf.enqueue("inline-q", "y").await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || heard.load(Ordering::SeqCst)
+                == 1
+                && taken.load(Ordering::SeqCst) == 1)
+            .await,
+            "heard {} taken {}",
+            heard.load(Ordering::SeqCst),
+            taken.load(Ordering::SeqCst)
+        );
+        let q = wharf.broker().queue_info("inline-q").await.unwrap();
+        assert_eq!((q.depth, q.in_flight, q.stats.acked), (0, 0, 1), "{q:?}");
+        sub.cancel().await.unwrap();
+        consumer.cancel().await.unwrap();
+        wharf.publish("inline/b", "z").await.unwrap();
+        wharf.shutdown().await.unwrap();
+        assert_eq!(heard.load(Ordering::SeqCst), 1, "nothing after cancel");
+    });
 }

@@ -109,9 +109,11 @@ impl Settler {
     }
 }
 
-/// An actor's consumer. Dropping it does not end it; call
-/// [`ActorConsumer::cancel`] (or stop the actor: its deliveries then go
-/// back to the queue on the next dispatch or tick).
+/// An actor's consumer. The consumer holds the actor's address, so the
+/// actor lives as long as it consumes (the code that started it need not
+/// keep its `Addr`). Dropping this handle does not end it; call
+/// [`ActorConsumer::cancel`] (or stop the actor with `ctx.stop()`: its
+/// deliveries then go back to the queue on the next dispatch or tick).
 pub struct ActorConsumer {
     queue: String,
     sub: Subscription,
@@ -120,14 +122,21 @@ pub struct ActorConsumer {
 
 impl ActorConsumer {
     /// Stops consuming; unacknowledged deliveries go back to the queue.
+    /// Cancelling a consumer whose actor has stopped (and which the queue
+    /// has detached already) is not an error.
     ///
     /// # Errors
     /// The queue refusing the task.
     pub async fn cancel(self) -> Result<(), BrokerError> {
         self.sub.cancel();
-        self.broker
+        match self
+            .broker
             .cancel_consumer(&self.queue, self.sub.sink.id(), &self.sub.id)
             .await
+        {
+            Err(BrokerError::UnknownConsumer) => Ok(()),
+            other => other,
+        }
     }
 }
 
@@ -135,7 +144,10 @@ struct ConsumerSink {
     id: u64,
     /// The one queue it consumes (shared by every delivery's settler).
     queue: Arc<str>,
-    recipient: actix::WeakRecipient<QueueMessage>,
+    /// Strong: the consumer keeps its actor alive until it is cancelled or
+    /// the actor stops itself (`ctx.stop()`).
+    recipient: Recipient<QueueMessage>,
+    /// Weak: the broker holds this sink, which must not hold it back.
     broker: WeakBroker,
     closed: AtomicBool,
 }
@@ -151,8 +163,8 @@ impl Sink for ConsumerSink {
     }
 
     fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Outcome {
-        let (Some(recipient), Some(broker)) = (self.recipient.upgrade(), self.broker.upgrade())
-        else {
+        let recipient = &self.recipient;
+        let Some(broker) = self.broker.upgrade() else {
             self.closed.store(true, Ordering::Relaxed);
             return Outcome::Closed;
         };
@@ -185,8 +197,7 @@ impl Sink for ConsumerSink {
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed)
-            || self.recipient.upgrade().is_none_or(|r| !r.connected())
+        self.closed.load(Ordering::Relaxed) || !self.recipient.connected()
     }
 }
 
@@ -213,7 +224,9 @@ impl Wharf {
     /// Makes an actor a consumer of `queue` with `prefetch` credit: each
     /// delivery arrives as a [`QueueMessage`] (by `try_send`: a full
     /// mailbox leaves the message in the queue, offered again shortly).
-    /// The actor settles each through [`QueueMessage::settler`].
+    /// The actor settles each through [`QueueMessage::settler`]. The
+    /// consumer keeps the actor alive until [`ActorConsumer::cancel`] or
+    /// until the actor stops itself.
     ///
     /// # Errors
     /// An invalid name or prefetch, an overloaded queue.
@@ -226,9 +239,7 @@ impl Wharf {
         let sink = Arc::new(ConsumerSink {
             id: next_sink_id(),
             queue: queue.into(),
-            // Weak: a consumer must not keep its actor (or the broker)
-            // alive.
-            recipient: recipient.downgrade(),
+            recipient,
             broker: self.broker().downgrade(),
             closed: AtomicBool::new(false),
         });

@@ -46,6 +46,20 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// [`wait_until`] inside an actix system: yields to it between checks, so
+/// the actors and tasks being waited for can run.
+#[allow(dead_code)]
+pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    }
+    cond()
+}
+
 pub const LONG: Duration = Duration::from_secs(20);
 
 /// A minimal HTTP/1.1 exchange over a real socket: returns the status code
