@@ -38,8 +38,8 @@ pub use sink::{Delivery, Sink, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 
-use crate::protocol::frame::{Headers, Priority};
 use crate::config::TopicsConfig;
+use crate::protocol::frame::{Headers, Priority};
 use crate::routing::{self, FilterTrie, TopicError, TopicLimits};
 use crate::store::{RetainedRecord, SubmitError, WriterHandle};
 use crate::taskq::{SchedulerHandle, TaskError, TaskQueue};

@@ -503,7 +503,8 @@ impl MqttSession {
             }
         }
         if let Some(w) = &c.will {
-            if self.broker.topic_limits().check_topic(&w.topic).is_err() || w.payload.len() > self.cfg.max_payload
+            if self.broker.topic_limits().check_topic(&w.topic).is_err()
+                || w.payload.len() > self.cfg.max_payload
             {
                 return Err(violation("CONNECT with an invalid will"));
             }
