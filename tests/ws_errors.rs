@@ -163,6 +163,81 @@ fn errors_carry_the_request_id_they_answer() {
     });
 }
 
+/// Sends `text` and returns the error frame answering it.
+async fn error_for(conn: &mut Conn, message: ws::Message) -> serde_json::Value {
+    conn.send(message).await.unwrap();
+    let reply = next_json(conn).await.expect("a reply");
+    assert_eq!(reply["op"], "error", "{reply}");
+    reply
+}
+
+#[test]
+fn decode_errors_carry_the_rid_and_name_the_op_and_field() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let mut conn = raw(&b).await;
+        let text = |t: &str| ws::Message::Text(t.into());
+        let e = error_for(&mut conn, text(r#"{"op":"publish","payload":"x","rid":4}"#)).await;
+        assert_eq!(e["code"], "missing_field", "{e}");
+        assert_eq!(e["rid"], 4, "{e}");
+        assert_eq!(e["message"], "publish: missing field `topic`", "{e}");
+        let e = error_for(&mut conn, text(r#"{"op":"nope","rid":3}"#)).await;
+        assert_eq!(e["code"], "unknown_op", "{e}");
+        assert_eq!(e["rid"], 3, "{e}");
+        let e = error_for(
+            &mut conn,
+            text(r#"{"op":"publish","topic":5,"payload":"x","rid":7}"#),
+        )
+        .await;
+        assert_eq!(e["code"], "invalid_field", "{e}");
+        assert_eq!(e["rid"], 7, "{e}");
+        assert_eq!(
+            e["message"], "topic: invalid type: integer `5`, expected a string",
+            "{e}"
+        );
+        // Not JSON: nothing to recover, so no rid.
+        let e = error_for(&mut conn, text(r#"{"op":"ping","rid":8"#)).await;
+        assert_eq!(e["code"], "malformed", "{e}");
+        assert!(e.get("rid").is_none(), "{e}");
+        still_works(&mut conn).await;
+    });
+}
+
+#[test]
+fn bincode_errors_read_as_sentences_and_json_in_binary_frames_is_named() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let mut conn = raw(&b).await;
+        let e = error_for(&mut conn, ws::Message::Binary(Bytes::from_static(&[99]))).await;
+        assert_eq!(e["code"], "unknown_op", "{e}");
+        assert_eq!(
+            e["message"], "no operation has tag 99 (tags run from 0 to 20)",
+            "{e}"
+        );
+        // publish (tag 3), topic "t", then a payload announcing 50 bytes.
+        let e = error_for(
+            &mut conn,
+            ws::Message::Binary(Bytes::from_static(&[3, 1, b't', 50, b'x'])),
+        )
+        .await;
+        assert_eq!(e["code"], "malformed", "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.starts_with("publish: the frame ends early"), "{e}");
+        let e = error_for(
+            &mut conn,
+            ws::Message::Binary(Bytes::from_static(
+                br#"{"op":"publish","topic":"t","payload":"x","rid":21}"#,
+            )),
+        )
+        .await;
+        assert_eq!(e["code"], "malformed", "{e}");
+        assert_eq!(e["rid"], 21, "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.starts_with("this binary frame holds JSON"), "{e}");
+        still_works(&mut conn).await;
+    });
+}
+
 #[test]
 fn a_frame_over_max_frame_closes_with_1009_and_only_that_connection() {
     let b = TestBroker::start(|c| {

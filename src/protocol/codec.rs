@@ -9,6 +9,7 @@
 use bytes::Bytes;
 use serde::Serialize;
 
+use super::decode_error::{Tagged, bincode_error, json_error, leading_tag};
 use super::frame::{ClientFrame, Encoding, ErrorCode, Headers, ServerFrame, payload_to_json};
 
 /// Largest frame the bincode decoder will allocate for; `max_frame` may not
@@ -30,8 +31,12 @@ pub enum Format {
 pub struct DecodeError {
     /// The `error` frame's code.
     pub code: ErrorCode,
-    /// Detail for people.
+    /// Detail for people: the operation and the field when known.
     pub message: String,
+    /// The request id of the refused frame, when it carried one that could
+    /// be read (JSON objects; bincode frames that decoded but had trailing
+    /// bytes).
+    pub rid: Option<u64>,
 }
 
 fn bincode_config() -> impl bincode::config::Config {
@@ -56,7 +61,7 @@ pub fn decode_server(format: Format, data: &[u8]) -> Result<ServerFrame, DecodeE
 
 fn decode<T>(format: Format, data: &[u8]) -> Result<T, DecodeError>
 where
-    T: serde::de::DeserializeOwned + bincode::Decode<()>,
+    T: serde::de::DeserializeOwned + bincode::Decode<()> + Tagged,
 {
     match format {
         Format::Json => {
@@ -66,60 +71,25 @@ where
                 return Err(DecodeError {
                     code: ErrorCode::Malformed,
                     message: "a JSON frame must be an object with an \"op\" field".into(),
+                    rid: None,
                 });
             }
-            serde_json::from_slice(data).map_err(json_error)
+            serde_json::from_slice(data).map_err(|e| json_error::<T>(data, e))
         }
-        Format::Bincode => {
-            let (frame, used) =
-                bincode::decode_from_slice(data, bincode_config()).map_err(bincode_error)?;
-            if used != data.len() {
-                return Err(DecodeError {
+        Format::Bincode => match bincode::decode_from_slice::<T, _>(data, bincode_config()) {
+            Ok((frame, used)) if used == data.len() => Ok(frame),
+            Ok((frame, used)) => {
+                let op = leading_tag(data)
+                    .and_then(|tag| T::OPS.get(tag as usize))
+                    .unwrap_or(&"frame");
+                Err(DecodeError {
                     code: ErrorCode::Malformed,
-                    message: format!("{} trailing bytes after the frame", data.len() - used),
-                });
+                    message: format!("{op}: {} trailing bytes after the frame", data.len() - used),
+                    rid: frame.rid(),
+                })
             }
-            Ok(frame)
-        }
-    }
-}
-
-fn json_error(e: serde_json::Error) -> DecodeError {
-    use serde_json::error::Category;
-    let message = e.to_string();
-    let code = match e.classify() {
-        Category::Syntax | Category::Eof | Category::Io => ErrorCode::Malformed,
-        Category::Data => {
-            if message.contains("expected internally tagged enum") {
-                ErrorCode::Malformed
-            } else if message.starts_with("unknown variant") && message.contains("`hello`")
-                || message.starts_with("unknown variant") && message.contains("`welcome`")
-            {
-                ErrorCode::UnknownOp
-            } else if message.starts_with("missing field") {
-                ErrorCode::MissingField
-            } else {
-                ErrorCode::InvalidField
-            }
-        }
-    };
-    DecodeError { code, message }
-}
-
-fn bincode_error(e: bincode::error::DecodeError) -> DecodeError {
-    use bincode::error::DecodeError as E;
-    let code = match &e {
-        E::UnexpectedVariant { type_name, .. }
-            if *type_name == "ClientFrame" || *type_name == "ServerFrame" =>
-        {
-            ErrorCode::UnknownOp
-        }
-        E::UnexpectedVariant { .. } | E::Utf8 { .. } => ErrorCode::InvalidField,
-        _ => ErrorCode::Malformed,
-    };
-    DecodeError {
-        code,
-        message: e.to_string(),
+            Err(e) => Err(bincode_error::<T>(data, e)),
+        },
     }
 }
 

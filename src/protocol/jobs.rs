@@ -6,8 +6,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// JSON carried inside a frame: a JSON value in JSON frames, its text in
 /// bincode frames. Kept as canonical text.
-#[derive(Debug, Clone, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub struct JsonText(pub String);
+
+/// `null`, the value of an absent field (an empty text would decode to a
+/// different frame than it encodes to).
+impl Default for JsonText {
+    fn default() -> Self {
+        JsonText("null".into())
+    }
+}
 
 impl JsonText {
     /// The JSON text of `value`.

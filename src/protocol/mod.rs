@@ -5,9 +5,11 @@
 //! - [`frame`]: the native protocol's frames (proto/native.md).
 //! - [`jobs`]: the job and worker frames.
 //! - [`mqtt`]: MQTT 3.1.1 packets.
-//! - [`codec`]: their JSON and bincode encodings.
+//! - [`codec`]: their JSON and bincode encodings; `decode_error` turns
+//!   decode failures into errors naming the op, the field and the `rid`.
 
 pub mod codec;
+mod decode_error;
 pub mod frame;
 pub mod jobs;
 pub mod mqtt;

@@ -137,7 +137,7 @@ impl Handler for Native {
         }
         match decode_client(format, &bytes) {
             Err(e) => {
-                self.session.error(format, e.code, e.message, None);
+                self.session.error(format, e.code, e.message, e.rid);
                 Flow::Go
             }
             Ok(frame) => match self.session.handle(format, frame).await {
