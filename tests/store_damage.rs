@@ -191,7 +191,10 @@ fn a_store_of_an_earlier_wharf_is_adopted() {
     // Stores written before the marker existed have none.
     std::fs::remove_file(data.join(MARKER)).unwrap();
     let (broker, url, log) = started(&data);
-    assert!(log.contains("adopting a store written by an earlier Wharf"), "{log}");
+    assert!(
+        log.contains("adopting a store written by an earlier Wharf"),
+        "{log}"
+    );
     assert!(data.join(MARKER).exists());
     let got = block_on(async move {
         let c = Client::connect(&url, ClientOptions::default())

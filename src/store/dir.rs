@@ -180,7 +180,12 @@ fn check_conf(bytes: &[u8]) -> Result<(), String> {
         .len()
         .checked_sub(4)
         .and_then(|n| std::str::from_utf8(&bytes[..n]).ok())
-        .ok_or_else(|| format!("is not a sled configuration ({} bytes, not text)", bytes.len()))?;
+        .ok_or_else(|| {
+            format!(
+                "is not a sled configuration ({} bytes, not text)",
+                bytes.len()
+            )
+        })?;
     for key in ["segment_size", "use_compression", "version"] {
         let found = text.lines().any(|line| {
             line.split_once(": ")
@@ -214,7 +219,9 @@ fn read_marker(dir: &Path) -> Result<State, StoreError> {
             continue;
         }
         let Some((key, value)) = line.split_once('=').map(|(k, v)| (k.trim(), v.trim())) else {
-            return Err(bad(format!("has a line that is not `key = value`: {line:?}")));
+            return Err(bad(format!(
+                "has a line that is not `key = value`: {line:?}"
+            )));
         };
         let number = || {
             value

@@ -168,7 +168,9 @@ impl Store {
     /// schema version. Refuses a directory that holds files Wharf did not
     /// write without touching it, and adopts a store of an earlier Wharf
     /// that has no marker yet. [`Store::recover`] is the same plus the
-    /// loads, safe against sled's panics.
+    /// loads, safe against sled's panics, and records the start in the
+    /// marker (until then a crash or a clean shutdown recorded before
+    /// stays the last run's state).
     ///
     /// # Errors
     /// [`StoreError::Foreign`], [`StoreError::Damaged`],
@@ -202,27 +204,38 @@ impl Store {
         };
         let store = Store { db, path, previous };
         store.check_schema()?;
-        if let Previous::Adopted = previous {
-            tracing::info!(
-                path = %store.path.display(),
-                "adopting a store written by an earlier Wharf: writing its {} marker",
-                dir::MARKER
-            );
-        }
-        if let Previous::Fresh = previous {
+        match previous {
+            Previous::Adopted => {
+                tracing::info!(
+                    path = %store.path.display(),
+                    "adopting a store written by an earlier Wharf: writing its {} marker",
+                    dir::MARKER
+                );
+                dir::write_marker(&store.path, dir::State::Open)?;
+            }
             // The marker says `open` only once sled's files hold the
             // schema: from then on an empty `db` means damage.
-            store.sync()?;
+            Previous::Fresh => store.sync()?,
+            Previous::Unclean | Previous::Clean(_) => {}
         }
-        dir::write_marker(&store.path, dir::State::Open)?;
         Ok(store)
+    }
+
+    /// Records in the marker that the store is in use (not closed
+    /// cleanly), once what it held has been read back.
+    fn mark_open(&self) -> Result<(), StoreError> {
+        dir::write_marker(&self.path, dir::State::Open)
     }
 
     fn check_schema(&self) -> Result<(), StoreError> {
         // An unmarked sled database is adopted only if Wharf wrote it:
         // look before `open_tree` would create the tree.
         if let Previous::Adopted = self.previous {
-            let has_meta = self.db.tree_names().iter().any(|n| n == META_TREE.as_bytes());
+            let has_meta = self
+                .db
+                .tree_names()
+                .iter()
+                .any(|n| n == META_TREE.as_bytes());
             let has_key = has_meta
                 && self
                     .db
@@ -405,7 +418,13 @@ fn open_error(path: &Path, source: sled::Error) -> StoreError {
         sled::Error::Unsupported(ref why) if why.contains("0.29") => {
             damaged("conf", "is not a configuration sled can read".into())
         }
-        sled::Error::Corruption { .. } => damaged("db", format!("cannot be read by sled ({source})")),
+        sled::Error::Corruption { at, .. } => damaged(
+            "db",
+            match at {
+                Some(at) => format!("holds data sled cannot read (corrupted at {at:?})"),
+                None => "holds data sled cannot read".into(),
+            },
+        ),
         source => StoreError::Open {
             path: path.to_owned(),
             source,

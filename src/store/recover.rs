@@ -106,6 +106,7 @@ impl Store {
             }
         };
         report(&recovered);
+        recovered.store.mark_open()?;
         Ok(recovered)
     }
 
@@ -200,4 +201,69 @@ fn quiet_open_panics() {
             }
         }));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::queues;
+
+    fn config(dir: &std::path::Path) -> StoreConfig {
+        StoreConfig {
+            data_dir: dir.join("data"),
+            cache_capacity_mb: 8,
+            ..StoreConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_panic_while_loading_is_reported_as_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        {
+            let store = Store::open(&cfg).unwrap();
+            let mut writer = store.start_writer(&cfg).unwrap();
+            let done = writer
+                .handle()
+                .submit(vec![queues::put_queue("a", 1, b"{}")])
+                .unwrap();
+            actix_rt::System::new().block_on(done).unwrap();
+            assert!(writer.close(std::time::Duration::from_secs(10)));
+            store.close().unwrap();
+        }
+        match Store::recover(&cfg, |_| panic!("boom")) {
+            Err(StoreError::Damaged {
+                file: "db", detail, ..
+            }) => {
+                assert!(detail.contains("boom"), "{detail}");
+            }
+            other => panic!("expected damage, got {other:?}"),
+        }
+        // The store itself is fine and was recorded clean with one queue.
+        let recovered = Store::recover(&cfg, |_| 10).unwrap();
+        assert_eq!(recovered.queues.queues.len(), 1);
+        assert!(matches!(
+            recovered.store.previous,
+            Previous::Clean(Counts { queues: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn a_sled_database_of_another_program_is_refused_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        {
+            let db = sled::open(&cfg.data_dir).unwrap();
+            db.insert(b"theirs", b"value").unwrap();
+            db.flush().unwrap();
+        }
+        match Store::open(&cfg) {
+            Err(StoreError::Foreign { why, .. }) => assert!(why.contains("sled"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(!cfg.data_dir.join(dir::MARKER).exists());
+        let db = sled::open(&cfg.data_dir).unwrap();
+        assert!(!db.tree_names().iter().any(|n| n == b"meta"));
+        assert_eq!(db.get(b"theirs").unwrap().as_deref(), Some(&b"value"[..]));
+    }
 }
