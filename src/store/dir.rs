@@ -5,8 +5,9 @@
 //! `db` it cannot read, so nothing reaches sled before [`inspect`] has
 //! decided: a missing or empty directory is new; a directory with the
 //! marker is ours; a directory without it is adopted only if it holds
-//! nothing but sled's files and a readable `conf` (the schema key is then
-//! checked through sled); anything else is refused, untouched.
+//! nothing but sled's files and a readable `conf`, and a copy of them
+//! opened by sled has Wharf's schema key; anything else is refused,
+//! untouched.
 //!
 //! The marker (`WHARF_STORE`) is a small text file. It carries the schema
 //! version and the state of the last run: `new` (created, first open not
@@ -23,6 +24,9 @@ use super::{SCHEMA_VERSION, StoreError};
 pub const MARKER: &str = "WHARF_STORE";
 /// The temporary a marker is written to before the rename.
 const MARKER_TMP: &str = "WHARF_STORE.tmp";
+/// The scratch directory an unmarked store is copied to, to look at it
+/// with sled without changing it (see [`copy_for_probe`]).
+pub const SCRATCH: &str = "WHARF_STORE.check";
 
 /// How much a store holds: written at a clean shutdown, compared at the
 /// next open.
@@ -58,7 +62,8 @@ pub enum Found {
     /// Marked: the state of the last run.
     Marked(State),
     /// No marker, but only sled's files with a readable `conf`: the caller
-    /// opens it, checks the schema key, then writes the marker.
+    /// looks for the schema key in a copy ([`copy_for_probe`]), then
+    /// writes the marker.
     Unmarked,
 }
 
@@ -106,8 +111,12 @@ pub fn inspect(dir: &Path) -> Result<Found, StoreError> {
         return Ok(Found::Marked(state));
     }
     // A temporary left by a crash while the marker of a fresh store was
-    // being written is ours.
-    names.retain(|n| n != MARKER_TMP);
+    // being written, or while an unmarked store was being looked at, is
+    // ours.
+    if names.iter().any(|n| n == SCRATCH) {
+        remove_scratch(dir);
+    }
+    names.retain(|n| n != MARKER_TMP && n != SCRATCH);
     if names.is_empty() {
         write_marker(dir, State::New)?;
         return Ok(Found::Fresh);
@@ -133,6 +142,50 @@ pub fn inspect(dir: &Path) -> Result<Found, StoreError> {
         other => other,
     })?;
     Ok(Found::Unmarked)
+}
+
+/// Copies sled's `conf`, `db` and `snap.*` of `dir` into a fresh
+/// [`SCRATCH`] directory inside it and returns its path: sled rewrites
+/// parts of a database it opens (and all of one it cannot read), so an
+/// unmarked store is looked at in a copy. Blobs are not copied: the schema
+/// key is small and never in one. On Linux the copy is done in the kernel
+/// (`copy_file_range`), a reflink where the file system has them.
+///
+/// # Errors
+/// [`StoreError::DataDir`] (no space for the copy, for one).
+pub fn copy_for_probe(dir: &Path) -> Result<PathBuf, StoreError> {
+    let io = |op: &'static str| {
+        move |source| StoreError::DataDir {
+            path: dir.to_owned(),
+            op,
+            source,
+        }
+    };
+    let scratch = dir.join(SCRATCH);
+    remove_scratch(dir);
+    std::fs::create_dir(&scratch).map_err(io("create a scratch copy of the store"))?;
+    for entry in std::fs::read_dir(dir).map_err(io("list the data directory"))? {
+        let entry = entry.map_err(io("list the data directory"))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "conf" || name == "db" || (name.starts_with("snap.") && !entry.path().is_dir()) {
+            if let Err(e) = std::fs::copy(entry.path(), scratch.join(&name)) {
+                remove_scratch(dir);
+                return Err(io("copy the store to look at it")(e));
+            }
+        }
+    }
+    Ok(scratch)
+}
+
+/// Removes the [`SCRATCH`] copy, if any; a failure is only logged (the
+/// next open removes it).
+pub fn remove_scratch(dir: &Path) {
+    match std::fs::remove_dir_all(dir.join(SCRATCH)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(dir = %dir.display(), "cannot remove {SCRATCH}: {e}");
+        }
+        _ => {}
+    }
 }
 
 /// sled's own names: `conf`, `db`, `blobs/`, `snap.*` (files).

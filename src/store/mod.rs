@@ -180,6 +180,14 @@ impl Store {
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
         let path = config.data_dir.clone();
         let found = dir::inspect(&path)?;
+        if found == dir::Found::Unmarked && !wharf_wrote(&path)? {
+            return Err(StoreError::Foreign {
+                path,
+                files: vec!["conf".into(), "db".into()],
+                why: "it holds a sled database without Wharf's schema version \
+                      (another program's, or a damaged store)",
+            });
+        }
         let sled_config = sled::Config::new()
             .path(&path)
             .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024));
@@ -228,31 +236,6 @@ impl Store {
     }
 
     fn check_schema(&self) -> Result<(), StoreError> {
-        // An unmarked sled database is adopted only if Wharf wrote it:
-        // look before `open_tree` would create the tree.
-        if let Previous::Adopted = self.previous {
-            let has_meta = self
-                .db
-                .tree_names()
-                .iter()
-                .any(|n| n == META_TREE.as_bytes());
-            let has_key = has_meta
-                && self
-                    .db
-                    .open_tree(META_TREE)
-                    .and_then(|t| t.contains_key(SCHEMA_KEY))
-                    .map_err(|source| StoreError::Io {
-                        op: "read schema version",
-                        source,
-                    })?;
-            if !has_key {
-                return Err(StoreError::Foreign {
-                    path: self.path.clone(),
-                    files: vec!["conf".into(), "db".into()],
-                    why: "it holds a sled database without Wharf's schema version",
-                });
-            }
-        }
         let meta = self
             .db
             .open_tree(META_TREE)
@@ -404,6 +387,28 @@ fn read_error(op: &'static str) -> impl Fn(CommitError) -> StoreError {
 
 /// How long [`Store::open`] waits for sled's file lock to be released.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
+
+/// Whether the unmarked sled database in `dir` was written by Wharf (its
+/// `meta` tree holds the schema key), looked at in a scratch copy so that
+/// sled changes nothing in `dir`. A panic inside sled counts as no.
+///
+/// # Errors
+/// [`StoreError::DataDir`] if the copy cannot be made.
+fn wharf_wrote(dir: &Path) -> Result<bool, StoreError> {
+    let scratch = dir::copy_for_probe(dir)?;
+    let probe = std::panic::catch_unwind(|| {
+        let db = sled::Config::new().path(&scratch).open().ok()?;
+        // Looked for by name: `open_tree` would create it.
+        if !db.tree_names().iter().any(|n| n == META_TREE.as_bytes()) {
+            return Some(false);
+        }
+        db.open_tree(META_TREE)
+            .and_then(|t| t.contains_key(SCHEMA_KEY))
+            .ok()
+    });
+    dir::remove_scratch(dir);
+    Ok(matches!(probe, Ok(Some(true))))
+}
 
 /// sled's open failure as a [`StoreError`]: its misleading words for a
 /// damaged `conf` ("created using a sled version earlier than 0.29") and

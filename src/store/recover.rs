@@ -257,11 +257,24 @@ mod tests {
             db.insert(b"theirs", b"value").unwrap();
             db.flush().unwrap();
         }
+        let files = |d: &std::path::Path| {
+            let mut all: Vec<_> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.is_file())
+                .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+                .collect();
+            all.sort();
+            all
+        };
+        let before = files(&cfg.data_dir);
         match Store::open(&cfg) {
             Err(StoreError::Foreign { why, .. }) => assert!(why.contains("sled"), "{why}"),
             other => panic!("expected a refusal, got {other:?}"),
         }
+        assert!(before == files(&cfg.data_dir), "its files changed");
         assert!(!cfg.data_dir.join(dir::MARKER).exists());
+        assert!(!cfg.data_dir.join(dir::SCRATCH).exists());
         let db = sled::open(&cfg.data_dir).unwrap();
         assert!(!db.tree_names().iter().any(|n| n == b"meta"));
         assert_eq!(db.get(b"theirs").unwrap().as_deref(), Some(&b"value"[..]));
