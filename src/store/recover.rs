@@ -110,7 +110,8 @@ impl Store {
         Ok(recovered)
     }
 
-    /// Records a clean shutdown: counts what the store holds, syncs it,
+    /// Records a clean shutdown: counts what the store holds (one pass
+    /// over every tree, keeping nothing), syncs it,
     /// and writes the counts to the marker, so that the next open can tell
     /// a crash or lost data. Call it once nothing writes any more (after
     /// the writer is closed); use [`Store::sync`] instead when the writer
@@ -119,18 +120,13 @@ impl Store {
     /// # Errors
     /// A loader's error, [`StoreError::Sync`] or [`StoreError::DataDir`].
     pub fn close(&self) -> Result<(), StoreError> {
-        let counts = Counts {
-            queues: 0,
-            messages: 0,
-            jobs: self.load_jobs()?.len() as u64,
-            retained: self.load_retained()?.len() as u64,
-        };
         // A window of 0 decodes only messages with a delivery state.
         let queues = self.load_queues(|_| 0)?;
         let counts = Counts {
             queues: queues.queues.len() as u64,
             messages: message_count(&queues),
-            ..counts
+            jobs: self.count_jobs()?,
+            retained: self.count_retained()?,
         };
         self.sync()?;
         dir::write_marker(&self.path, State::Clean(counts))
@@ -225,7 +221,11 @@ mod tests {
             let mut writer = store.start_writer(&cfg).unwrap();
             let done = writer
                 .handle()
-                .submit(vec![queues::put_queue("a", 1, b"{}")])
+                .submit(vec![
+                    queues::put_queue("a", 1, b"{}"),
+                    crate::store::retained_writes::put("t", 1, &Default::default(), b"v"),
+                    crate::store::jobs::put(&[7; 16], b"{}".to_vec()),
+                ])
                 .unwrap();
             actix_rt::System::new().block_on(done).unwrap();
             assert!(writer.close(std::time::Duration::from_secs(10)));
@@ -239,12 +239,17 @@ mod tests {
             }
             other => panic!("expected damage, got {other:?}"),
         }
-        // The store itself is fine and was recorded clean with one queue.
+        // The store itself is fine and was recorded clean with what it holds.
         let recovered = Store::recover(&cfg, |_| 10).unwrap();
         assert_eq!(recovered.queues.queues.len(), 1);
         assert!(matches!(
             recovered.store.previous,
-            Previous::Clean(Counts { queues: 1, .. })
+            Previous::Clean(Counts {
+                queues: 1,
+                messages: 0,
+                jobs: 1,
+                retained: 1
+            })
         ));
     }
 
