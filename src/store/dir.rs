@@ -205,10 +205,22 @@ fn check_sled_files(dir: &Path, marked: bool) -> Result<(), StoreError> {
         file,
         detail,
     };
-    let conf = match std::fs::read(dir.join("conf")) {
-        Ok(bytes) => bytes,
-        Err(e) => return Err(damaged("conf", format!("cannot be read ({e})"))),
+    // A missing file is damage; any other failure (permissions) is the
+    // directory's.
+    let unreadable = |file: &'static str, op: &'static str| {
+        move |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                damaged(file, "is missing".into())
+            } else {
+                StoreError::DataDir {
+                    path: dir.to_owned(),
+                    op,
+                    source: e,
+                }
+            }
+        }
     };
+    let conf = std::fs::read(dir.join("conf")).map_err(unreadable("conf", "read conf"))?;
     if let Err(detail) = check_conf(&conf) {
         return Err(damaged("conf", detail));
     }
@@ -222,7 +234,7 @@ fn check_sled_files(dir: &Path, marked: bool) -> Result<(), StoreError> {
             },
         )),
         Ok(_) => Ok(()),
-        Err(e) => Err(damaged("db", format!("cannot be read ({e})"))),
+        Err(e) => Err(unreadable("db", "read db")(e)),
     }
 }
 
@@ -254,10 +266,20 @@ fn check_conf(bytes: &[u8]) -> Result<(), String> {
 /// Reads and checks the marker.
 fn read_marker(dir: &Path) -> Result<State, StoreError> {
     let path = dir.join(MARKER);
-    let text = std::fs::read_to_string(&path).map_err(|e| StoreError::Damaged {
-        path: dir.to_owned(),
-        file: MARKER,
-        detail: format!("cannot be read ({e})"),
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            StoreError::Damaged {
+                path: dir.to_owned(),
+                file: MARKER,
+                detail: "is not text".into(),
+            }
+        } else {
+            StoreError::DataDir {
+                path: dir.to_owned(),
+                op: "read the WHARF_STORE marker",
+                source: e,
+            }
+        }
     })?;
     let bad = |detail: String| StoreError::Damaged {
         path: dir.to_owned(),
@@ -373,6 +395,21 @@ mod tests {
             other => panic!("expected a refusal, got {other:?}"),
         }
         assert!(!tmp.path().join(MARKER).exists());
+    }
+
+    #[test]
+    fn a_bad_or_newer_marker_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join(MARKER), b"\xff\x00 junk").unwrap();
+        match inspect(tmp.path()) {
+            Err(StoreError::Damaged { file: MARKER, .. }) => {}
+            other => panic!("expected damage, got {other:?}"),
+        }
+        std::fs::write(tmp.path().join(MARKER), b"schema = 9\nstate = open\n").unwrap();
+        match inspect(tmp.path()) {
+            Err(StoreError::SchemaMismatch { found: 9, .. }) => {}
+            other => panic!("expected a schema mismatch, got {other:?}"),
+        }
     }
 
     #[test]

@@ -44,7 +44,7 @@ const SCHEMA_KEY: &[u8] = b"schema_version";
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// sled could not open the database (missing permissions, another
-    /// process holding its lock, corruption).
+    /// process holding its lock); damage is [`StoreError::Damaged`].
     #[error("cannot open the store at {path}: {source}")]
     Open {
         /// The data directory.
