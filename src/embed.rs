@@ -90,7 +90,8 @@ struct Running {
 
 impl Running {
     /// Topics finish their tasks, the writer commits what they handed it,
-    /// then the database files are synced. Blocking.
+    /// then the database files are synced and, if everything finished,
+    /// the clean shutdown is recorded. Blocking.
     fn stop(mut self, timeout: Duration) -> Result<(), Error> {
         self.sweeper.abort();
         self.ticker.abort();
@@ -100,12 +101,15 @@ impl Running {
         }
         let workers = self.scheduler.shutdown(timeout);
         let committed = self.writer.close(timeout);
-        if !(workers && committed) {
+        if workers && committed {
+            self.store.close()?;
+        } else {
+            // Not recorded as a clean shutdown: the next start says so.
             tracing::warn!(
                 "task queue workers or the store writer did not finish before the deadline"
             );
+            self.store.sync()?;
         }
-        self.store.sync()?;
         Ok(())
     }
 }
@@ -124,20 +128,20 @@ impl Wharf {
         let store_config = config.store.clone();
         // sled does blocking I/O: open and read it off the async thread.
         let (defaults, declared) = (config.queue_defaults.clone(), config.queues.clone());
-        let windows = declared.clone();
-        let (store, retained, queues, stored_jobs) = web::block(move || {
-            let store = Store::open(&store_config)?;
-            let retained = store.load_retained()?;
-            let queues = store.load_queues(|name| {
-                windows
+        let crate::store::Recovered {
+            store,
+            retained,
+            queues,
+            jobs: stored_jobs,
+        } = web::block(move || {
+            Store::recover(&store_config, move |name| {
+                declared
                     .iter()
                     .find(|d| d.name == name)
                     .map_or(defaults.memory_window, |d| {
                         d.options(&defaults).memory_window
                     })
-            })?;
-            let jobs = store.load_jobs()?;
-            Ok::<_, crate::store::StoreError>((store, retained, queues, jobs))
+            })
         })
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;

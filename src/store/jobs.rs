@@ -48,4 +48,20 @@ impl Store {
             .map_err(read_error("read jobs"))?;
         Ok(out)
     }
+
+    /// How many records [`Store::load_jobs`] would return, without
+    /// keeping them (for the count of a clean shutdown).
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] if the tree cannot be read.
+    pub(super) fn count_jobs(&self) -> Result<u64, StoreError> {
+        let mut n = 0;
+        self.engine()?
+            .scan(JOBS_TREE, &mut |k, _| {
+                n += u64::from(k.len() == 16);
+                true
+            })
+            .map_err(read_error("count jobs"))?;
+        Ok(n)
+    }
 }

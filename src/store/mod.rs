@@ -3,17 +3,24 @@
 //!
 //! Layout: one tree per record kind, big-endian keys. The `meta` tree holds
 //! the schema version, checked on every open so that a database written by
-//! an incompatible Wharf is refused instead of misread.
+//! an incompatible Wharf is refused instead of misread. The data
+//! directory also holds Wharf's marker file (`dir.rs`): nothing is handed
+//! to sled before the directory is known to be a Wharf store, and the
+//! marker records whether the last run shut down cleanly (`recover.rs`).
 
+mod dir;
 mod engine;
 pub mod jobs;
 pub mod queues;
+mod recover;
 mod retained;
 mod writer;
 
 use std::path::{Path, PathBuf};
 
+pub use dir::MARKER;
 pub use engine::{Engine, SledEngine};
+pub use recover::Recovered;
 pub use retained::RetainedRecord;
 pub use writer::{
     CommitError, Durable, ReadReply, ReadResult, StoreWriter, SubmitError, WRITER_QUEUE, Write,
@@ -37,7 +44,7 @@ const SCHEMA_KEY: &[u8] = b"schema_version";
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// sled could not open the database (missing permissions, another
-    /// process holding its lock, corruption).
+    /// process holding its lock); damage is [`StoreError::Damaged`].
     #[error("cannot open the store at {path}: {source}")]
     Open {
         /// The data directory.
@@ -82,6 +89,47 @@ pub enum StoreError {
         /// The engine's explanation.
         reason: String,
     },
+    /// The data directory holds files Wharf did not write; nothing was
+    /// changed.
+    #[error(
+        "refusing to use {path} as the data directory: {why}{}; Wharf does not \
+         overwrite what it did not create: set store.data_dir (or --data-dir) to a new or \
+         empty directory, or to the directory of your Wharf store",
+        list_files(files)
+    )]
+    Foreign {
+        /// The data directory.
+        path: PathBuf,
+        /// The files that are not Wharf's (empty if `path` is a file).
+        files: Vec<String>,
+        /// Why they are not Wharf's.
+        why: &'static str,
+    },
+    /// A file of a Wharf store is damaged: cut short, emptied, or bytes
+    /// sled cannot read.
+    #[error(
+        "the store at {path} is damaged: {file} {detail}; restore the directory from a \
+         backup, or move it aside to start with an empty store"
+    )]
+    Damaged {
+        /// The data directory.
+        path: PathBuf,
+        /// The damaged file, relative to `path`.
+        file: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The data directory or its marker could not be read or written.
+    #[error("cannot {op} in {path}: {source}")]
+    DataDir {
+        /// The data directory.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// Syncing the database files to disk failed.
     #[error("cannot sync {path} to disk: {source}")]
     Sync {
@@ -98,17 +146,48 @@ pub enum StoreError {
 pub struct Store {
     db: sled::Db,
     path: PathBuf,
+    /// What the marker said about the last run, for [`Store::recover`].
+    previous: Previous,
+}
+
+/// How the last run left the store, as the marker told at open.
+#[derive(Clone, Copy, Debug)]
+enum Previous {
+    /// No store: created now.
+    Fresh,
+    /// A store of an earlier Wharf, without a marker: adopted now.
+    Adopted,
+    /// Opened and not closed cleanly (a crash or kill).
+    Unclean,
+    /// Closed cleanly, holding these counts.
+    Clean(dir::Counts),
 }
 
 impl Store {
     /// Opens (or creates) the database in `config.data_dir` and checks its
-    /// schema version.
+    /// schema version. Refuses a directory that holds files Wharf did not
+    /// write without touching it, and adopts a store of an earlier Wharf
+    /// that has no marker yet. [`Store::recover`] is the same plus the
+    /// loads, safe against sled's panics, and records the start in the
+    /// marker (until then a crash or a clean shutdown recorded before
+    /// stays the last run's state).
     ///
     /// # Errors
+    /// [`StoreError::Foreign`], [`StoreError::Damaged`],
     /// [`StoreError::Open`], [`StoreError::SchemaMismatch`],
-    /// [`StoreError::CorruptSchema`], or [`StoreError::Io`].
+    /// [`StoreError::CorruptSchema`], [`StoreError::DataDir`] or
+    /// [`StoreError::Io`].
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
         let path = config.data_dir.clone();
+        let found = dir::inspect(&path)?;
+        if found == dir::Found::Unmarked && !wharf_wrote(&path)? {
+            return Err(StoreError::Foreign {
+                path,
+                files: vec!["conf".into(), "db".into()],
+                why: "it holds a sled database without Wharf's schema version \
+                      (another program's, or a damaged store)",
+            });
+        }
         let sled_config = sled::Config::new()
             .path(&path)
             .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024));
@@ -122,17 +201,38 @@ impl Store {
                 Err(e) if is_lock_error(&e) && std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
-                Err(source) => {
-                    return Err(StoreError::Open {
-                        path: path.clone(),
-                        source,
-                    });
-                }
+                Err(source) => return Err(open_error(&path, source)),
             }
         };
-        let store = Store { db, path };
+        let previous = match found {
+            dir::Found::Fresh | dir::Found::Marked(dir::State::New) => Previous::Fresh,
+            dir::Found::Unmarked => Previous::Adopted,
+            dir::Found::Marked(dir::State::Open) => Previous::Unclean,
+            dir::Found::Marked(dir::State::Clean(counts)) => Previous::Clean(counts),
+        };
+        let store = Store { db, path, previous };
         store.check_schema()?;
+        match previous {
+            Previous::Adopted => {
+                tracing::info!(
+                    path = %store.path.display(),
+                    "adopting a store written by an earlier Wharf: writing its {} marker",
+                    dir::MARKER
+                );
+                dir::write_marker(&store.path, dir::State::Open)?;
+            }
+            // The marker says `open` only once sled's files hold the
+            // schema: from then on an empty `db` means damage.
+            Previous::Fresh => store.sync()?,
+            Previous::Unclean | Previous::Clean(_) => {}
+        }
         Ok(store)
+    }
+
+    /// Records in the marker that the store is in use (not closed
+    /// cleanly), once what it held has been read back.
+    fn mark_open(&self) -> Result<(), StoreError> {
+        dir::write_marker(&self.path, dir::State::Open)
     }
 
     fn check_schema(&self) -> Result<(), StoreError> {
@@ -148,7 +248,7 @@ impl Store {
             source,
         })?;
         match found {
-            None => {
+            None if matches!(self.previous, Previous::Fresh) => {
                 meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
                     .map_err(|source| StoreError::Io {
                         op: "write schema version",
@@ -157,6 +257,11 @@ impl Store {
                 self.flush()?;
                 Ok(())
             }
+            None => Err(StoreError::Damaged {
+                path: self.path.clone(),
+                file: "db",
+                detail: "has lost the schema version Wharf wrote in it".into(),
+            }),
             Some(bytes) => {
                 let raw: [u8; 4] =
                     bytes
@@ -282,6 +387,64 @@ fn read_error(op: &'static str) -> impl Fn(CommitError) -> StoreError {
 
 /// How long [`Store::open`] waits for sled's file lock to be released.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
+
+/// Whether the unmarked sled database in `dir` was written by Wharf (its
+/// `meta` tree holds the schema key), looked at in a scratch copy so that
+/// sled changes nothing in `dir`. A panic inside sled counts as no.
+///
+/// # Errors
+/// [`StoreError::DataDir`] if the copy cannot be made.
+fn wharf_wrote(dir: &Path) -> Result<bool, StoreError> {
+    let scratch = dir::copy_for_probe(dir)?;
+    let probe = std::panic::catch_unwind(|| {
+        let db = sled::Config::new().path(&scratch).open().ok()?;
+        // Looked for by name: `open_tree` would create it.
+        if !db.tree_names().iter().any(|n| n == META_TREE.as_bytes()) {
+            return Some(false);
+        }
+        db.open_tree(META_TREE)
+            .and_then(|t| t.contains_key(SCHEMA_KEY))
+            .ok()
+    });
+    dir::remove_scratch(dir);
+    Ok(matches!(probe, Ok(Some(true))))
+}
+
+/// sled's open failure as a [`StoreError`]: its misleading words for a
+/// damaged `conf` ("created using a sled version earlier than 0.29") and
+/// its corruption reports become [`StoreError::Damaged`].
+fn open_error(path: &Path, source: sled::Error) -> StoreError {
+    let damaged = |file, detail| StoreError::Damaged {
+        path: path.to_owned(),
+        file,
+        detail,
+    };
+    match source {
+        sled::Error::Unsupported(ref why) if why.contains("0.29") => {
+            damaged("conf", "is not a configuration sled can read".into())
+        }
+        sled::Error::Corruption { at, .. } => damaged(
+            "db",
+            match at {
+                Some(at) => format!("holds data sled cannot read (corrupted at {at:?})"),
+                None => "holds data sled cannot read".into(),
+            },
+        ),
+        source => StoreError::Open {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+/// Joins file names for an error message: `: a, b` or nothing.
+fn list_files(files: &[String]) -> String {
+    if files.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", files.join(", "))
+    }
+}
 
 fn is_lock_error(e: &sled::Error) -> bool {
     matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))

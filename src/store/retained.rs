@@ -81,6 +81,22 @@ impl Store {
             .map_err(super::read_error("read retained messages"))?;
         Ok(out)
     }
+
+    /// How many records [`Store::load_retained`] would return, without
+    /// keeping them (for the count of a clean shutdown).
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] if the tree cannot be read.
+    pub(super) fn count_retained(&self) -> Result<u64, StoreError> {
+        let mut n = 0;
+        self.engine()?
+            .scan(TREE, &mut |k, v| {
+                n += u64::from(decode(k, v).is_some_and(|r| !r.payload.is_empty()));
+                true
+            })
+            .map_err(super::read_error("count retained messages"))?;
+        Ok(n)
+    }
 }
 
 #[cfg(test)]

@@ -230,6 +230,27 @@ impl ChildBroker {
         }
     }
 
+    /// Reads stderr lines until one contains `needle` or the process
+    /// closes its stderr (it exited) or `timeout` passes: returns the lines
+    /// read and whether `needle` was seen.
+    pub fn read_until(&self, needle: &str, timeout: Duration) -> (String, bool) {
+        let deadline = Instant::now() + timeout;
+        let mut out = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    out.push_str(&line);
+                    out.push('\n');
+                    if line.contains(needle) {
+                        return (out, true);
+                    }
+                }
+                Err(_) => return (out, false),
+            }
+        }
+    }
+
     pub fn signal(&self, sig: &str) {
         let status = std::process::Command::new("kill")
             .args([&format!("-{sig}"), &self.child.id().to_string()])
