@@ -39,7 +39,7 @@ pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 
 use crate::config::TopicsConfig;
-use crate::protocol::frame::{Headers, Priority};
+use crate::protocol::frame::{ErrorCode, Headers, Priority};
 use crate::routing::{self, FilterTrie, TopicError, TopicLimits};
 use crate::store::{RetainedRecord, SubmitError, WriterHandle};
 use crate::taskq::{SchedulerHandle, TaskError, TaskQueue};
@@ -101,6 +101,31 @@ pub enum BrokerError {
     /// subscription id.
     #[error("durable subscription: {0}")]
     InvalidDurable(String),
+}
+
+impl BrokerError {
+    /// The error code this error has on every transport (native `error`
+    /// frames; HTTP derives its status from it).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BrokerError::InvalidTopic(_) => ErrorCode::InvalidTopic,
+            BrokerError::InvalidFilter(_) => ErrorCode::InvalidFilter,
+            BrokerError::Task(TaskError::Overloaded { .. })
+            | BrokerError::Contended
+            | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
+            BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
+            BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
+            BrokerError::QueueFull(_) => ErrorCode::QueueFull,
+            BrokerError::UnknownDelivery(_) => ErrorCode::UnknownDelivery,
+            BrokerError::DuplicateConsumer => ErrorCode::DuplicateSubscription,
+            BrokerError::UnknownConsumer => ErrorCode::UnknownSubscription,
+            BrokerError::UnknownQueue(_) => ErrorCode::UnknownQueue,
+            BrokerError::InvalidPriority(_)
+            | BrokerError::InvalidPrefetch(_)
+            | BrokerError::InvalidIds(_)
+            | BrokerError::InvalidDurable(_) => ErrorCode::InvalidField,
+        }
+    }
 }
 
 /// How often queues with deadlines (ack timeouts, delays, expiry) are

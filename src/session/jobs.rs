@@ -12,21 +12,6 @@ use crate::broker::jobs::{JobError, Jobs, NewJob, Outcome};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{ClientFrame, ErrorCode, ErrorFrame, ServerFrame};
 use crate::protocol::jobs::{JobReply, JsonText};
-use crate::taskq::TaskError;
-
-/// The error code of a jobs error, on every transport.
-pub fn job_error_code(e: &JobError) -> ErrorCode {
-    match e {
-        JobError::UnknownJob => ErrorCode::UnknownJob,
-        JobError::WorkerExpired => ErrorCode::WorkerExpired,
-        JobError::StaleToken { .. } => ErrorCode::StaleToken,
-        JobError::Invalid(_) => ErrorCode::InvalidField,
-        JobError::Full(_) => ErrorCode::QueueFull,
-        JobError::TooManyWorkers(_) => ErrorCode::TooManyWorkers,
-        JobError::StoreBusy | JobError::Task(TaskError::Overloaded { .. }) => ErrorCode::Overloaded,
-        JobError::Store(_) | JobError::Task(_) => ErrorCode::Internal,
-    }
-}
 
 fn uuid(raw: &str, what: &str) -> Result<Uuid, JobError> {
     Uuid::parse_str(raw).map_err(|e| JobError::Invalid(format!("{what} is not a UUID: {e}")))
@@ -120,7 +105,7 @@ impl Session {
                     body: JsonText::of(&body),
                 }),
                 Err(e) => ServerFrame::Error(ErrorFrame {
-                    code: job_error_code(&e),
+                    code: e.code(),
                     message: e.to_string(),
                     rid: Some(rid),
                 }),

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use uuid::Uuid;
 
-pub use jobs::job_error_code;
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
     CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
@@ -40,30 +39,6 @@ use crate::protocol::frame::{
     Welcome,
 };
 use crate::store::Durable;
-use crate::taskq::TaskError;
-
-/// The error code of a broker error, on every transport (the HTTP API
-/// answers the same code with a status).
-pub fn error_code(e: &BrokerError) -> ErrorCode {
-    match e {
-        BrokerError::InvalidTopic(_) => ErrorCode::InvalidTopic,
-        BrokerError::InvalidFilter(_) => ErrorCode::InvalidFilter,
-        BrokerError::Task(TaskError::Overloaded { .. })
-        | BrokerError::Contended
-        | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
-        BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
-        BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
-        BrokerError::QueueFull(_) => ErrorCode::QueueFull,
-        BrokerError::UnknownDelivery(_) => ErrorCode::UnknownDelivery,
-        BrokerError::DuplicateConsumer => ErrorCode::DuplicateSubscription,
-        BrokerError::UnknownConsumer => ErrorCode::UnknownSubscription,
-        BrokerError::UnknownQueue(_) => ErrorCode::UnknownQueue,
-        BrokerError::InvalidPriority(_)
-        | BrokerError::InvalidPrefetch(_)
-        | BrokerError::InvalidIds(_)
-        | BrokerError::InvalidDurable(_) => ErrorCode::InvalidField,
-    }
-}
 
 /// What the connection does after a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,7 +163,7 @@ impl Session {
     }
 
     fn broker_error(&self, format: Format, e: BrokerError, rid: Option<u64>) {
-        self.error(format, error_code(&e), e.to_string(), rid);
+        self.error(format, e.code(), e.to_string(), rid);
     }
 
     /// Sends `confirm` once `durable` completes (an error frame if the

@@ -25,7 +25,7 @@ use crate::broker::jobs::{JobError, JobStatus, NewJob, Outcome};
 const MAX_BODY: usize = 1 << 20;
 
 fn job_error(e: JobError) -> ApiError {
-    ApiError::coded(crate::session::job_error_code(&e), e.to_string())
+    ApiError::coded(e.code(), e.to_string())
 }
 
 async fn json_body<T: serde::de::DeserializeOwned>(

@@ -71,7 +71,7 @@ pub(crate) fn message_headers(req: &HttpRequest) -> Result<Headers, ApiError> {
 
 /// A broker error as an HTTP status and code.
 pub(crate) fn api_error(e: BrokerError) -> ApiError {
-    ApiError::coded(crate::session::error_code(&e), e.to_string())
+    ApiError::coded(e.code(), e.to_string())
 }
 
 pub(crate) async fn publish(

@@ -213,6 +213,26 @@ pub enum JobError {
     Task(#[from] TaskError),
 }
 
+impl JobError {
+    /// The error code this error has on every transport (native `error`
+    /// frames; HTTP derives its status from it).
+    pub fn code(&self) -> crate::protocol::frame::ErrorCode {
+        use crate::protocol::frame::ErrorCode;
+        match self {
+            JobError::UnknownJob => ErrorCode::UnknownJob,
+            JobError::WorkerExpired => ErrorCode::WorkerExpired,
+            JobError::StaleToken { .. } => ErrorCode::StaleToken,
+            JobError::Invalid(_) => ErrorCode::InvalidField,
+            JobError::Full(_) => ErrorCode::QueueFull,
+            JobError::TooManyWorkers(_) => ErrorCode::TooManyWorkers,
+            JobError::StoreBusy | JobError::Task(TaskError::Overloaded { .. }) => {
+                ErrorCode::Overloaded
+            }
+            JobError::Store(_) | JobError::Task(_) => ErrorCode::Internal,
+        }
+    }
+}
+
 /// Counts for the admin API.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct JobsInfo {
