@@ -73,6 +73,9 @@ fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathB
         return config_error(&e);
     }
     init_logging(&config);
+    if !config.server.huge_pages {
+        disable_huge_pages();
+    }
 
     let listener = match TcpListener::bind(config.server.bind) {
         Ok(listener) => listener,
@@ -95,6 +98,15 @@ fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathB
             eprintln!("wharf: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Turns transparent huge pages off for this process (see `[server]
+/// huge_pages`); inherited by every thread started after it.
+fn disable_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
+        tracing::warn!("cannot turn transparent huge pages off: {e}");
     }
 }
 
