@@ -47,6 +47,24 @@ impl<V> Drop for Node<V> {
 }
 
 impl<V> Node<V> {
+    /// The child a filter level leads to (`+` is the wildcard child).
+    fn child(&self, level: &str) -> Option<&Node<V>> {
+        if level == "+" {
+            self.plus.as_deref()
+        } else {
+            self.children.get(level)
+        }
+    }
+
+    /// [`Node::child`], mutable.
+    fn child_mut(&mut self, level: &str) -> Option<&mut Node<V>> {
+        if level == "+" {
+            self.plus.as_deref_mut()
+        } else {
+            self.children.get_mut(level)
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.children.is_empty()
             && self.plus.is_none()
@@ -129,12 +147,7 @@ impl<V: PartialEq> FilterTrie<V> {
         // that keeps something besides the path (the prune point).
         let mut node = &mut self.root;
         for &level in path {
-            let next = if level == "+" {
-                node.plus.as_deref_mut()
-            } else {
-                node.children.get_mut(level)
-            };
-            match next {
+            match node.child_mut(level) {
                 Some(n) => node = n,
                 None => return false,
             }
@@ -154,12 +167,9 @@ impl<V: PartialEq> FilterTrie<V> {
         let mut cut: Option<usize> = None;
         let mut node = &self.root;
         for (depth, &level) in path.iter().enumerate() {
-            let next = if level == "+" {
-                node.plus.as_deref()
-            } else {
-                node.children.get(level)
+            let Some(next) = node.child(level) else {
+                return;
             };
-            let Some(next) = next else { return };
             let keeps_other = !node.here.is_empty()
                 || !node.hash.is_empty()
                 || node.children.len() + usize::from(node.plus.is_some()) > 1;
@@ -174,12 +184,7 @@ impl<V: PartialEq> FilterTrie<V> {
         let Some(cut) = cut else { return };
         let mut parent = &mut self.root;
         for &level in &path[..cut] {
-            let next = if level == "+" {
-                parent.plus.as_deref_mut()
-            } else {
-                parent.children.get_mut(level)
-            };
-            match next {
+            match parent.child_mut(level) {
                 Some(n) => parent = n,
                 None => return,
             }
