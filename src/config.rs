@@ -70,6 +70,10 @@ pub struct ServerConfig {
     /// Off by default: huge pages made an idle broker hold ~50 MiB it did
     /// not use, and its memory grow after a load had gone.
     pub huge_pages: bool,
+    /// Web origins (`https://app.example.com`) whose pages may open
+    /// WebSockets to the broker, besides the broker's own; `"*"` allows
+    /// every origin. Upgrades from browsers on other origins get 403.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +86,7 @@ impl Default for ServerConfig {
             body_timeout_s: 10,
             max_body_reads: 256,
             huge_pages: false,
+            allowed_origins: Vec::new(),
         }
     }
 }

@@ -402,3 +402,52 @@ fn slow_request_bodies_are_cut_and_capped() {
     let (status, body) = http(b.addr, "POST", "/topics/after", "x");
     assert_eq!(status, 202, "{body}");
 }
+
+/// The status of a WebSocket upgrade to `path` sent with `extra` headers.
+fn upgrade_status(addr: SocketAddr, path: &str, extra: &str) -> u16 {
+    let mut t = TcpStream::connect(addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        t,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if t.read_exact(&mut byte).is_err() {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Cross-site WebSocket hijacking: a page on a foreign origin cannot open
+/// a WebSocket to the broker (403), a listed origin and the broker's own
+/// can, and clients that send no Origin are unaffected.
+#[test]
+fn websocket_upgrades_from_foreign_origins_are_refused() {
+    let b = TestBroker::start(|c| {
+        c.server.allowed_origins = vec!["https://app.example".into()];
+    });
+    let own = format!("Origin: http://{}\r\n", b.addr);
+    for path in ["/ws", "/mqtt"] {
+        let mqtt = if path == "/mqtt" {
+            "Sec-WebSocket-Protocol: mqtt\r\n"
+        } else {
+            ""
+        };
+        let status = |origin: &str| upgrade_status(b.addr, path, &format!("{origin}{mqtt}"));
+        assert_eq!(status("Origin: https://evil.example\r\n"), 403, "{path}");
+        assert_eq!(status("Origin: null\r\n"), 403, "{path}");
+        assert_eq!(status("Origin: https://app.example\r\n"), 101, "{path}");
+        assert_eq!(status(&own), 101, "{path}");
+        assert_eq!(status(""), 101, "{path}: no Origin");
+    }
+}

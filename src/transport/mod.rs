@@ -7,6 +7,7 @@ mod error;
 mod health;
 mod jobs;
 mod mqtt;
+mod origin;
 mod queues;
 mod topics;
 mod ws;
