@@ -12,6 +12,8 @@ pub mod mqtt;
 mod ops;
 mod outbound;
 mod rate;
+#[cfg(test)]
+mod tests;
 mod txn;
 pub mod wsframe;
 
