@@ -9,8 +9,11 @@
 mod jobs;
 mod manager;
 pub mod mqtt;
+mod ops;
 mod outbound;
 mod rate;
+#[cfg(test)]
+mod tests;
 mod txn;
 pub mod wsframe;
 
@@ -18,7 +21,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
 use uuid::Uuid;
 
 pub use manager::{SessionInfo, Sessions};
@@ -28,16 +30,10 @@ pub use outbound::{
 pub use rate::{RateLimiter, Verdict};
 
 // `Sink` for `Outbound::id`.
-use crate::broker::{
-    Broker, BrokerError, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, Publish, Settle, Sink as _,
-    Subscription, durable_queue_name,
-};
+use crate::broker::{Broker, BrokerError, Sink as _, Subscription};
 use crate::config::SessionConfig;
-use crate::protocol::codec::{self, Format};
-use crate::protocol::frame::{
-    ClientFrame, Enqueued, ErrorCode, ErrorFrame, Limits, PROTOCOL_VERSION, Receipt, ServerFrame,
-    Welcome,
-};
+use crate::protocol::codec::Format;
+use crate::protocol::frame::{ClientFrame, Enqueued, ErrorCode, ErrorFrame, Receipt, ServerFrame};
 use crate::store::Durable;
 
 /// What the connection does after a frame.
@@ -76,6 +72,7 @@ pub struct Session {
     jobs: Option<crate::broker::jobs::Jobs>,
     /// The open transaction, between `begin` and `commit` / `rollback`.
     txn: Option<txn::OpenTxn>,
+    /// Frames handled so far (`hello` is only accepted as the first).
     frames: u64,
 }
 
@@ -133,6 +130,7 @@ impl Session {
         &self.out
     }
 
+    /// Queues a reply on the high lane, the one place every answer goes out.
     fn reply(&self, format: Format, frame: ServerFrame) {
         // A closed session has no one to tell; a full one has its policy.
         let _ = self.out.push_frame(Lane::High, format, &frame);
@@ -156,12 +154,14 @@ impl Session {
         );
     }
 
+    /// Sends a `receipt` when the request carried a rid.
     fn receipt(&self, format: Format, rid: Option<u64>) {
         if let Some(rid) = rid {
             self.reply(format, ServerFrame::Receipt(Receipt { rid }));
         }
     }
 
+    /// Sends a broker error as an `error` frame with its code.
     fn broker_error(&self, format: Format, e: BrokerError, rid: Option<u64>) {
         self.error(format, e.code(), e.to_string(), rid);
     }
@@ -211,45 +211,13 @@ impl Session {
         });
     }
 
-    async fn subscribe_durable(&mut self, format: Format, s: crate::protocol::frame::Subscribe) {
-        if !self.named {
-            self.error(
-                format,
-                ErrorCode::InvalidField,
-                "durable: a durable subscription needs the client id given in hello",
-                s.rid,
-            );
-            return;
-        }
-        let name = match durable_queue_name(&self.client_id, &s.id) {
-            Ok(n) => n,
-            Err(e) => return self.error(format, ErrorCode::InvalidField, e.to_string(), s.rid),
-        };
-        let consumer = Subscription::new(
-            self.out.clone(),
-            &s.id,
-            &name,
-            Bytes::new(),
-            encoding_slot(format),
-        );
-        let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);
-        match self
-            .broker
-            .subscribe_durable(&self.client_id, &s.filter, consumer.clone(), prefetch)
-            .await
-        {
-            Ok(()) => {
-                self.consumers.insert(s.id, consumer);
-                self.receipt(format, s.rid);
-            }
-            Err(e) => self.broker_error(format, e, s.rid),
-        }
-    }
-
+    /// Whether `id` names a subscription or a consumer of this session.
     fn has_id(&self, id: &str) -> bool {
         self.subs.contains_key(id) || self.consumers.contains_key(id)
     }
 
+    /// Whether `id` may start a new subscription or consumer; if not, the
+    /// client has been sent the reason.
     fn check_new_id(&self, format: Format, id: &str, rid: Option<u64>) -> bool {
         if self.has_id(id) {
             self.error(
@@ -275,39 +243,6 @@ impl Session {
         true
     }
 
-    async fn settle(
-        &self,
-        format: Format,
-        sub: &str,
-        ids: Vec<u64>,
-        how: Settle,
-        rid: Option<u64>,
-    ) {
-        let Some(consumer) = self.consumers.get(sub) else {
-            self.error(
-                format,
-                ErrorCode::UnknownSubscription,
-                format!("no consumer {sub:?}"),
-                rid,
-            );
-            return;
-        };
-        match self
-            .broker
-            .settle(&consumer.filter, self.out.id(), sub, ids, how)
-            .await
-        {
-            Ok(Some(durable)) => {
-                if let Some(rid) = rid {
-                    self.confirm_when_durable(format, rid, durable, Confirm::Receipt)
-                        .await;
-                }
-            }
-            Ok(None) => self.receipt(format, rid),
-            Err(e) => self.broker_error(format, e, rid),
-        }
-    }
-
     /// Why a payload of `len` bytes is refused, if it is.
     fn refuse_payload(&self, len: usize) -> Option<String> {
         (len > self.config.max_payload).then(|| {
@@ -327,225 +262,26 @@ impl Session {
             txn::Staged::Pass(frame) => frame,
         };
         match frame {
-            ClientFrame::Hello(h) => {
-                if self.frames > 1 {
-                    self.error(
-                        format,
-                        ErrorCode::UnexpectedHello,
-                        "hello must be the first frame",
-                        None,
-                    );
-                    return Next::Continue;
-                }
-                if h.version != PROTOCOL_VERSION {
-                    self.error(
-                        format,
-                        ErrorCode::UnsupportedVersion,
-                        format!(
-                            "this server speaks version {PROTOCOL_VERSION}, not {}",
-                            h.version
-                        ),
-                        None,
-                    );
-                    return Next::Continue;
-                }
-                if let Some(client_id) = h.client_id {
-                    self.named = true;
-                    self.client_id = client_id;
-                    self.sessions.set_client_id(self.id, self.client_id.clone());
-                }
-                self.reply(
-                    format,
-                    ServerFrame::Welcome(Welcome {
-                        session: self.id.to_string(),
-                        client_id: self.client_id.clone(),
-                        version: PROTOCOL_VERSION,
-                        limits: Limits {
-                            max_frame: self.config.max_frame as u64,
-                            max_payload: self.config.max_payload as u64,
-                            outbound_limit: self.config.outbound_limit as u64,
-                            rate_per_s: u64::from(self.config.rate_per_s),
-                        },
-                    }),
-                );
-            }
-            ClientFrame::Subscribe(s) => {
-                if let Err(e) = self.broker.topic_limits().check_filter(&s.filter) {
-                    self.error(
-                        format,
-                        ErrorCode::InvalidFilter,
-                        format!("filter: {e}"),
-                        s.rid,
-                    );
-                    return Next::Continue;
-                }
-                if !self.check_new_id(format, &s.id, s.rid) {
-                    return Next::Continue;
-                }
-                if s.durable {
-                    self.subscribe_durable(format, s).await;
-                    return Next::Continue;
-                }
-                let sub = Subscription::new(
-                    self.out.clone(),
-                    &s.id,
-                    &s.filter,
-                    codec::message_prefix(format, &s.id),
-                    encoding_slot(format),
-                );
-                match self.broker.subscribe(sub.clone()).await {
-                    Ok(()) => {
-                        self.subs.insert(s.id, sub);
-                        self.receipt(format, s.rid);
-                    }
-                    Err(e) => self.broker_error(format, e, s.rid),
-                }
-            }
-            ClientFrame::Unsubscribe(u) if self.consumers.contains_key(&u.id) => {
-                if let Some(c) = self.consumers.remove(&u.id) {
-                    c.cancel();
-                    let done = if c.filter.starts_with(DURABLE_PREFIX) {
-                        // A durable subscription ends for good: its backlog
-                        // goes with it.
-                        self.broker
-                            .unsubscribe_durable(&self.client_id, &u.id, self.out.id())
-                            .await
-                            .map(|_| ())
-                    } else {
-                        self.broker
-                            .cancel_consumer(&c.filter, self.out.id(), &u.id)
-                            .await
-                    };
-                    match done {
-                        Ok(()) => self.receipt(format, u.rid),
-                        Err(e) => self.broker_error(format, e, u.rid),
-                    }
-                }
-            }
-            ClientFrame::Unsubscribe(u) => match self.subs.remove(&u.id) {
-                None => self.error(
-                    format,
-                    ErrorCode::UnknownSubscription,
-                    format!("no subscription {:?}", u.id),
-                    u.rid,
-                ),
-                Some(sub) => {
-                    // Effective at once; the topics drop it as they can.
-                    sub.cancel();
-                    if let Err(e) = self
-                        .broker
-                        .unsubscribe(self.out.id(), &u.id, &sub.filter)
-                        .await
-                    {
-                        tracing::debug!(sub = %u.id, "unsubscribe left for the topics to tidy: {e}");
-                    }
-                    self.receipt(format, u.rid);
-                }
-            },
-            ClientFrame::Publish(p) => {
-                if let Some(refusal) = self.refuse_payload(p.payload.len()) {
-                    self.error(format, ErrorCode::PayloadTooLarge, refusal, p.rid);
-                    return Next::Continue;
-                }
-                let msg = Publish {
-                    topic: p.topic,
-                    payload: Bytes::from(p.payload),
-                    headers: p.headers,
-                    retain: p.retain,
-                    priority: p.priority,
-                    qos: 0,
-                };
-                match self.broker.publish(msg).await {
-                    Ok(_) => self.receipt(format, p.rid),
-                    Err(e) => self.broker_error(format, e, p.rid),
-                }
-            }
-            ClientFrame::Ping(p) => self.reply(format, ServerFrame::Pong(p)),
-            ClientFrame::Enqueue(e) => {
-                if let Some(refusal) = self.refuse_payload(e.payload.len()) {
-                    self.error(format, ErrorCode::PayloadTooLarge, refusal, e.rid);
-                    return Next::Continue;
-                }
-                let queue = e.queue.clone();
-                let msg = Enqueue {
-                    queue: e.queue,
-                    payload: Bytes::from(e.payload),
-                    headers: e.headers,
-                    priority: e.priority,
-                    ttl_ms: e.ttl_ms,
-                };
-                match self.broker.enqueue(msg).await {
-                    Ok((seq, durable)) => match (e.rid, durable) {
-                        (Some(rid), Some(d)) => {
-                            self.confirm_when_durable(
-                                format,
-                                rid,
-                                d,
-                                Confirm::Enqueued { queue, seq },
-                            )
-                            .await;
-                        }
-                        (Some(rid), None) => {
-                            self.reply(format, ServerFrame::Enqueued(Enqueued { rid, queue, seq }));
-                        }
-                        (None, _) => {}
-                    },
-                    Err(err) => self.broker_error(format, err, e.rid),
-                }
-            }
-            ClientFrame::Consume(c) => {
-                if let Err(e) = self.broker.topic_limits().check_topic(&c.queue) {
-                    self.error(
-                        format,
-                        ErrorCode::InvalidField,
-                        format!("queue: {e}"),
-                        c.rid,
-                    );
-                    return Next::Continue;
-                }
-                if !self.check_new_id(format, &c.id, c.rid) {
-                    return Next::Continue;
-                }
-                let sub = Subscription::new(
-                    self.out.clone(),
-                    &c.id,
-                    &c.queue,
-                    Bytes::new(),
-                    encoding_slot(format),
-                );
-                match self.broker.consume(&c.queue, sub.clone(), c.prefetch).await {
-                    Ok(()) => {
-                        self.consumers.insert(c.id, sub);
-                        self.receipt(format, c.rid);
-                    }
-                    Err(e) => self.broker_error(format, e, c.rid),
-                }
-            }
-            ClientFrame::Begin(_) | ClientFrame::Commit(_) | ClientFrame::Rollback(_) => {
-                // Handled by `stage` above.
-            }
+            ClientFrame::Hello(h) => ops::hello(self, format, h),
+            ClientFrame::Subscribe(s) => ops::subscribe(self, format, s).await,
+            ClientFrame::Unsubscribe(u) => ops::unsubscribe(self, format, u).await,
+            ClientFrame::Publish(p) => ops::publish(self, format, p).await,
+            ClientFrame::Ping(p) => ops::ping(self, format, p),
+            ClientFrame::Enqueue(e) => ops::enqueue(self, format, e).await,
+            ClientFrame::Consume(c) => ops::consume(self, format, c).await,
+            ClientFrame::Ack(a) => ops::ack(self, format, a).await,
+            ClientFrame::Nack(n) => ops::nack(self, format, n).await,
+            ClientFrame::Reject(r) => ops::reject(self, format, r).await,
+            ClientFrame::Touch(t) => ops::touch(self, format, t).await,
+            ClientFrame::Close(c) => return ops::close(c),
+            // Handled by `stage` above.
+            ClientFrame::Begin(_) | ClientFrame::Commit(_) | ClientFrame::Rollback(_) => {}
             frame @ (ClientFrame::JobEnqueue(_)
             | ClientFrame::JobStatus(_)
             | ClientFrame::WorkerRegister(_)
             | ClientFrame::WorkerPing(_)
             | ClientFrame::JobDequeue(_)
             | ClientFrame::JobOutcome(_)) => self.handle_job(format, frame).await,
-            ClientFrame::Ack(a) => {
-                self.settle(format, &a.sub, a.ids, Settle::Ack, a.rid).await;
-            }
-            ClientFrame::Nack(n) => {
-                self.settle(format, &n.sub, n.ids, Settle::Nack(n.delay_ms), n.rid)
-                    .await;
-            }
-            ClientFrame::Reject(r) => {
-                self.settle(format, &r.sub, r.ids, Settle::Reject, r.rid)
-                    .await;
-            }
-            ClientFrame::Touch(t) => {
-                self.settle(format, &t.sub, t.ids, Settle::Touch(t.extend_ms), t.rid)
-                    .await;
-            }
-            ClientFrame::Close(c) => return Next::Close { drain: c.drain },
         }
         Next::Continue
     }

@@ -346,6 +346,24 @@ impl Outbound {
         st.high_bytes = 0;
     }
 
+    /// Takes every queued frame, high lane first as the writer takes them,
+    /// each as its bytes (head then body): how unit tests read what a
+    /// session sent without a socket.
+    #[cfg(test)]
+    pub(crate) fn take_queued(&self) -> Vec<Vec<u8>> {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let frames: Vec<Vec<u8>> = st
+            .high
+            .drain(..)
+            .chain(st.normal.drain(..))
+            .map(|f| [f.head.as_ref(), f.body.as_ref()].concat())
+            .collect();
+        st.bytes = 0;
+        st.high_bytes = 0;
+        frames
+    }
+
     /// Fills `buf` with up to a quantum of frames. `Ready(true)` when the
     /// close frame was written (the stream then ends), `Pending` with the
     /// waker registered when there is nothing to write.

@@ -1,0 +1,39 @@
+//! `enqueue`: a message onto a queue.
+
+use bytes::Bytes;
+
+use crate::broker::Enqueue;
+use crate::protocol::codec::Format;
+use crate::protocol::frame::{self, Enqueued, ErrorCode, ServerFrame};
+use crate::session::{Confirm, Session};
+
+/// Enqueues outside a transaction; `enqueued` (once durable, for a
+/// persistent queue) when the frame has a rid.
+pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: frame::Enqueue) {
+    if let Some(refusal) = session.refuse_payload(e.payload.len()) {
+        session.error(format, ErrorCode::PayloadTooLarge, refusal, e.rid);
+        return;
+    }
+    let queue = e.queue.clone();
+    let msg = Enqueue {
+        queue: e.queue,
+        payload: Bytes::from(e.payload),
+        headers: e.headers,
+        priority: e.priority,
+        ttl_ms: e.ttl_ms,
+    };
+    match session.broker.enqueue(msg).await {
+        Ok((seq, durable)) => match (e.rid, durable) {
+            (Some(rid), Some(d)) => {
+                session
+                    .confirm_when_durable(format, rid, d, Confirm::Enqueued { queue, seq })
+                    .await;
+            }
+            (Some(rid), None) => {
+                session.reply(format, ServerFrame::Enqueued(Enqueued { rid, queue, seq }));
+            }
+            (None, _) => {}
+        },
+        Err(err) => session.broker_error(format, err, e.rid),
+    }
+}

@@ -1,0 +1,128 @@
+//! `subscribe` and `unsubscribe`: topic subscriptions, plain or durable.
+
+use bytes::Bytes;
+
+use crate::broker::{
+    DURABLE_PREFETCH, DURABLE_PREFIX, Sink as _, Subscription, durable_queue_name,
+};
+use crate::protocol::codec::{self, Format};
+use crate::protocol::frame::{ErrorCode, Subscribe, Unsubscribe};
+use crate::session::{Session, encoding_slot};
+
+/// Subscribes to `s.filter` under the id `s.id`: a plain subscription, or a
+/// durable one when `s.durable`.
+pub(in crate::session) async fn subscribe(session: &mut Session, format: Format, s: Subscribe) {
+    if let Err(e) = session.broker.topic_limits().check_filter(&s.filter) {
+        session.error(
+            format,
+            ErrorCode::InvalidFilter,
+            format!("filter: {e}"),
+            s.rid,
+        );
+        return;
+    }
+    if !session.check_new_id(format, &s.id, s.rid) {
+        return;
+    }
+    if s.durable {
+        subscribe_durable(session, format, s).await;
+        return;
+    }
+    let sub = Subscription::new(
+        session.out.clone(),
+        &s.id,
+        &s.filter,
+        codec::message_prefix(format, &s.id),
+        encoding_slot(format),
+    );
+    match session.broker.subscribe(sub.clone()).await {
+        Ok(()) => {
+            session.subs.insert(s.id, sub);
+            session.receipt(format, s.rid);
+        }
+        Err(e) => session.broker_error(format, e, s.rid),
+    }
+}
+
+/// A durable subscription: a queue named by the client id and `s.id`,
+/// consumed by this session; refused when `hello` gave no client id.
+async fn subscribe_durable(session: &mut Session, format: Format, s: Subscribe) {
+    if !session.named {
+        session.error(
+            format,
+            ErrorCode::InvalidField,
+            "durable: a durable subscription needs the client id given in hello",
+            s.rid,
+        );
+        return;
+    }
+    let name = match durable_queue_name(&session.client_id, &s.id) {
+        Ok(n) => n,
+        Err(e) => return session.error(format, ErrorCode::InvalidField, e.to_string(), s.rid),
+    };
+    let consumer = Subscription::new(
+        session.out.clone(),
+        &s.id,
+        &name,
+        Bytes::new(),
+        encoding_slot(format),
+    );
+    let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);
+    match session
+        .broker
+        .subscribe_durable(&session.client_id, &s.filter, consumer.clone(), prefetch)
+        .await
+    {
+        Ok(()) => {
+            session.consumers.insert(s.id, consumer);
+            session.receipt(format, s.rid);
+        }
+        Err(e) => session.broker_error(format, e, s.rid),
+    }
+}
+
+/// Ends subscription or consumer `u.id`.
+pub(in crate::session) async fn unsubscribe(session: &mut Session, format: Format, u: Unsubscribe) {
+    if let Some(c) = session.consumers.remove(&u.id) {
+        c.cancel();
+        let done = if c.filter.starts_with(DURABLE_PREFIX) {
+            // A durable subscription ends for good: its backlog goes with
+            // it.
+            session
+                .broker
+                .unsubscribe_durable(&session.client_id, &u.id, session.out.id())
+                .await
+                .map(|_| ())
+        } else {
+            session
+                .broker
+                .cancel_consumer(&c.filter, session.out.id(), &u.id)
+                .await
+        };
+        match done {
+            Ok(()) => session.receipt(format, u.rid),
+            Err(e) => session.broker_error(format, e, u.rid),
+        }
+        return;
+    }
+    match session.subs.remove(&u.id) {
+        None => session.error(
+            format,
+            ErrorCode::UnknownSubscription,
+            format!("no subscription {:?}", u.id),
+            u.rid,
+        ),
+        Some(sub) => {
+            // Effective at once; the topics drop it as they can.
+            sub.cancel();
+            if let Err(e) = session
+                .broker
+                .unsubscribe(session.out.id(), &u.id, &sub.filter)
+                .await
+            {
+                tracing::debug!(sub = %u.id, "unsubscribe left for the topics to tidy: {e}");
+            }
+            session.receipt(format, u.rid);
+        }
+    }
+}
