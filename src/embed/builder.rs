@@ -46,11 +46,6 @@ impl WharfBuilder {
         self
     }
 
-    /// The config as built so far.
-    pub fn build_config(&self) -> &Config {
-        &self.config
-    }
-
     /// Validates the config and starts the broker (see [`Wharf::start`]).
     ///
     /// # Errors

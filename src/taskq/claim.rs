@@ -153,10 +153,10 @@ impl<S, J> Core<S, J> {
     }
 
     /// Re-creates a claim that was handed to another thread with
-    /// [`Pending::into_raw`].
+    /// [`Pending::hand_off`].
     ///
     /// # Safety
-    /// The caller must own a claim previously given up by `into_raw` on this
+    /// The caller must own a claim previously given up by `hand_off` on this
     /// core, and must not resume it twice.
     pub(crate) unsafe fn resume(&self) -> Pending<'_, S, J> {
         Pending {
@@ -226,9 +226,10 @@ impl<'a, S, J> Pending<'a, S, J> {
         }
     }
 
-    /// Gives up the claim value so that another thread can [`Core::resume`]
-    /// it; the claim itself stays held (the counter is untouched).
-    pub(crate) fn into_raw(self) {
+    /// Hands the claim off: this thread stops running the resource so that
+    /// another (a worker) can [`Core::resume`] it; the claim itself stays
+    /// held (the counter is untouched).
+    pub(crate) fn hand_off(self) {
         // `Pending` has no destructor: consuming it is all it takes.
         let Pending { .. } = self;
     }

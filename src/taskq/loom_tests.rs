@@ -39,7 +39,7 @@ fn submit_with_handoff(core: &TestCore, job: Job) {
             while let Some(pending) = next {
                 let (_, rest) = pending.drain(1, |s, job| job(s), |_| {});
                 next = rest.map(|p| {
-                    p.into_raw();
+                    p.hand_off();
                     // SAFETY: given up just above, resumed once.
                     unsafe { core.resume() }
                 });

@@ -362,7 +362,7 @@ impl<S: Send + 'static> Inner<S> {
         let Some(pending) = self.drain(pending, budget, false) else {
             return;
         };
-        pending.into_raw();
+        pending.hand_off();
         bump(&self.counters.handoffs, 1);
         match self.pool.schedule(self.clone()) {
             Ok(()) => {
@@ -382,12 +382,12 @@ impl<S: Send + 'static> Inner<S> {
 impl<S: Send + 'static> Schedulable for Inner<S> {
     fn run_on_worker(self: Arc<Self>) {
         // SAFETY: a resource is in the run queue only after its claim holder
-        // gave the claim up with `into_raw` and scheduled it, once.
+        // gave the claim up with `hand_off` and scheduled it, once.
         let pending = unsafe { self.core.resume() };
         let Some(pending) = self.drain(pending, self.pool.quantum, true) else {
             return;
         };
-        pending.into_raw();
+        pending.hand_off();
         match self.pool.schedule(self.clone()) {
             Ok(()) => {
                 self.pool.counters.requeues.fetch_add(1, Ordering::Relaxed);
