@@ -399,9 +399,13 @@ fn durable_subscription_keeps_messages_while_away_and_across_a_restart() {
         p.publish_confirmed("news/c", b"5".to_vec()).await.unwrap();
     });
     // The copy is written asynchronously.
-    common::wait_until(Duration::from_secs(5), || {
-        info(&b, "$durable/alice/news")["depth"] == 4
-    });
+    assert!(
+        common::wait_until(Duration::from_secs(5), || {
+            info(&b, "$durable/alice/news")["depth"] == 4
+        }),
+        "the backlog never reached 4: {}",
+        info(&b, "$durable/alice/news")
+    );
     let backlog = info(&b, "$durable/alice/news");
     assert_eq!(backlog["depth"], 4, "{backlog}");
     block_on(async {
