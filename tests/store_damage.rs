@@ -98,7 +98,10 @@ fn a_second_wharf_on_the_same_directory_is_refused_in_plain_words() {
     let data = dir.path().join("data");
     let (first, url, _) = started(&data);
     let log = refused(&data);
-    assert!(log.contains(data.to_str().unwrap()), "names the dir:\n{log}");
+    assert!(
+        log.contains(data.to_str().unwrap()),
+        "names the dir:\n{log}"
+    );
     assert!(
         log.contains("in use by another process (another wharf"),
         "{log}"

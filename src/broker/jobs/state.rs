@@ -536,7 +536,11 @@ impl JobsState {
             workers: self.workers.len(),
             // A waiter whose request went away (closed) is no longer
             // waiting, though it stays queued until the next hand-out.
-            waiting: self.waiting.iter().filter(|(_, tx)| !tx.is_closed()).count(),
+            waiting: self
+                .waiting
+                .iter()
+                .filter(|(_, tx)| !tx.is_closed())
+                .count(),
         }
     }
 }
