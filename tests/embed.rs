@@ -11,7 +11,7 @@ mod embedded;
 use std::time::Duration;
 
 use actix::prelude::*;
-use common::{block_on, eventually, http, wait_until};
+use common::{block_on, eventually, eventually_async, http, wait_until};
 use wharf::client::{Client, ClientOptions};
 
 fn broker_threads() -> Vec<String> {
@@ -91,36 +91,34 @@ fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
         assert_eq!(reply["notified"], 2, "the actor and the WebSocket client");
         // The embedded worker ran the receipt job.
         let job: uuid::Uuid = reply["receipt_job"].as_str().unwrap().parse().unwrap();
-        let mut status = None;
-        for _ in 0..500 {
-            status = Some(wharf.jobs().status(job).await.unwrap().status);
-            if status == Some(wharf::broker::jobs::JobStatus::Succeeded) {
-                break;
-            }
-            actix_rt::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(status, Some(wharf::broker::jobs::JobStatus::Succeeded));
+        let succeeded = || async {
+            wharf.jobs().status(job).await.unwrap().status
+                == wharf::broker::jobs::JobStatus::Succeeded
+        };
+        assert!(
+            eventually_async(Duration::from_secs(5), succeeded).await,
+            "the receipt job did not succeed: {:?}",
+            wharf.jobs().status(job).await
+        );
 
         let m = orders.recv_timeout(Duration::from_secs(5)).await.unwrap();
         assert_eq!(m.payload, b"two coffees");
-        let seen = log.clone();
-        for _ in 0..100 {
-            if !seen.lock().unwrap().is_empty() {
-                break;
-            }
-            actix_rt::time::sleep(Duration::from_millis(10)).await;
-        }
+        assert!(
+            eventually(Duration::from_secs(5), || !log.lock().unwrap().is_empty()).await,
+            "the actor never logged the order"
+        );
         assert_eq!(
             log.lock().unwrap().as_slice(),
             ["orders/new #1: two coffees"]
         );
         // The kitchen consumed the ticket from the queue and acked it.
-        for _ in 0..200 {
-            if !shop.prepared.lock().unwrap().is_empty() {
-                break;
-            }
-            actix_rt::time::sleep(Duration::from_millis(10)).await;
-        }
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                !shop.prepared.lock().unwrap().is_empty()
+            })
+            .await,
+            "the kitchen never prepared the ticket"
+        );
         assert_eq!(
             shop.prepared.lock().unwrap().as_slice(),
             [("two coffees".to_owned(), 1)]
@@ -145,12 +143,10 @@ fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
             Some(2)
         );
         auditor.do_send(StopActor);
-        for _ in 0..100 {
-            if !auditor.connected() {
-                break;
-            }
-            actix_rt::time::sleep(Duration::from_millis(10)).await;
-        }
+        assert!(
+            eventually(Duration::from_secs(5), || !auditor.connected()).await,
+            "the auditor did not stop"
+        );
         wharf.publish("orders/new", "three teas").await.unwrap();
         assert_eq!(
             wharf.broker().topic_info("orders/new").await.map(|t| t.0),

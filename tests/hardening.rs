@@ -387,9 +387,12 @@ fn slow_request_bodies_are_cut_and_capped() {
     });
     let mut silent = slow_post(b.addr, "/queues/q/messages");
     // Both bodies are being read: the next one is refused at once.
-    common::wait_until(Duration::from_secs(5), || {
-        http(b.addr, "POST", "/topics/third", "x").0 == 503
-    });
+    assert!(
+        common::wait_until(Duration::from_secs(5), || {
+            http(b.addr, "POST", "/topics/third", "x").0 == 503
+        }),
+        "a third slow body was never refused"
+    );
     let (status, body) = http(b.addr, "POST", "/topics/third", "x");
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("max_body_reads"), "{body}");

@@ -157,9 +157,9 @@ fn an_execution_timeout_retries_per_policy_then_the_job_is_dead() {
         (200, Some(2)),
         "retried: {v}"
     );
-    common::wait_until(Duration::from_secs(5), || {
+    assert!(common::wait_until(Duration::from_secs(5), || {
         get(&b, &format!("/jobs/{job}")).1["status"] == "dead"
-    });
+    }));
     let (_, v) = get(&b, &format!("/jobs/{job}"));
     assert_eq!(v["status"], "dead", "{v}");
     assert_eq!(v["error"], "execution timeout");
@@ -177,22 +177,30 @@ fn a_long_poll_returns_promptly_when_a_job_arrives() {
     let w = register(&b, &["mail"]);
     let addr = b.addr;
     let waiter = std::thread::spawn(move || {
-        let t0 = Instant::now();
-        let (status, text) = http(
+        http(
             addr,
             "POST",
             &format!("/workers/{w}/dequeue?wait_ms=10000"),
             "",
-        );
-        (status, text, t0.elapsed())
+        )
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // The dequeue is parked: counted as waiting, with nothing handed yet.
+    assert!(
+        common::wait_until(Duration::from_secs(5), || {
+            get(&b, "/admin/jobs").1["waiting"] == 1
+        }),
+        "the dequeue never parked: {}",
+        get(&b, "/admin/jobs").1
+    );
+    let t0 = Instant::now();
     let other = enqueue(&b, "other", json!({}));
     let job = enqueue(&b, "mail", json!({}));
-    let (status, text, took) = waiter.join().unwrap();
+    let (status, text) = waiter.join().unwrap();
+    let took = t0.elapsed();
     assert_eq!(status, 200, "{text}");
     assert!(text.contains(&job) && !text.contains(&other), "{text}");
     assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(get(&b, "/admin/jobs").1["waiting"], 0, "the waiter left");
 }
 
 #[test]
@@ -373,7 +381,14 @@ fn jobs_over_websocket_work_like_over_http() {
         // A dequeue that waits does not hold up other frames.
         let waiting = c.dequeue_job(w, Duration::from_secs(5));
         let enqueue = async {
-            actix_rt::time::sleep(Duration::from_millis(100)).await;
+            // Once the dequeue is parked, other frames still get answers.
+            assert!(
+                common::eventually(Duration::from_secs(5), || {
+                    get(&b, "/admin/jobs").1["waiting"] == 1
+                })
+                .await,
+                "the dequeue never parked"
+            );
             c.ping().await.unwrap();
             c.enqueue_job(NewJob {
                 kind: "ws".into(),

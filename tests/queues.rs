@@ -241,7 +241,13 @@ fn ttl_expires_to_the_dead_letter_queue_and_is_never_delivered() {
         };
         c.enqueue_with("ttl", b"short".to_vec(), o).await.unwrap();
         c.enqueue("ttl", b"long".to_vec()).await.unwrap();
-        actix_rt::time::sleep(Duration::from_millis(1500)).await;
+        // Expired by the deadline check, before anyone consumes.
+        assert!(
+            common::eventually(T, || info(&b, "ttl")["dead_letter_depth"] == 1).await,
+            "the expired message never reached the dead-letter queue: {}",
+            info(&b, "ttl")
+        );
+        assert_eq!(info(&b, "ttl")["depth"], 1, "only the long-lived one left");
         let mut k = c.consume("ttl", 10).await.unwrap();
         let d = k.recv_timeout(T).await.unwrap();
         assert_eq!(d.payload, b"long");
@@ -393,9 +399,13 @@ fn durable_subscription_keeps_messages_while_away_and_across_a_restart() {
         p.publish_confirmed("news/c", b"5".to_vec()).await.unwrap();
     });
     // The copy is written asynchronously.
-    common::wait_until(Duration::from_secs(5), || {
-        info(&b, "$durable/alice/news")["depth"] == 4
-    });
+    assert!(
+        common::wait_until(Duration::from_secs(5), || {
+            info(&b, "$durable/alice/news")["depth"] == 4
+        }),
+        "the backlog never reached 4: {}",
+        info(&b, "$durable/alice/news")
+    );
     let backlog = info(&b, "$durable/alice/news");
     assert_eq!(backlog["depth"], 4, "{backlog}");
     block_on(async {

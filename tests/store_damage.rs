@@ -2,7 +2,8 @@
 //! holding files Wharf did not write is refused and left as it was; a
 //! damaged store file is named and the broker exits with status 1 (no
 //! panic); a store of an earlier Wharf without the marker is adopted; a
-//! store that was not shut down cleanly, or lost data since, says so.
+//! store that was not shut down cleanly, or lost data since, says so; a
+//! directory another wharf is running on is refused in plain words.
 
 mod common;
 
@@ -89,6 +90,27 @@ fn store_with(data: &Path, n: usize) {
     let (broker, url, _) = started(data);
     enqueue(&url, n);
     stop(broker);
+}
+
+#[test]
+fn a_second_wharf_on_the_same_directory_is_refused_in_plain_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (first, url, _) = started(&data);
+    let log = refused(&data);
+    assert!(
+        log.contains(data.to_str().unwrap()),
+        "names the dir:\n{log}"
+    );
+    assert!(
+        log.contains("in use by another process (another wharf"),
+        "{log}"
+    );
+    assert!(log.contains("--data-dir"), "says what to do:\n{log}");
+    assert!(!log.contains("WouldBlock"), "no raw OS error:\n{log}");
+    // The first one is untouched: it still serves and stops cleanly.
+    enqueue(&url, 1);
+    stop(first);
 }
 
 #[test]

@@ -447,9 +447,10 @@ fn a_silent_connection_is_closed_with_1001_after_the_idle_timeout() {
         c.session.idle_timeout_s = 2;
     });
     block_on(async {
+        let t0 = std::time::Instant::now();
         let mut conn = raw(&b).await;
-        // Read nothing and answer no ping for the idle timeout.
-        actix_rt::time::sleep(Duration::from_millis(3500)).await;
+        // Send nothing and answer no ping (this raw connection never
+        // pongs): read until the broker closes.
         let mut code = None;
         while let Ok(Some(Ok(frame))) =
             actix_rt::time::timeout(Duration::from_secs(5), conn.next()).await
@@ -460,6 +461,11 @@ fn a_silent_connection_is_closed_with_1001_after_the_idle_timeout() {
             }
         }
         assert_eq!(code, Some(1001));
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_secs(2),
+            "closed before the idle timeout: {took:?}"
+        );
     });
 }
 

@@ -43,10 +43,26 @@ const SCHEMA_KEY: &[u8] = b"schema_version";
 /// Why the store failed. Carries the sled error as its source.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// sled could not open the database (missing permissions, another
-    /// process holding its lock); damage is [`StoreError::Damaged`].
+    /// sled could not open the database (missing permissions, say);
+    /// damage is [`StoreError::Damaged`], a lock held by another process
+    /// [`StoreError::Locked`].
     #[error("cannot open the store at {path}: {source}")]
     Open {
+        /// The data directory.
+        path: PathBuf,
+        /// sled's explanation.
+        #[source]
+        source: sled::Error,
+    },
+    /// Another process holds the database's file lock: most likely
+    /// another Wharf running on the same data directory. sled's own words
+    /// (an OS `WouldBlock`) are kept as the source, not in the message.
+    #[error(
+        "the data directory {path} is in use by another process (another wharf running \
+         on it?): its store is locked; stop that process first, or give this one another \
+         directory with store.data_dir (or --data-dir)"
+    )]
+    Locked {
         /// The data directory.
         path: PathBuf,
         /// sled's explanation.
@@ -174,7 +190,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Foreign`], [`StoreError::Damaged`],
-    /// [`StoreError::Open`], [`StoreError::SchemaMismatch`],
+    /// [`StoreError::Open`], [`StoreError::Locked`] (another process runs
+    /// on the directory), [`StoreError::SchemaMismatch`],
     /// [`StoreError::CorruptSchema`], [`StoreError::DataDir`] or
     /// [`StoreError::Io`].
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
@@ -412,8 +429,15 @@ fn wharf_wrote(dir: &Path) -> Result<bool, StoreError> {
 
 /// sled's open failure as a [`StoreError`]: its misleading words for a
 /// damaged `conf` ("created using a sled version earlier than 0.29") and
-/// its corruption reports become [`StoreError::Damaged`].
+/// its corruption reports become [`StoreError::Damaged`], its lock
+/// failure [`StoreError::Locked`].
 fn open_error(path: &Path, source: sled::Error) -> StoreError {
+    if is_lock_error(&source) {
+        return StoreError::Locked {
+            path: path.to_owned(),
+            source,
+        };
+    }
     let damaged = |file, detail| StoreError::Damaged {
         path: path.to_owned(),
         file,
@@ -551,8 +575,22 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let _first = Store::open(&config(tmp.path())).unwrap();
         match Store::open(&config(tmp.path())) {
-            Err(StoreError::Open { .. }) => {}
-            other => panic!("expected an open error, got {other:?}"),
+            Err(e @ StoreError::Locked { .. }) => {
+                let text = e.to_string();
+                let dir = tmp.path().display().to_string();
+                assert!(text.contains(&dir), "names the directory: {text}");
+                assert!(text.contains("another process"), "{text}");
+                assert!(text.contains("another wharf"), "{text}");
+                assert!(text.contains("--data-dir"), "says what to do: {text}");
+                assert!(
+                    !text.contains("Os {") && !text.contains("WouldBlock"),
+                    "no raw OS error: {text}"
+                );
+                // sled's words are kept as the source.
+                let source = std::error::Error::source(&e).expect("a source");
+                assert!(source.to_string().contains("lock"), "{source}");
+            }
+            other => panic!("expected a lock error, got {other:?}"),
         }
     }
 }

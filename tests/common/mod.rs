@@ -60,6 +60,24 @@ pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bo
     cond()
 }
 
+/// [`eventually`] for a condition that has to await (asking a resource
+/// for its state, say).
+#[allow(dead_code)]
+pub async fn eventually_async<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond().await {
+            return true;
+        }
+        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    }
+    cond().await
+}
+
 pub const LONG: Duration = Duration::from_secs(20);
 
 /// A minimal HTTP/1.1 exchange over a real socket: returns the status code

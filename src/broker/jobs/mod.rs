@@ -244,6 +244,8 @@ pub struct JobsInfo {
     pub running: usize,
     /// Workers registered.
     pub workers: usize,
+    /// Dequeues parked, waiting for a job (at most one per worker).
+    pub waiting: usize,
 }
 
 /// The jobs resource. Cheap to clone.
@@ -437,13 +439,7 @@ impl Jobs {
     /// # Errors
     /// The resource refusing the task.
     pub async fn info(&self) -> Result<JobsInfo, JobError> {
-        let (jobs, ready, running, workers) = self.tq.submit(|s| s.counts()).await?;
-        Ok(JobsInfo {
-            jobs,
-            ready,
-            running,
-            workers,
-        })
+        Ok(self.tq.submit(|s| s.counts()).await?)
     }
 
     /// The lease workers get, in ms.

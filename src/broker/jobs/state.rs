@@ -527,10 +527,20 @@ impl JobsState {
         self.hand_to_waiting(now);
     }
 
-    /// Counts for the admin API: (jobs held, ready, running, workers).
-    pub(crate) fn counts(&self) -> (usize, usize, usize, usize) {
-        let ready = self.ready.values().map(BTreeSet::len).sum();
-        let running = self.workers.values().map(|w| w.running.len()).sum();
-        (self.jobs.len(), ready, running, self.workers.len())
+    /// Counts for the admin API.
+    pub(crate) fn counts(&self) -> super::JobsInfo {
+        super::JobsInfo {
+            jobs: self.jobs.len(),
+            ready: self.ready.values().map(BTreeSet::len).sum(),
+            running: self.workers.values().map(|w| w.running.len()).sum(),
+            workers: self.workers.len(),
+            // A waiter whose request went away (closed) is no longer
+            // waiting, though it stays queued until the next hand-out.
+            waiting: self
+                .waiting
+                .iter()
+                .filter(|(_, tx)| !tx.is_closed())
+                .count(),
+        }
     }
 }
