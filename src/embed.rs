@@ -1,34 +1,8 @@
 //! Wharf inside your own Actix app: [`Wharf`] owns a running broker (store,
 //! task-queue workers, store writer, idle-topic sweeper) without an HTTP
 //! server of its own. Mount its routes in your `App` under any prefix,
-//! publish from your handlers, and subscribe your own actors.
-//!
-//! ```no_run
-//! use actix_web::{App, HttpServer, web};
-//! use wharf::{Config, Wharf};
-//!
-//! #[actix_web::main]
-//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let wharf = Wharf::start(Config::default()).await?;
-//!     let routes = wharf.clone();
-//!     HttpServer::new(move || {
-//!         App::new()
-//!             .service(web::scope("/broker").configure(routes.configure()))
-//!             .route("/hello", web::post().to(hello))
-//!             .app_data(web::Data::new(routes.clone()))
-//!     })
-//!     .bind("127.0.0.1:8080")?
-//!     .run()
-//!     .await?;
-//!     wharf.shutdown().await?;
-//!     Ok(())
-//! }
-//!
-//! async fn hello(wharf: web::Data<Wharf>) -> &'static str {
-//!     let _ = wharf.publish("greetings", "hello").await;
-//!     "published"
-//! }
-//! ```
+//! publish from your handlers, and subscribe your own actors. The example
+//! is on [`Wharf`]'s page.
 
 mod builder;
 mod queues;
@@ -59,9 +33,42 @@ use crate::store::{Store, StoreWriter};
 use crate::taskq::Scheduler;
 use crate::transport::{self, AppState, Health};
 
-/// A running broker you embed. Cheap to clone; every clone is the same
-/// broker. Stop it with [`Wharf::shutdown`] (dropping the last clone does
-/// the same, blocking briefly).
+/// A running broker you embed in your own Actix app: mount its routes
+/// under any prefix, publish and enqueue from your handlers, subscribe
+/// your actors ([`Wharf::subscribe`], [`Wharf::consume`]). Cheap to
+/// clone; every clone is the same broker. Stop it with
+/// [`Wharf::shutdown`] (dropping the last clone does the same, blocking
+/// briefly). Settings in code: [`Wharf::builder`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use actix_web::{App, HttpServer, web};
+/// use wharf::{Config, Wharf};
+///
+/// #[actix_web::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let wharf = Wharf::start(Config::default()).await?;
+///     let routes = wharf.clone();
+///     HttpServer::new(move || {
+///         App::new()
+///             .service(web::scope("/broker").configure(routes.configure()))
+///             .route("/hello", web::post().to(hello))
+///             .app_data(web::Data::new(routes.clone()))
+///     })
+///     .bind("127.0.0.1:8080")?
+///     .run()
+///     .await?;
+///     wharf.shutdown().await?;
+///     Ok(())
+/// }
+///
+/// async fn hello(wharf: web::Data<Wharf>) -> &'static str {
+///     let _ = wharf.publish("greetings", "hello").await;
+///     "published"
+/// }
+/// ```
+
 #[derive(Clone)]
 pub struct Wharf {
     inner: Arc<Inner>,
@@ -274,9 +281,14 @@ impl Wharf {
         &self.inner.config
     }
 
-    /// A function that mounts Wharf's routes (`/ws`, `/topics/{name}`,
-    /// `/health`, `/admin/sessions`) and the state they need on an `App`
-    /// or a scope: `web::scope("/broker").configure(wharf.configure())`.
+    /// A function that mounts Wharf's routes and the state they need on an
+    /// `App` or a scope: `web::scope("/broker").configure(wharf.configure())`.
+    /// The routes: `/health`, `/ws`, `/mqtt` (and `/` for an MQTT
+    /// upgrade), `/topics/{name}`, `/queues` and `/queues/{name}` (with
+    /// `/messages` and `/redrive`), `/jobs`, `/jobs/{id}`,
+    /// `/jobs/{id}/outcome`, `/workers`, `/workers/{id}/ping`,
+    /// `/workers/{id}/dequeue`, `/admin/sessions` and `/admin/jobs`
+    /// (proto/http.md specifies them).
     pub fn configure(&self) -> impl Fn(&mut web::ServiceConfig) + Clone + 'static {
         let (state, health) = (self.inner.state.clone(), self.inner.health.clone());
         move |cfg: &mut web::ServiceConfig| {

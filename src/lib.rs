@@ -1,8 +1,9 @@
 //! # Wharf
 //!
-//! A message broker on actix: topics, durable queues and durable topic
-//! subscriptions over WebSocket and HTTP, persisted to sled. Run it as the
-//! `wharf` binary or embed it in an actix-web app.
+//! A message broker on actix: topics, durable queues, durable topic
+//! subscriptions, transactions, and jobs with workers, over WebSocket (its
+//! native protocol and MQTT 3.1.1) and HTTP, persisted to sled. Run it as
+//! the `wharf` binary or embed it in an actix-web app ([`Wharf`]).
 //!
 //! # Layout
 //!
@@ -12,20 +13,26 @@
 //!   `config.toml`, embedded) and its validation.
 //! - [`broker`]: topics and queues as task-queue resources, their
 //!   registries, fan-out; queue dispatch, acks, dead letters, topic
-//!   bindings, and durable subscriptions (queues named
-//!   `$durable/<client id>/<subscription id>`, bound to their filter).
-//! - [`routing`]: topic names, filters and the filter trie.
-//! - [`protocol`]: frame types and codecs, pure (no I/O).
-//! - [`session`]: per-connection state, the bounded two-lane outbound
-//!   queue and its frame writer, the slow-consumer policy, the registry.
+//!   bindings, durable subscriptions (queues named
+//!   `$durable/<client id>/<subscription id>`, bound to their filter),
+//!   transactions (`Broker::commit`), and the jobs resource
+//!   ([`broker::jobs`]).
+//! - [`routing`]: topic names, filters, their limits and the filter trie.
+//! - [`protocol`]: frame types and codecs, pure (no I/O): the native
+//!   protocol (JSON and bincode), its job frames, and MQTT 3.1.1.
+//! - [`session`]: per-connection state (native: one function per
+//!   operation in `session::ops`; MQTT: `session::mqtt`), the bounded
+//!   two-lane outbound queue and its frame writer, the slow-consumer
+//!   policy, transactions in progress, the registry.
 //! - [`store`]: persistence on sled (retained messages, queues and their
 //!   messages, durable subscriptions' bindings); the only module that
 //!   knows sled.
-//! - [`transport`]: actix-web routes (`/health`, `/ws`, `/topics`,
-//!   `/queues`, `/admin/sessions`) and the mapping of errors to HTTP
-//!   responses.
+//! - [`transport`]: actix-web routes (`/health`, `/ws`, `/mqtt`,
+//!   `/topics`, `/queues`, `/jobs`, `/workers`, `/admin/sessions`,
+//!   `/admin/jobs`) and the mapping of errors to HTTP responses.
 //! - `client` (default feature): an async Rust client for the native
-//!   protocol: topics, queues and durable subscriptions.
+//!   protocol (topics, queues, durable subscriptions, transactions, jobs)
+//!   and a small MQTT-over-WebSocket client.
 //! - [`Wharf`]: the broker embedded in your own Actix app (mount its
 //!   routes, publish, subscribe your actors). Its queue half, in
 //!   `embed::queues`: enqueue, and consume a queue with an actor, which

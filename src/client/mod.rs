@@ -133,8 +133,26 @@ enum Command {
     },
 }
 
-/// A connection to a Wharf broker. Not `Send`: it lives on the actix thread
-/// that made it.
+/// A connection to a Wharf broker over its native protocol: publish,
+/// subscribe, queues, durable subscriptions, transactions and jobs. Not
+/// `Send`: it lives on the actix thread that made it.
+///
+/// # Examples
+///
+/// ```no_run
+/// use wharf::client::{Client, ClientOptions};
+///
+/// #[actix_web::main]
+/// async fn main() -> Result<(), wharf::client::ClientError> {
+///     let client = Client::connect("ws://127.0.0.1:7878/ws", ClientOptions::default()).await?;
+///     let mut temps = client.subscribe("home/+/temperature").await?;
+///     client.publish_confirmed("home/kitchen/temperature", b"21.5".to_vec()).await?;
+///     if let Some(msg) = temps.recv().await {
+///         println!("{} = {}", msg.topic, String::from_utf8_lossy(&msg.payload));
+///     }
+///     client.close(true).await
+/// }
+/// ```
 pub struct Client {
     commands: mpsc::Sender<Command>,
     next: Cell<u64>,

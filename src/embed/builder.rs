@@ -7,9 +7,27 @@ use super::Wharf;
 use crate::Error;
 use crate::config::{Config, FlushMode, QueueDecl};
 
-/// Builds a [`Wharf`]: `Wharf::builder().data_dir("state").start().await`.
-/// Everything not set keeps the config's value (the defaults unless
-/// [`WharfBuilder::config`] was given).
+/// Builds a [`Wharf`] from settings in code, for apps that do not keep a
+/// config file. Everything not set keeps the config's value (the defaults
+/// unless [`WharfBuilder::config`] was given).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), wharf::Error> {
+/// use wharf::Wharf;
+/// use wharf::config::FlushMode;
+///
+/// let wharf = Wharf::builder()
+///     .data_dir("state")
+///     .flush(FlushMode::Always)
+///     .workers(2)
+///     .start()
+///     .await?;
+/// wharf.publish("boot", "ready").await?;
+/// wharf.shutdown().await
+/// # }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct WharfBuilder {
     config: Config,
