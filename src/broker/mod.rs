@@ -21,7 +21,9 @@ mod topic;
 mod txn;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
+
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 
@@ -167,7 +169,7 @@ struct Inner {
     /// Bounds on the names and filters that enter through this broker.
     limits: TopicLimits,
     /// Queues by name, with their options.
-    queues: parking_lot::RwLock<queues::QueueRegistry>,
+    queues: RwLock<queues::QueueRegistry>,
 }
 
 #[derive(Default)]
@@ -220,7 +222,7 @@ impl Broker {
                 writer,
                 max_topics: topics.max_topics,
                 limits: topics.limits(),
-                queues: parking_lot::RwLock::new(queues::QueueRegistry::default()),
+                queues: RwLock::new(queues::QueueRegistry::default()),
             }),
         }
     }
@@ -273,18 +275,17 @@ impl Broker {
         Ok(())
     }
 
+    /// The topic registry, to look up. A `parking_lot` lock, like the
+    /// queue registry's: held only for map operations, never across an
+    /// await or a task, so a plain blocking lock is right and one kind of
+    /// lock serves both.
     fn read(&self) -> RwLockReadGuard<'_, Registry> {
-        self.inner
-            .registry
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.registry.read()
     }
 
+    /// The topic registry, to change.
     fn write(&self) -> RwLockWriteGuard<'_, Registry> {
-        self.inner
-            .registry
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.registry.write()
     }
 
     /// The topic named `name`, created (with its matching wildcard
