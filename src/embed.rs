@@ -150,8 +150,7 @@ impl Wharf {
                     })
             })
         })
-        .await
-        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        .await??;
         let writer = store.start_writer(&config.store)?;
         let scheduler = Scheduler::new(&config.scheduler)?;
         let broker = Broker::with_store(scheduler.handle(), writer.handle(), &config.topics);
@@ -190,10 +189,7 @@ impl Wharf {
                 });
             }),
         );
-        let restored_jobs = jobs
-            .restore(stored_jobs)
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(format!("restoring jobs: {e}"))))?;
+        let restored_jobs = jobs.restore(stored_jobs).await?;
         if restored_jobs > 0 {
             tracing::info!(jobs = restored_jobs, "jobs restored from the store");
         }
@@ -364,9 +360,7 @@ impl Wharf {
             return Ok(());
         };
         let timeout = Duration::from_secs(self.inner.config.server.shutdown_timeout_s.max(1));
-        web::block(move || running.stop(timeout))
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?
+        web::block(move || running.stop(timeout)).await?
     }
 }
 

@@ -90,6 +90,16 @@ pub enum Error {
     /// The task queue workers could not start.
     #[error(transparent)]
     Scheduler(#[from] taskq::SchedulerError),
+    /// The stored jobs could not be restored.
+    #[error("restoring jobs: {0}")]
+    Jobs(#[from] broker::jobs::JobError),
+    /// Work handed to actix's blocking thread pool (opening the store,
+    /// stopping the workers) was lost: the pool is shutting down.
+    #[error("blocking work was lost: {0}")]
+    Blocking(#[from] actix_web::error::BlockingError),
+    /// The embedded job workers' thread is not running.
+    #[error("the job worker thread is not running")]
+    WorkerThread,
     /// Binding, accepting or serving failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

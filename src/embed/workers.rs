@@ -148,9 +148,7 @@ impl Wharf {
                 actix_rt::spawn(run_one(jobs, kinds, handler, stop));
             });
             if !spawned {
-                return Err(Error::Io(std::io::Error::other(
-                    "the job worker thread is not running",
-                )));
+                return Err(Error::WorkerThread);
             }
         }
         let handle = JobWorkers {
