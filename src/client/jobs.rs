@@ -1,15 +1,16 @@
 //! The client's job and worker calls over the native protocol: the same
-//! operations as the HTTP API, answered by `job_reply` frames.
+//! operations as the HTTP API, answered by `job_reply` frames whose
+//! bodies decode into the typed replies of [`crate::protocol::jobs`].
 
 use std::time::Duration;
 
 use uuid::Uuid;
 
 use super::{Client, ClientError};
-use crate::broker::jobs::{JobStatus, JobView, NewJob, Outcome};
 use crate::protocol::frame::{ClientFrame, ServerFrame};
 use crate::protocol::jobs::{
-    JobDequeue, JobEnqueue, JobOutcome, JobStatusQuery, JsonText, WorkerPing, WorkerRegister,
+    Enqueued, JobDequeue, JobEnqueue, JobOutcome, JobStatus, JobStatusQuery, JobView, JsonText,
+    NewJob, Outcome, OutcomeReply, PingReply, Registered, WorkerPing, WorkerRegister,
 };
 
 fn unexpected(what: &str, got: impl std::fmt::Debug) -> ClientError {
@@ -17,13 +18,18 @@ fn unexpected(what: &str, got: impl std::fmt::Debug) -> ClientError {
 }
 
 impl Client {
-    async fn job_call(
+    /// Sends a job frame; its `job_reply` body as `T` (`what` names it in
+    /// the error).
+    async fn job_call<T: serde::de::DeserializeOwned>(
         &self,
+        what: &str,
         make: impl FnOnce(u64) -> ClientFrame,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<T, ClientError> {
         let rid = self.next_id();
         match self.request(make(rid), Some(rid)).await? {
-            ServerFrame::JobReply(r) => Ok(r.body.value()),
+            ServerFrame::JobReply(r) => {
+                serde_json::from_str(&r.body.0).map_err(|e| unexpected(what, e))
+            }
             other => Err(unexpected("job_reply", other)),
         }
     }
@@ -34,8 +40,8 @@ impl Client {
     /// The server refusing (invalid field, too many jobs), a timeout, or a
     /// closed connection.
     pub async fn enqueue_job(&self, job: NewJob) -> Result<Uuid, ClientError> {
-        let v = self
-            .job_call(|rid| {
+        let reply: Enqueued = self
+            .job_call("a job id", |rid| {
                 ClientFrame::JobEnqueue(JobEnqueue {
                     kind: job.kind,
                     entity_id: job.entity_id.to_string(),
@@ -46,7 +52,7 @@ impl Client {
                 })
             })
             .await?;
-        serde_json::from_value(v["id"].clone()).map_err(|e| unexpected("a job id", e))
+        Ok(reply.id)
     }
 
     /// A job's record.
@@ -54,15 +60,13 @@ impl Client {
     /// # Errors
     /// `unknown_job`, a timeout, or a closed connection.
     pub async fn job_status(&self, id: Uuid) -> Result<JobView, ClientError> {
-        let v = self
-            .job_call(|rid| {
-                ClientFrame::JobStatus(JobStatusQuery {
-                    id: id.to_string(),
-                    rid,
-                })
+        self.job_call("a job", |rid| {
+            ClientFrame::JobStatus(JobStatusQuery {
+                id: id.to_string(),
+                rid,
             })
-            .await?;
-        serde_json::from_value(v).map_err(|e| unexpected("a job", e))
+        })
+        .await
     }
 
     /// Registers a worker for `kinds` (empty: all); returns its id and
@@ -72,12 +76,12 @@ impl Client {
     /// The server refusing, a timeout, or a closed connection.
     pub async fn register_worker(&self, kinds: &[&str]) -> Result<(Uuid, u64), ClientError> {
         let kinds = kinds.iter().map(|k| (*k).to_owned()).collect();
-        let v = self
-            .job_call(|rid| ClientFrame::WorkerRegister(WorkerRegister { kinds, rid }))
+        let r: Registered = self
+            .job_call("a registration", |rid| {
+                ClientFrame::WorkerRegister(WorkerRegister { kinds, rid })
+            })
             .await?;
-        let id = serde_json::from_value(v["worker_id"].clone())
-            .map_err(|e| unexpected("a worker id", e))?;
-        Ok((id, v["lease_ms"].as_u64().unwrap_or(0)))
+        Ok((r.worker_id, r.lease_ms))
     }
 
     /// Extends a worker's lease; `false`: register again.
@@ -85,15 +89,15 @@ impl Client {
     /// # Errors
     /// A timeout or a closed connection.
     pub async fn ping_worker(&self, worker: Uuid) -> Result<bool, ClientError> {
-        let v = self
-            .job_call(|rid| {
+        let r: PingReply = self
+            .job_call("a ping reply", |rid| {
                 ClientFrame::WorkerPing(WorkerPing {
                     worker_id: worker.to_string(),
                     rid,
                 })
             })
             .await?;
-        Ok(v["valid"].as_bool().unwrap_or(false))
+        Ok(r.valid)
     }
 
     /// The worker's next job, waiting up to `wait` (keep it under the
@@ -106,16 +110,14 @@ impl Client {
         worker: Uuid,
         wait: Duration,
     ) -> Result<Option<JobView>, ClientError> {
-        let v = self
-            .job_call(|rid| {
-                ClientFrame::JobDequeue(JobDequeue {
-                    worker_id: worker.to_string(),
-                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    rid,
-                })
+        self.job_call("a job or null", |rid| {
+            ClientFrame::JobDequeue(JobDequeue {
+                worker_id: worker.to_string(),
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                rid,
             })
-            .await?;
-        serde_json::from_value(v).map_err(|e| unexpected("a job or null", e))
+        })
+        .await
     }
 
     /// Reports a job's outcome with the token it was handed out with;
@@ -132,23 +134,18 @@ impl Client {
         outcome: Outcome,
         error: Option<String>,
     ) -> Result<JobStatus, ClientError> {
-        let outcome = match outcome {
-            Outcome::Succeeded => "succeeded",
-            Outcome::Failed => "failed",
-            Outcome::TimedOut => "timed_out",
-        };
-        let v = self
-            .job_call(|rid| {
+        let r: OutcomeReply = self
+            .job_call("a status", |rid| {
                 ClientFrame::JobOutcome(JobOutcome {
                     id: job.to_string(),
                     worker_id: worker.to_string(),
                     token,
-                    outcome: outcome.to_owned(),
+                    outcome: outcome.name(),
                     error,
                     rid,
                 })
             })
             .await?;
-        serde_json::from_value(v["status"].clone()).map_err(|e| unexpected("a status", e))
+        Ok(r.status)
     }
 }

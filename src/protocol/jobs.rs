@@ -1,8 +1,10 @@
-//! The native protocol's job and worker frames: the same operations as
-//! the HTTP API (proto/http.md), answered by a `job_reply` frame whose
-//! `body` is exactly the HTTP answer's JSON.
+//! The jobs API's types, shared by every transport and the broker: the
+//! decoded requests and typed replies of each operation (the same JSON on
+//! HTTP and in native `job_reply` bodies), and the native protocol's job
+//! and worker frames (proto/http.md, proto/native.md). Pure: serde only.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
 
 /// JSON carried inside a frame: a JSON value in JSON frames, its text in
 /// bincode frames. Kept as canonical text.
@@ -18,9 +20,13 @@ impl Default for JsonText {
 }
 
 impl JsonText {
-    /// The JSON text of `value`.
+    /// The canonical JSON text of `value`: compact, object keys sorted
+    /// (as the text a decoded frame holds).
     pub fn of<T: Serialize>(value: &T) -> JsonText {
-        JsonText(serde_json::to_string(value).unwrap_or_else(|_| "null".into()))
+        match serde_json::to_value(value) {
+            Ok(v) => JsonText(v.to_string()),
+            Err(_) => JsonText::default(),
+        }
     }
 
     /// The value the text holds (`Null` if it is not JSON).
@@ -135,4 +141,194 @@ pub struct JobReply {
     pub rid: u64,
     /// The same JSON as the HTTP API's answer.
     pub body: JsonText,
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Handed to a worker.
+    Running,
+    /// The last attempt failed; retried at `retry_at_ms`.
+    Failed,
+    /// The last attempt timed out; retried at `retry_at_ms`.
+    TimedOut,
+    /// Done.
+    Succeeded,
+    /// Out of attempts.
+    Dead,
+}
+
+/// What a worker reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The job is done.
+    Succeeded,
+    /// It failed (with an error text); retried per the kind's policy.
+    Failed,
+    /// The worker gave up on time; retried per the kind's policy.
+    TimedOut,
+}
+
+impl Outcome {
+    /// The outcome a wire name (`succeeded`, `failed`, `timed_out`) stands
+    /// for, through serde; `None` for any other text.
+    pub fn from_name(name: &str) -> Option<Outcome> {
+        use serde::de::value::{Error, StrDeserializer};
+        Outcome::deserialize(StrDeserializer::<Error>::new(name)).ok()
+    }
+
+    /// The outcome's wire name, through serde.
+    pub fn name(self) -> String {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(s)) => s,
+            _ => String::new(),
+        }
+    }
+}
+
+/// A job to enqueue (`POST /jobs`, `job_enqueue`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewJob {
+    /// Its kind (1 to 256 bytes).
+    pub kind: String,
+    /// The entity it is about.
+    pub entity_id: Uuid,
+    /// Free-form data (any JSON).
+    #[serde(default)]
+    pub data: serde_json::Value,
+    /// 0-9 (default 0).
+    #[serde(default)]
+    pub priority: u8,
+    /// Execution timeout (ms); default: the kind's.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A job as the API shows it (`GET /jobs/{id}`, dequeue answers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Its id.
+    pub id: Uuid,
+    /// Its kind.
+    pub kind: String,
+    /// The entity it is about.
+    pub entity_id: Uuid,
+    /// Its data.
+    pub data: serde_json::Value,
+    /// Its priority.
+    pub priority: u8,
+    /// Status.
+    pub status: JobStatus,
+    /// Attempts started; for a running job, the token its worker must
+    /// give with the outcome.
+    pub attempt: u32,
+    /// The fencing token of a running job (= `attempt`); only in the
+    /// dequeue's answer to the worker that took the job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u32>,
+    /// The worker running it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<Uuid>,
+    /// When the current attempt started (Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// Execution timeout (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The last failure's text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it is retried (Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_at_ms: Option<u64>,
+    /// When it was enqueued (Unix ms).
+    pub created_ms: u64,
+}
+
+/// A worker registration (`POST /workers`, `worker_register`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Register {
+    /// Kinds served (empty: all).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+}
+
+/// A worker's outcome for a job (`POST /jobs/{id}/outcome`,
+/// `job_outcome`); the job id travels beside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportOutcome {
+    /// The worker reporting.
+    pub worker_id: Uuid,
+    /// The token the job was handed out with.
+    pub token: u32,
+    /// How the attempt ended.
+    pub outcome: Outcome,
+    /// The failure's text.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The answer to an enqueue (`201` of `POST /jobs`, `job_reply`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The job's id.
+    pub id: Uuid,
+}
+
+/// The answer to a registration (`201` of `POST /workers`, `job_reply`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registered {
+    /// The worker's id.
+    pub worker_id: Uuid,
+    /// Its lease: ping within this many ms.
+    pub lease_ms: u64,
+}
+
+/// The answer to a ping (`POST /workers/{id}/ping`, `job_reply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PingReply {
+    /// `false`: the worker must register again.
+    pub valid: bool,
+}
+
+/// The answer to an outcome (`POST /jobs/{id}/outcome`, `job_reply`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeReply {
+    /// The job.
+    pub id: Uuid,
+    /// Its status now.
+    pub status: JobStatus,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_names_round_trip_through_serde() {
+        for o in [Outcome::Succeeded, Outcome::Failed, Outcome::TimedOut] {
+            assert_eq!(Outcome::from_name(&o.name()), Some(o));
+        }
+        assert_eq!(Outcome::TimedOut.name(), "timed_out");
+        assert_eq!(Outcome::from_name("done"), None);
+    }
+
+    #[test]
+    fn json_text_is_canonical() {
+        let r = Registered {
+            worker_id: Uuid::nil(),
+            lease_ms: 5,
+        };
+        assert_eq!(
+            JsonText::of(&r).0,
+            r#"{"lease_ms":5,"worker_id":"00000000-0000-0000-0000-000000000000"}"#
+        );
+    }
 }

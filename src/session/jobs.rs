@@ -1,70 +1,56 @@
 //! A session's job and worker frames: each runs as a spawned task (a
 //! dequeue may wait), bounded by the session's pending-confirmations
 //! count, and is answered with a `job_reply` carrying the HTTP API's JSON
-//! or an `error` frame.
-
-use std::time::Duration;
-
-use uuid::Uuid;
+//! or an `error` frame. The operations are [`crate::broker::jobs::api`]'s;
+//! this file only decodes frames and encodes replies.
 
 use super::{Lane, Session};
-use crate::broker::jobs::{JobError, Jobs, NewJob, Outcome};
+use crate::broker::jobs::api::{self, parse_id, parse_outcome};
+use crate::broker::jobs::{JobError, Jobs};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{ClientFrame, ErrorCode, ErrorFrame, ServerFrame};
-use crate::protocol::jobs::{JobReply, JsonText};
+use crate::protocol::jobs::{JobReply, JsonText, NewJob, Register, ReportOutcome};
 
-fn uuid(raw: &str, what: &str) -> Result<Uuid, JobError> {
-    Uuid::parse_str(raw).map_err(|e| JobError::Invalid(format!("{what} is not a UUID: {e}")))
-}
-
-/// Runs one job or worker request; the JSON answer.
-async fn run(jobs: Jobs, frame: ClientFrame) -> Result<serde_json::Value, JobError> {
-    use serde_json::json;
+/// Decodes one job or worker frame, runs its operation and encodes the
+/// typed reply as the `job_reply` body (canonical JSON, as HTTP's).
+async fn run(jobs: Jobs, frame: ClientFrame) -> Result<JsonText, JobError> {
     match frame {
         ClientFrame::JobEnqueue(e) => {
             let new = NewJob {
                 kind: e.kind,
-                entity_id: uuid(&e.entity_id, "entity_id")?,
+                entity_id: parse_id(&e.entity_id, "entity_id")?,
                 data: e.data.value(),
                 priority: e.priority,
                 timeout_ms: e.timeout_ms,
             };
-            Ok(json!({ "id": jobs.enqueue(new).await? }))
+            Ok(JsonText::of(&api::enqueue(&jobs, new).await?))
         }
         ClientFrame::JobStatus(q) => {
-            let view = jobs.status(uuid(&q.id, "id")?).await?;
-            Ok(serde_json::to_value(view).unwrap_or_default())
+            let id = parse_id(&q.id, "id")?;
+            Ok(JsonText::of(&api::status(&jobs, id).await?))
         }
         ClientFrame::WorkerRegister(r) => {
-            let (worker_id, lease_ms) = jobs.register(r.kinds).await?;
-            Ok(json!({ "worker_id": worker_id, "lease_ms": lease_ms }))
+            let req = Register { kinds: r.kinds };
+            Ok(JsonText::of(&api::register(&jobs, req).await?))
         }
         ClientFrame::WorkerPing(p) => {
-            let valid = jobs.ping(uuid(&p.worker_id, "worker_id")?).await?;
-            Ok(json!({ "valid": valid }))
+            let worker = parse_id(&p.worker_id, "worker_id")?;
+            Ok(JsonText::of(&api::ping(&jobs, worker).await?))
         }
         ClientFrame::JobDequeue(d) => {
-            let worker = uuid(&d.worker_id, "worker_id")?;
-            let job = jobs
-                .dequeue(worker, Duration::from_millis(d.wait_ms))
-                .await?;
-            Ok(serde_json::to_value(job).unwrap_or_default())
+            let worker = parse_id(&d.worker_id, "worker_id")?;
+            Ok(JsonText::of(&api::dequeue(&jobs, worker, d.wait_ms).await?))
         }
         ClientFrame::JobOutcome(o) => {
-            let outcome = match o.outcome.as_str() {
-                "succeeded" => Outcome::Succeeded,
-                "failed" => Outcome::Failed,
-                "timed_out" => Outcome::TimedOut,
-                other => {
-                    return Err(JobError::Invalid(format!(
-                        "outcome {other:?}: expected succeeded, failed or timed_out"
-                    )));
-                }
+            let outcome = parse_outcome(&o.outcome)?;
+            let id = parse_id(&o.id, "id")?;
+            let req = ReportOutcome {
+                worker_id: parse_id(&o.worker_id, "worker_id")?,
+                token: o.token,
+                outcome,
+                error: o.error,
             };
-            let id = uuid(&o.id, "id")?;
-            let worker = uuid(&o.worker_id, "worker_id")?;
-            let status = jobs.outcome(id, worker, o.token, outcome, o.error).await?;
-            Ok(json!({ "id": id, "status": status }))
+            Ok(JsonText::of(&api::outcome(&jobs, id, req).await?))
         }
         _ => Err(JobError::Invalid("not a job frame".into())),
     }
@@ -100,10 +86,7 @@ impl Session {
         let out = self.out.clone();
         let answer = async move {
             let reply = match run(jobs, frame).await {
-                Ok(body) => ServerFrame::JobReply(JobReply {
-                    rid,
-                    body: JsonText::of(&body),
-                }),
+                Ok(body) => ServerFrame::JobReply(JobReply { rid, body }),
                 Err(e) => ServerFrame::Error(ErrorFrame {
                     code: e.code(),
                     message: e.to_string(),

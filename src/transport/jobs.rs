@@ -8,18 +8,21 @@
 //! - `POST /jobs/{id}/outcome` -> 200 `{"id","status"}`; a stale token or
 //!   an expired worker -> 409 and no change.
 //! - `GET /admin/jobs` -> counts.
-
-use std::time::Duration;
+//!
+//! Each handler only decodes (path ids, bodies) and encodes: the operation
+//! is [`crate::broker::jobs::api`]'s, its reply type
+//! [`crate::protocol::jobs`]'s.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::{Deserialize, Serialize};
-use uuid::Uuid;
+use serde::Deserialize;
 
 use super::body::BodyReader;
 use super::topics::{bad, query};
 use super::{ApiError, AppState};
-use crate::broker::jobs::{JobError, JobStatus, NewJob, Outcome};
+use crate::broker::jobs::JobError;
+use crate::broker::jobs::api::{self, parse_id};
+use crate::protocol::jobs::{NewJob, Register, ReportOutcome};
 
 /// Largest JSON body accepted by the jobs routes.
 const MAX_BODY: usize = 1 << 20;
@@ -43,55 +46,22 @@ async fn json_body<T: serde::de::DeserializeOwned>(
         .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
 }
 
-fn uuid(raw: &str, what: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|e| {
-        bad(
-            StatusCode::BAD_REQUEST,
-            "invalid_field",
-            format!("{what} is not a UUID: {e}"),
-        )
-    })
-}
-
-/// `201` answer to `POST /jobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Enqueued {
-    /// The job's id.
-    pub id: Uuid,
-}
-
 pub(crate) async fn enqueue(
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let new: NewJob = json_body(&app.bodies, &mut body, None).await?;
-    let id = app.jobs.enqueue(new).await.map_err(job_error)?;
-    Ok(HttpResponse::Created().json(Enqueued { id }))
+    let reply = api::enqueue(&app.jobs, new).await.map_err(job_error)?;
+    Ok(HttpResponse::Created().json(reply))
 }
 
 pub(crate) async fn status(
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = uuid(&id, "job id")?;
-    let view = app.jobs.status(id).await.map_err(job_error)?;
+    let id = parse_id(&id, "job id").map_err(job_error)?;
+    let view = api::status(&app.jobs, id).await.map_err(job_error)?;
     Ok(HttpResponse::Ok().json(view))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct Register {
-    #[serde(default)]
-    kinds: Vec<String>,
-}
-
-/// `201` answer to `POST /workers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Registered {
-    /// The worker's id.
-    pub worker_id: Uuid,
-    /// Its lease: ping within this many ms.
-    pub lease_ms: u64,
 }
 
 pub(crate) async fn register(
@@ -99,20 +69,17 @@ pub(crate) async fn register(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let r: Register = json_body(&app.bodies, &mut body, Some(Register::default())).await?;
-    let (worker_id, lease_ms) = app.jobs.register(r.kinds).await.map_err(job_error)?;
-    Ok(HttpResponse::Created().json(Registered {
-        worker_id,
-        lease_ms,
-    }))
+    let reply = api::register(&app.jobs, r).await.map_err(job_error)?;
+    Ok(HttpResponse::Created().json(reply))
 }
 
 pub(crate) async fn ping(
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = uuid(&id, "worker id")?;
-    let valid = app.jobs.ping(id).await.map_err(job_error)?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "valid": valid })))
+    let id = parse_id(&id, "worker id").map_err(job_error)?;
+    let reply = api::ping(&app.jobs, id).await.map_err(job_error)?;
+    Ok(HttpResponse::Ok().json(reply))
 }
 
 #[derive(Deserialize)]
@@ -127,32 +94,15 @@ pub(crate) async fn dequeue(
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = uuid(&id, "worker id")?;
+    let id = parse_id(&id, "worker id").map_err(job_error)?;
     let q: DequeueQuery = query(&req)?;
-    let wait = Duration::from_millis(q.wait_ms);
-    match app.jobs.dequeue(id, wait).await.map_err(job_error)? {
+    match api::dequeue(&app.jobs, id, q.wait_ms)
+        .await
+        .map_err(job_error)?
+    {
         Some(job) => Ok(HttpResponse::Ok().json(job)),
         None => Ok(HttpResponse::NoContent().finish()),
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OutcomeBody {
-    worker_id: Uuid,
-    token: u32,
-    outcome: Outcome,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-/// `200` answer to `POST /jobs/{id}/outcome`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutcomeReply {
-    /// The job.
-    pub id: Uuid,
-    /// Its status now.
-    pub status: JobStatus,
 }
 
 pub(crate) async fn outcome(
@@ -160,14 +110,10 @@ pub(crate) async fn outcome(
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = uuid(&id, "job id")?;
-    let b: OutcomeBody = json_body(&app.bodies, &mut body, None).await?;
-    let status = app
-        .jobs
-        .outcome(id, b.worker_id, b.token, b.outcome, b.error)
-        .await
-        .map_err(job_error)?;
-    Ok(HttpResponse::Ok().json(OutcomeReply { id, status }))
+    let id = parse_id(&id, "job id").map_err(job_error)?;
+    let b: ReportOutcome = json_body(&app.bodies, &mut body, None).await?;
+    let reply = api::outcome(&app.jobs, id, b).await.map_err(job_error)?;
+    Ok(HttpResponse::Ok().json(reply))
 }
 
 pub(crate) async fn info(app: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

@@ -15,10 +15,10 @@ mod wsloop;
 
 use std::sync::Arc;
 
+pub use crate::protocol::jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
 pub use body::BodyReader;
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
-pub use jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
 pub use queues::{EnqueueReply, RedriveReply};
 pub use topics::{HEADER_PREFIX, PublishReply};
 

@@ -9,8 +9,16 @@
 //! `failed` / `timed_out` (waiting for a retry after the kind's backoff),
 //! `succeeded`, `dead` (attempts exhausted; copied to the queue
 //! `jobs.dlq`).
+//!
+//! The types the wire shares (statuses, outcomes, requests, replies) live
+//! in [`crate::protocol::jobs`] and are re-exported here; [`api`] holds one
+//! function per operation, which every transport calls. The state's tasks
+//! are unit-tested with a fake clock in `state_tests.rs`.
 
+pub mod api;
 mod state;
+#[cfg(test)]
+mod state_tests;
 
 use std::time::Duration;
 
@@ -20,6 +28,7 @@ use uuid::Uuid;
 
 use super::queue::now_ms;
 use crate::config::JobsConfig;
+pub use crate::protocol::jobs::{JobStatus, JobView, NewJob, Outcome};
 use crate::store::WriterHandle;
 use crate::taskq::{Priority as Lane, SchedulerHandle, TaskError, TaskQueue};
 use state::JobsState;
@@ -29,36 +38,6 @@ pub const JOBS_DLQ: &str = "jobs.dlq";
 
 /// Longest kind name.
 pub const MAX_KIND: usize = 256;
-
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    /// Waiting for a worker.
-    Queued,
-    /// Handed to a worker.
-    Running,
-    /// The last attempt failed; retried at `retry_at_ms`.
-    Failed,
-    /// The last attempt timed out; retried at `retry_at_ms`.
-    TimedOut,
-    /// Done.
-    Succeeded,
-    /// Out of attempts.
-    Dead,
-}
-
-/// What a worker reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The job is done.
-    Succeeded,
-    /// It failed (with an error text); retried per the kind's policy.
-    Failed,
-    /// The worker gave up on time; retried per the kind's policy.
-    TimedOut,
-}
 
 /// A job as stored (JSON in the `jobs` tree).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,47 +73,6 @@ pub struct JobRecord {
     pub retry_at_ms: Option<u64>,
 }
 
-/// A job as the API shows it (`GET /jobs/{id}`, dequeue answers).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobView {
-    /// Its id.
-    pub id: Uuid,
-    /// Its kind.
-    pub kind: String,
-    /// The entity it is about.
-    pub entity_id: Uuid,
-    /// Its data.
-    pub data: serde_json::Value,
-    /// Its priority.
-    pub priority: u8,
-    /// Status.
-    pub status: JobStatus,
-    /// Attempts started; for a running job, the token its worker must
-    /// give with the outcome.
-    pub attempt: u32,
-    /// The fencing token of a running job (= `attempt`); only in the
-    /// dequeue's answer to the worker that took the job.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub token: Option<u32>,
-    /// The worker running it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub worker_id: Option<Uuid>,
-    /// When the current attempt started (Unix ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub started_ms: Option<u64>,
-    /// Execution timeout (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    /// The last failure's text.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// When it is retried (Unix ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_at_ms: Option<u64>,
-    /// When it was enqueued (Unix ms).
-    pub created_ms: u64,
-}
-
 impl From<&JobRecord> for JobView {
     fn from(j: &JobRecord) -> Self {
         JobView {
@@ -154,25 +92,6 @@ impl From<&JobRecord> for JobView {
             created_ms: j.created_ms,
         }
     }
-}
-
-/// A job to enqueue.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewJob {
-    /// Its kind (1 to 256 bytes).
-    pub kind: String,
-    /// The entity it is about.
-    pub entity_id: Uuid,
-    /// Free-form data (any JSON).
-    #[serde(default)]
-    pub data: serde_json::Value,
-    /// 0-9 (default 0).
-    #[serde(default)]
-    pub priority: u8,
-    /// Execution timeout (ms); default: the kind's.
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
 }
 
 /// Why a jobs operation was refused.
