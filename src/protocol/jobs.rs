@@ -161,6 +161,27 @@ pub enum JobStatus {
     Dead,
 }
 
+impl JobStatus {
+    /// The status as it is spelt on the wire (`timed_out`), for messages
+    /// that name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Failed => "failed",
+            JobStatus::TimedOut => "timed_out",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Dead => "dead",
+        }
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a worker reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -330,5 +351,20 @@ mod tests {
             JsonText::of(&r).0,
             r#"{"lease_ms":5,"worker_id":"00000000-0000-0000-0000-000000000000"}"#
         );
+    }
+
+    #[test]
+    fn status_names_agree_with_serde() {
+        use super::JobStatus as S;
+        for s in [
+            S::Queued,
+            S::Running,
+            S::Failed,
+            S::TimedOut,
+            S::Succeeded,
+            S::Dead,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
     }
 }

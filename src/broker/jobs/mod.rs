@@ -105,7 +105,7 @@ pub enum JobError {
     WorkerExpired,
     /// The token is not the job's current attempt by this worker: the job
     /// was handed to someone else, or already has an outcome.
-    #[error("stale token: the job is {status:?} at attempt {current}")]
+    #[error("stale token: the job is {status} at attempt {current}")]
     StaleToken {
         /// The job's current attempt.
         current: u32,
