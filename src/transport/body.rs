@@ -8,13 +8,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::http::StatusCode;
 use actix_web::web;
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tokio::sync::Semaphore;
 
 use super::ApiError;
+use super::error::HttpCode;
 use crate::config::ServerConfig;
 use crate::protocol::frame::ErrorCode;
 
@@ -53,14 +53,13 @@ impl BodyReader {
         };
         match tokio::time::timeout(self.timeout, read_all(body, limit)).await {
             Ok(read) => read,
-            Err(_) => Err(ApiError {
-                status: StatusCode::REQUEST_TIMEOUT,
-                code: "body_timeout",
-                message: format!(
+            Err(_) => Err(ApiError::http(
+                HttpCode::BodyTimeout,
+                format!(
                     "the request body did not arrive within {} s ([server] body_timeout_s)",
                     self.timeout.as_secs()
                 ),
-            }),
+            )),
         }
     }
 }
@@ -68,17 +67,12 @@ impl BodyReader {
 async fn read_all(body: &mut web::Payload, limit: usize) -> Result<Bytes, ApiError> {
     let mut payload = BytesMut::new();
     while let Some(chunk) = poll_fn(|cx| Pin::new(&mut *body).poll_next(cx)).await {
-        let chunk = chunk.map_err(|e| ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code: "bad_body",
-            message: e.to_string(),
-        })?;
+        let chunk = chunk.map_err(|e| ApiError::http(HttpCode::BadBody, e.to_string()))?;
         if payload.len() + chunk.len() > limit {
-            return Err(ApiError {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                code: "payload_too_large",
-                message: format!("payload is over the {limit}-byte limit"),
-            });
+            return Err(ApiError::coded(
+                ErrorCode::PayloadTooLarge,
+                format!("payload is over the {limit}-byte limit"),
+            ));
         }
         payload.extend_from_slice(&chunk);
     }

@@ -83,7 +83,73 @@ pub(crate) fn http_status(code: ErrorCode) -> StatusCode {
     }
 }
 
+/// The error codes only HTTP answers with (every other code is the
+/// protocol's [`ErrorCode`], the same on every transport), each with its
+/// status: one list, so no handler spells a code of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpCode {
+    /// No route has this path.
+    NotFound,
+    /// The path exists, not with this method.
+    MethodNotAllowed,
+    /// The query string does not parse.
+    InvalidQuery,
+    /// The JSON body does not parse or has the wrong shape.
+    InvalidBody,
+    /// An `x-wharf-*` header is not visible ASCII.
+    InvalidHeader,
+    /// The connection failed while the body was read.
+    BadBody,
+    /// The body did not arrive within `server.body_timeout_s`.
+    BodyTimeout,
+    /// Not a valid WebSocket upgrade.
+    WebsocketHandshake,
+    /// A WebSocket upgrade from a foreign browser origin.
+    ForbiddenOrigin,
+}
+
+impl HttpCode {
+    /// The snake_case code in the error body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpCode::NotFound => "not_found",
+            HttpCode::MethodNotAllowed => "method_not_allowed",
+            HttpCode::InvalidQuery => "invalid_query",
+            HttpCode::InvalidBody => "invalid_body",
+            HttpCode::InvalidHeader => "invalid_header",
+            HttpCode::BadBody => "bad_body",
+            HttpCode::BodyTimeout => "body_timeout",
+            HttpCode::WebsocketHandshake => "websocket_handshake",
+            HttpCode::ForbiddenOrigin => "forbidden_origin",
+        }
+    }
+
+    /// The status it is answered with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            HttpCode::NotFound => StatusCode::NOT_FOUND,
+            HttpCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            HttpCode::InvalidQuery
+            | HttpCode::InvalidBody
+            | HttpCode::InvalidHeader
+            | HttpCode::BadBody
+            | HttpCode::WebsocketHandshake => StatusCode::BAD_REQUEST,
+            HttpCode::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            HttpCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
+        }
+    }
+}
+
 impl ApiError {
+    /// An HTTP-only error with its code's status.
+    pub(crate) fn http(code: HttpCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: code.status(),
+            code: code.as_str(),
+            message: message.into(),
+        }
+    }
+
     /// An error with the code (and its HTTP status) it has on every
     /// transport.
     pub(crate) fn coded(code: ErrorCode, message: String) -> ApiError {
@@ -95,6 +161,8 @@ impl ApiError {
     }
 }
 
+/// 404 for paths no route matches (and a log line for a WebSocket upgrade
+/// sent to one).
 pub(crate) async fn not_found(req: HttpRequest) -> ApiError {
     if req.headers().contains_key(actix_web::http::header::UPGRADE) {
         tracing::info!(
@@ -103,17 +171,12 @@ pub(crate) async fn not_found(req: HttpRequest) -> ApiError {
             "refused a WebSocket upgrade: no endpoint at this path (use /ws, or /mqtt or / with the \"mqtt\" subprotocol)"
         );
     }
-    ApiError {
-        status: StatusCode::NOT_FOUND,
-        code: "not_found",
-        message: "no such route".into(),
-    }
+    ApiError::http(HttpCode::NotFound, "no such route")
 }
 
 pub(crate) async fn method_not_allowed(req: HttpRequest) -> ApiError {
-    ApiError {
-        status: StatusCode::METHOD_NOT_ALLOWED,
-        code: "method_not_allowed",
-        message: format!("{} is not allowed on {}", req.method(), req.path()),
-    }
+    ApiError::http(
+        HttpCode::MethodNotAllowed,
+        format!("{} is not allowed on {}", req.method(), req.path()),
+    )
 }

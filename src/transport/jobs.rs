@@ -13,12 +13,12 @@
 //! is [`crate::broker::jobs::api`]'s, its reply type
 //! [`crate::protocol::jobs`]'s.
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use super::body::BodyReader;
-use super::topics::{bad, query};
+use super::error::HttpCode;
+use super::topics::query;
 use super::{ApiError, AppState};
 use crate::broker::jobs::JobError;
 use crate::broker::jobs::api::{self, parse_id};
@@ -42,8 +42,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
             return Ok(default);
         }
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::http(HttpCode::InvalidBody, e.to_string()))
 }
 
 pub(crate) async fn enqueue(

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::http::{StatusCode, header};
+use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
+use super::error::HttpCode;
 use super::ws::{handshake_error, offered_subprotocols};
 use super::wsloop::{Flow, Handler, outbound, serve};
 use super::{ApiError, AppState};
@@ -112,11 +113,10 @@ pub(crate) async fn upgrade(
             path = req.path(),
             "refused an MQTT WebSocket upgrade: no \"mqtt\" subprotocol offered"
         );
-        return Err(ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code: "websocket_handshake",
-            message: "MQTT over WebSocket needs the subprotocol \"mqtt\" (or \"mqttv3.1\")".into(),
-        }
+        return Err(ApiError::http(
+            HttpCode::WebsocketHandshake,
+            "MQTT over WebSocket needs the subprotocol \"mqtt\" (or \"mqttv3.1\")",
+        )
         .into());
     };
     builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, protocol));

@@ -6,9 +6,10 @@
 //! client) are unaffected.
 
 use actix_web::HttpRequest;
-use actix_web::http::{StatusCode, header};
+use actix_web::http::header;
 
 use super::ApiError;
+use super::error::HttpCode;
 
 /// Checks a WebSocket upgrade's `Origin` against `allowed` (`"*"` allows
 /// every origin).
@@ -44,14 +45,13 @@ pub(crate) fn check(req: &HttpRequest, allowed: &[String]) -> Result<(), ApiErro
         origin,
         "refused a WebSocket upgrade from a foreign origin (add it to [server] allowed_origins)"
     );
-    Err(ApiError {
-        status: StatusCode::FORBIDDEN,
-        code: "forbidden_origin",
-        message: format!(
+    Err(ApiError::http(
+        HttpCode::ForbiddenOrigin,
+        format!(
             "WebSocket upgrades from origin {origin:?} are not allowed; \
              list it in [server] allowed_origins"
         ),
-    })
+    ))
 }
 
 /// Whether an origin's `host[:port]` names the same place as the request's
@@ -73,6 +73,7 @@ fn same_authority(origin: &str, host: &str, https: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use actix_web::http::StatusCode;
     use actix_web::test::TestRequest;
 
     fn req(origin: Option<&str>) -> HttpRequest {

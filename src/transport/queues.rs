@@ -4,11 +4,11 @@
 //! lists them, `POST /queues/{name}/redrive` moves a dead-letter queue's
 //! messages back, and `DELETE /queues/{name}` deletes a queue.
 
-use actix_web::http::StatusCode;
+use crate::protocol::frame::ErrorCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
-use super::topics::{api_error, bad, message_headers, query};
+use super::topics::{api_error, message_headers, query};
 use super::{ApiError, AppState};
 use crate::broker::Enqueue;
 
@@ -77,9 +77,8 @@ pub(crate) async fn info(
 ) -> Result<HttpResponse, ApiError> {
     match app.broker.queue_info(&name).await {
         Some(info) => Ok(HttpResponse::Ok().json(info)),
-        None => Err(bad(
-            StatusCode::NOT_FOUND,
-            "unknown_queue",
+        None => Err(ApiError::coded(
+            ErrorCode::UnknownQueue,
             format!("no queue named {:?}", name.as_str()),
         )),
     }
@@ -116,9 +115,8 @@ pub(crate) async fn delete(
     if app.broker.delete_queue(&name).await.map_err(api_error)? {
         Ok(HttpResponse::NoContent().finish())
     } else {
-        Err(bad(
-            StatusCode::NOT_FOUND,
-            "unknown_queue",
+        Err(ApiError::coded(
+            ErrorCode::UnknownQueue,
             format!("no queue named {:?}", name.as_str()),
         ))
     }

@@ -2,10 +2,10 @@
 //! `x-wharf-*` request headers become message headers; `?retain=true` and
 //! `?priority=high` as on the WebSocket.
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
+use super::error::HttpCode;
 use super::{ApiError, AppState};
 use crate::broker::{BrokerError, Publish};
 use crate::protocol::frame::{Headers, Priority};
@@ -36,19 +36,11 @@ pub struct PublishReply {
     pub dropped: usize,
 }
 
-pub(crate) fn bad(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError {
-        status,
-        code,
-        message: message.into(),
-    }
-}
-
 /// The request's query string as `T`; `400 invalid_query` if it is not.
 pub(crate) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
     web::Query::<T>::from_query(req.query_string())
         .map(web::Query::into_inner)
-        .map_err(|e| bad(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))
+        .map_err(|e| ApiError::http(HttpCode::InvalidQuery, e.to_string()))
 }
 
 /// The `x-wharf-*` request headers, as message headers.
@@ -57,9 +49,8 @@ pub(crate) fn message_headers(req: &HttpRequest) -> Result<Headers, ApiError> {
     for (key, value) in req.headers() {
         if let Some(name) = key.as_str().strip_prefix(HEADER_PREFIX) {
             let value = value.to_str().map_err(|_| {
-                bad(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_header",
+                ApiError::http(
+                    HttpCode::InvalidHeader,
                     format!("header {key} is not visible ASCII"),
                 )
             })?;

@@ -18,6 +18,7 @@ use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
+use super::error::HttpCode;
 use super::wsloop::{Flow, Handler, outbound, serve};
 use super::{ApiError, AppState};
 use crate::config::SessionConfig;
@@ -59,8 +60,10 @@ pub(crate) fn handshake_error(req: &HttpRequest, e: actix_http::ws::HandshakeErr
     };
     ApiError {
         status,
-        code: "websocket_handshake",
-        message: format!("not a valid WebSocket upgrade: {e}"),
+        ..ApiError::http(
+            HttpCode::WebsocketHandshake,
+            format!("not a valid WebSocket upgrade: {e}"),
+        )
     }
 }
 
