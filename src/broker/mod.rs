@@ -28,13 +28,13 @@ use bytes::Bytes;
 pub use message::{ENCODING_SLOTS, Published};
 pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, QueueCounters,
-    QueueInfo, QueuedDelivery,
+    QueueInfo,
 };
 pub use queues::{
     DLQ_SUFFIX, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, MAX_IDS, MAX_PREFETCH, QOS_HEADER,
     Settle, TOPIC_HEADER, durable_queue_name,
 };
-pub use sink::{Delivery, Sink, Subscription, next_sink_id};
+pub use sink::{Delivery, QueuedDelivery, Sink, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 
