@@ -692,5 +692,4 @@ mod txn;
 pub(crate) use txn::StagedAck;
 
 #[cfg(test)]
-#[path = "queue_tests.rs"]
 mod tests;
