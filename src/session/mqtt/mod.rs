@@ -17,6 +17,8 @@
 //! - A will is published when the connection ends without DISCONNECT.
 
 mod sink;
+#[cfg(test)]
+mod tests;
 
 pub use sink::MqttSink;
 
