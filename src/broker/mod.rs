@@ -12,6 +12,7 @@
 //! Publishing needs only a read lock to find the topic; fan-out happens in
 //! the topic's task and never copies the payload.
 
+mod durable;
 pub mod jobs;
 mod message;
 mod queue;
@@ -27,16 +28,14 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 
+pub use durable::{DURABLE_PREFETCH, DURABLE_PREFIX, QOS_HEADER, TOPIC_HEADER, durable_queue_name};
 pub use message::{ENCODING_SLOTS, Published};
 pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, QueueCounters,
-    QueueInfo, QueuedDelivery,
+    QueueInfo,
 };
-pub use queues::{
-    DLQ_SUFFIX, DURABLE_PREFETCH, DURABLE_PREFIX, Enqueue, MAX_IDS, MAX_PREFETCH, QOS_HEADER,
-    Settle, TOPIC_HEADER, durable_queue_name,
-};
-pub use sink::{Delivery, Sink, Subscription, next_sink_id};
+pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settle};
+pub use sink::{Delivery, QueuedDelivery, Sink, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 

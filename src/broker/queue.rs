@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use super::sink::{Delivery, Subscription};
+use super::sink::{Delivery, QueuedDelivery, Subscription};
 use crate::config::{ExpiredPolicy, QueueOptions};
 use crate::protocol::frame::Headers;
 use crate::store::queues::{
@@ -121,17 +121,6 @@ impl Incoming {
             with: Vec::new(),
         }
     }
-}
-
-/// A delivery as a consumer's sink sees it.
-#[derive(Debug)]
-pub struct QueuedDelivery<'a> {
-    /// The queue's name.
-    pub queue: &'a str,
-    /// The delivery id to ack, nack, reject or touch (unique per queue).
-    pub id: u64,
-    /// The message (`deliveries` is this delivery's count, from 1).
-    pub message: &'a StoredMessage,
 }
 
 /// A queue's numbers, for the admin API.
@@ -703,5 +692,4 @@ mod txn;
 pub(crate) use txn::StagedAck;
 
 #[cfg(test)]
-#[path = "queue_tests.rs"]
 mod tests;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 
 use super::message::Published;
-use super::queue::QueuedDelivery;
+use crate::store::queues::StoredMessage;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -47,6 +47,17 @@ pub trait Sink: Send + Sync {
         let _ = (sub, delivery);
         Delivery::Closed
     }
+}
+
+/// A delivery as a consumer's sink sees it.
+#[derive(Debug)]
+pub struct QueuedDelivery<'a> {
+    /// The queue's name.
+    pub queue: &'a str,
+    /// The delivery id to ack, nack, reject or touch (unique per queue).
+    pub id: u64,
+    /// The message (`deliveries` is this delivery's count, from 1).
+    pub message: &'a StoredMessage,
 }
 
 /// One subscription as topics hold it.

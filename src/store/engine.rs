@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::writer::{CommitError, ReadResult, Write};
+use super::write::{CommitError, ReadResult, Write};
 
 /// An ordered key-value store with named trees.
 pub trait Engine: Send + 'static {

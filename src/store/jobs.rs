@@ -4,7 +4,7 @@
 //! job's retention ends.
 
 use super::engine::Engine as _;
-use super::writer::Write;
+use super::write::Write;
 use super::{Store, StoreError, read_error};
 
 /// The tree of job records.

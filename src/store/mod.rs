@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod queues;
 mod recover;
 mod retained;
+mod write;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -22,10 +23,8 @@ pub use dir::MARKER;
 pub use engine::{Engine, SledEngine};
 pub use recover::Recovered;
 pub use retained::RetainedRecord;
-pub use writer::{
-    CommitError, Durable, ReadReply, ReadResult, StoreWriter, SubmitError, WRITER_QUEUE, Write,
-    WriterHandle,
-};
+pub use write::{CommitError, ReadResult, Write};
+pub use writer::{Durable, ReadReply, StoreWriter, SubmitError, WRITER_QUEUE, WriterHandle};
 
 use crate::config::StoreConfig;
 

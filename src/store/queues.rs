@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::engine::Engine;
-use super::writer::Write;
+use super::write::Write;
 use super::{Store, StoreError, decode_headers, encode_headers, read_error as io};
 use crate::protocol::frame::Headers;
 

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::engine::Engine as _;
-use super::writer::Write;
+use super::write::Write;
 use super::{Store, StoreError};
 use crate::protocol::frame::Headers;
 

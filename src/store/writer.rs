@@ -18,6 +18,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use tokio::sync::oneshot;
 
 use super::engine::Engine;
+use super::write::{CommitError, ReadResult, Write};
 use crate::config::{FlushMode, StoreConfig};
 
 /// Groups of writes queued for the writer before submitters are refused.
@@ -26,47 +27,9 @@ pub const WRITER_QUEUE: usize = 65_536;
 /// Most queued groups committed together.
 const MAX_GROUP: usize = 4096;
 
-/// One change to one tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write {
-    /// Insert or replace `key` in `tree`.
-    Put {
-        /// The tree (record kind).
-        tree: &'static str,
-        /// The key.
-        key: Vec<u8>,
-        /// The value.
-        value: Vec<u8>,
-    },
-    /// Remove `key` from `tree`.
-    Delete {
-        /// The tree.
-        tree: &'static str,
-        /// The key.
-        key: Vec<u8>,
-    },
-    /// Remove every key from `from` to `to` (both included) in `tree`.
-    DeleteRange {
-        /// The tree.
-        tree: &'static str,
-        /// First key.
-        from: Vec<u8>,
-        /// Last key.
-        to: Vec<u8>,
-    },
-}
-
-/// Key-value pairs read back by [`WriterHandle::read`].
-pub type ReadResult = Result<Vec<(Vec<u8>, Vec<u8>)>, CommitError>;
-
 /// What to do with a read's result; runs on the writer thread, so it must
 /// only hand the result on (submit a task), never block.
 pub type ReadReply = Box<dyn FnOnce(ReadResult) + Send>;
-
-/// Why a commit failed (shared by every write of the group).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("store commit failed: {0}")]
-pub struct CommitError(pub String);
 
 /// Why writes were not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

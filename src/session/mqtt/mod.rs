@@ -16,6 +16,12 @@
 //!   acknowledged when the client left is delivered again (DUP set).
 //! - A will is published when the connection ends without DISCONNECT.
 
+mod sink;
+#[cfg(test)]
+mod tests;
+
+pub use sink::MqttSink;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,19 +30,12 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use super::{Lane, OutFrame, Outbound, PushError, Sessions};
-use crate::broker::{
-    Broker, Delivery, Publish, Published, QOS_HEADER, QueuedDelivery, Settle, Sink, Subscription,
-    TOPIC_HEADER, WeakBroker, next_sink_id,
-};
+use super::{Outbound, Sessions};
+use crate::broker::{Broker, Publish, Settle, Sink, Subscription, next_sink_id};
 use crate::config::{MqttConfig, SessionConfig};
-use crate::protocol::codec::Format;
 use crate::protocol::frame::{Headers, Priority};
 use crate::protocol::mqtt::{self, Connect, MqttError, Packet, SUBACK_FAILURE, connack};
-
-/// The encoding slot of a message's QoS 0 PUBLISH header (shared by every
-/// QoS 0 MQTT subscriber).
-const MQTT_SLOT: usize = 2;
+use sink::{MQTT_SLOT, OutState, Pending};
 
 /// Why the connection must end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,181 +50,6 @@ fn violation(reason: impl Into<String>) -> MqttClose {
     MqttClose {
         code: 1002,
         reason: reason.into(),
-    }
-}
-
-/// A packet id in use, and what its acknowledgement settles.
-enum Pending {
-    /// A topic delivery (QoS 1 or 2) waiting for PUBACK / PUBREC.
-    Topic,
-    /// A durable subscription's delivery waiting for PUBACK / PUBREC.
-    Queue {
-        queue: Arc<str>,
-        sub: Arc<str>,
-        delivery: u64,
-    },
-    /// PUBREL sent, waiting for PUBCOMP.
-    Released,
-}
-
-#[derive(Default)]
-struct OutState {
-    next_pid: u16,
-    pending: HashMap<u16, Pending>,
-}
-
-impl OutState {
-    fn take_pid(&mut self, what: Pending) -> Option<u16> {
-        if self.pending.len() >= usize::from(u16::MAX) {
-            return None;
-        }
-        loop {
-            self.next_pid = self.next_pid.wrapping_add(1).max(1);
-            if !self.pending.contains_key(&self.next_pid) {
-                self.pending.insert(self.next_pid, what);
-                return Some(self.next_pid);
-            }
-        }
-    }
-}
-
-/// Where an MQTT session's deliveries go: PUBLISH packets on its
-/// outbound queue. A subscription's tag holds its granted QoS.
-pub struct MqttSink {
-    id: u64,
-    out: Arc<Outbound>,
-    state: Mutex<OutState>,
-    broker: WeakBroker,
-}
-
-impl MqttSink {
-    fn send(&self, mut p: mqtt::Publish, what: Pending) -> Delivery {
-        if p.qos > 0 {
-            match self.state.lock().take_pid(what) {
-                Some(pid) => p.pid = Some(pid),
-                None => return Delivery::Dropped,
-            }
-        }
-        let mut head = BytesMut::with_capacity(8 + p.topic.len());
-        mqtt::publish_head(&mut head, &p);
-        let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
-        // QoS 1/2 deliveries hold a packet id until acknowledged: they go
-        // in the high lane, which the drop-oldest policy never evicts, and
-        // only when there is room.
-        let pushed = if p.qos > 0 {
-            self.out.push_if_room(Lane::High, frame)
-        } else {
-            self.out.push(Lane::Normal, frame)
-        };
-        match pushed {
-            Ok(()) => Delivery::Queued,
-            Err(e) => {
-                if let Some(pid) = p.pid {
-                    self.state.lock().pending.remove(&pid);
-                }
-                match e {
-                    PushError::Dropped => Delivery::Dropped,
-                    PushError::Closed => Delivery::Closed,
-                }
-            }
-        }
-    }
-
-    fn push(&self, packet: &Packet) {
-        let mut buf = BytesMut::new();
-        mqtt::encode(packet, &mut buf);
-        let _ = self.out.push(
-            Lane::High,
-            OutFrame::data(Format::Bincode, Bytes::new(), buf.freeze()),
-        );
-    }
-}
-
-fn granted(sub: &Subscription) -> u8 {
-    sub.tag.first().copied().unwrap_or(0).min(2)
-}
-
-impl Sink for MqttSink {
-    fn id(&self) -> u64 {
-        self.id
-    }
-
-    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery {
-        let qos = granted(sub).min(msg.qos);
-        if qos == 0 {
-            let head = msg.encoded(MQTT_SLOT, |m| {
-                let mut head = BytesMut::new();
-                mqtt::publish_head(
-                    &mut head,
-                    &mqtt::Publish {
-                        dup: false,
-                        qos: 0,
-                        retain: m.retained,
-                        topic: m.topic.to_string(),
-                        pid: None,
-                        payload: m.payload.clone(),
-                    },
-                );
-                head.freeze()
-            });
-            return match self.out.push(
-                Lane::Normal,
-                OutFrame::data(Format::Bincode, head, msg.payload.clone()),
-            ) {
-                Ok(()) => Delivery::Queued,
-                Err(PushError::Dropped) => Delivery::Dropped,
-                Err(PushError::Closed) => Delivery::Closed,
-            };
-        }
-        let p = mqtt::Publish {
-            dup: false,
-            qos,
-            retain: msg.retained,
-            topic: msg.topic.to_string(),
-            pid: None,
-            payload: msg.payload.clone(),
-        };
-        self.send(p, Pending::Topic)
-    }
-
-    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
-        let m = d.message;
-        let published_qos = m
-            .headers
-            .get(QOS_HEADER)
-            .and_then(|q| q.parse::<u8>().ok())
-            .unwrap_or(0);
-        let qos = granted(sub).min(published_qos);
-        let topic = m
-            .headers
-            .get(TOPIC_HEADER)
-            .cloned()
-            .unwrap_or_else(|| d.queue.to_owned());
-        let p = mqtt::Publish {
-            dup: m.deliveries > 1,
-            qos,
-            retain: false,
-            topic,
-            pid: None,
-            payload: m.payload.clone(),
-        };
-        let what = Pending::Queue {
-            queue: d.queue.into(),
-            sub: sub.id.clone(),
-            delivery: d.id,
-        };
-        let outcome = self.send(p, what);
-        if qos == 0 && outcome == Delivery::Queued {
-            // Nothing will acknowledge a QoS 0 delivery: it is done.
-            if let Some(b) = self.broker.upgrade() {
-                b.settle_detached(d.queue, self.id, &sub.id, vec![d.id], Settle::Ack);
-            }
-        }
-        outcome
-    }
-
-    fn is_closed(&self) -> bool {
-        self.out.is_closing()
     }
 }
 

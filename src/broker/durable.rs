@@ -1,0 +1,252 @@
+//! Bindings and durable subscriptions: topic filters whose messages a
+//! [`BindSink`] copies into a queue (declared with `bind` in `[[queues]]`,
+//! or made by a durable subscription), and the durable subscriptions
+//! themselves, each a queue `$durable/<client id>/<subscription id>` bound
+//! to one filter, its binding kept in the store with the queue.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::queue::{Incoming, QueueHandle, now_ms};
+use super::queues::MAX_PREFETCH;
+use super::sink::{Delivery, Sink, Subscription, next_sink_id};
+use super::{Broker, BrokerError, Published};
+use crate::config::QueueDecl;
+use crate::routing;
+use crate::store::queues as records;
+use crate::taskq::Priority as Lane;
+
+/// Header a bound queue adds to each copied topic message: the topic.
+pub const TOPIC_HEADER: &str = "topic";
+
+/// Header a bound queue adds to a copied message published with an MQTT
+/// QoS above 0: the QoS.
+pub const QOS_HEADER: &str = "mqtt-qos";
+
+/// Prefix of the queues that hold durable subscriptions:
+/// `$durable/<client id>/<subscription id>`.
+pub const DURABLE_PREFIX: &str = "$durable/";
+
+/// Credit of a durable subscription that does not ask for one.
+pub const DURABLE_PREFETCH: u32 = 100;
+
+/// What the store keeps with a queue: the filters bound to it when they
+/// were not declared in config (durable subscriptions).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct StoredMeta {
+    #[serde(default)]
+    pub(super) bind: Vec<String>,
+}
+
+/// Copies the messages of bound topic filters into a queue.
+struct BindSink {
+    id: u64,
+    name: Arc<str>,
+    queue: QueueHandle,
+}
+
+impl Sink for BindSink {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+        if msg.retained {
+            // A retained copy is history, not news: not enqueued again.
+            return Delivery::Queued;
+        }
+        let mut headers = msg.headers.clone();
+        headers.insert(TOPIC_HEADER.into(), msg.topic.to_string());
+        if msg.qos > 0 {
+            headers.insert(QOS_HEADER.into(), msg.qos.to_string());
+        }
+        let incoming = Incoming::new(0, headers, msg.payload.clone(), None);
+        let name = self.name.clone();
+        let sent = self.queue.tq.execute(Lane::Normal, move |q| {
+            if let Err(e) = q.enqueue(incoming, now_ms()) {
+                tracing::warn!(queue = %name, "bound queue refused a topic message: {e:?}");
+            }
+        });
+        match sent {
+            Ok(()) => Delivery::Queued,
+            Err(_) => Delivery::Dropped,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+/// The queue holding durable subscription `sub` of client `client`.
+///
+/// # Errors
+/// [`BrokerError::InvalidDurable`] if either name has a character that
+/// would make the queue name ambiguous (`/`, `+`, `#`, NUL) or is empty.
+pub fn durable_queue_name(client: &str, sub: &str) -> Result<String, BrokerError> {
+    let bad = |s: &str| s.is_empty() || s.contains(['/', '+', '#', '\0']);
+    if bad(client) || bad(sub) {
+        return Err(BrokerError::InvalidDurable(
+            "client id and subscription id must be non-empty without '/', '+', '#' or NUL".into(),
+        ));
+    }
+    let name = format!("{DURABLE_PREFIX}{client}/{sub}");
+    // A derived name: its parts are bounded where they enter (client ids,
+    // subscription ids); here only its shape is checked.
+    routing::TopicLimits::WIDEST
+        .check_topic(&name)
+        .map_err(BrokerError::InvalidTopic)?;
+    Ok(name)
+}
+
+impl Broker {
+    /// Creates the declared queues and subscribes each to its bound topic
+    /// filters.
+    ///
+    /// # Errors
+    /// A filter that is not valid, or a topic refusing the subscription.
+    pub async fn declare_queues(&self, declared: &[QueueDecl]) -> Result<(), BrokerError> {
+        for d in declared {
+            let Some(queue) = self.queue(&d.name, true)? else {
+                continue;
+            };
+            self.bind(&d.name, &queue, &d.bind).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes `filters` the topic filters copied into `queue` (replacing
+    /// any it had).
+    pub(super) async fn bind(
+        &self,
+        name: &str,
+        queue: &QueueHandle,
+        filters: &[String],
+    ) -> Result<(), BrokerError> {
+        self.unbind(name).await;
+        let mut subs = Vec::with_capacity(filters.len());
+        for filter in filters {
+            let sink = Arc::new(BindSink {
+                id: next_sink_id(),
+                name: name.into(),
+                queue: queue.clone(),
+            });
+            let sub = Subscription::new(sink, &format!("bind:{name}"), filter, Bytes::new(), 0);
+            if let Err(e) = self.subscribe(sub.clone()).await {
+                for s in subs {
+                    self.drop_binding(s).await;
+                }
+                return Err(e);
+            }
+            subs.push(sub);
+        }
+        self.queue_registry().binds.insert(name.to_owned(), subs);
+        Ok(())
+    }
+
+    /// Stops copying topic messages into the queue `name`.
+    pub(super) async fn unbind(&self, name: &str) {
+        let old = self.queue_registry().binds.remove(name).unwrap_or_default();
+        for sub in old {
+            self.drop_binding(sub).await;
+        }
+    }
+
+    async fn drop_binding(&self, sub: Subscription) {
+        sub.cancel();
+        let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
+    }
+
+    /// The filters bound to a queue.
+    fn bound_filters(&self, name: &str) -> Vec<String> {
+        self.inner
+            .queues
+            .read()
+            .binds
+            .get(name)
+            .map(|subs| subs.iter().map(|s| s.filter.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Subscribes durably: the queue `$durable/<client>/<consumer.id>`
+    /// (see [`durable_queue_name`]; `consumer.filter` must be that name)
+    /// collects the messages of `filter` from now on, across disconnects
+    /// and restarts, and `consumer` consumes it with `prefetch` credit.
+    /// Subscribing again (after a reconnect) resumes the backlog; with
+    /// another filter the binding is replaced and the backlog kept.
+    ///
+    /// # Errors
+    /// An invalid filter or name, or a refused subscription or consumer.
+    pub async fn subscribe_durable(
+        &self,
+        client: &str,
+        filter: &str,
+        consumer: Subscription,
+        prefetch: u32,
+    ) -> Result<(), BrokerError> {
+        self.check_filter(filter)?;
+        if prefetch == 0 || prefetch > MAX_PREFETCH {
+            return Err(BrokerError::InvalidPrefetch(prefetch));
+        }
+        let name = durable_queue_name(client, &consumer.id)?;
+        if *consumer.filter != *name {
+            return Err(BrokerError::InvalidDurable(format!(
+                "the consumer must name the queue {name:?}"
+            )));
+        }
+        let queue = self.queue(&name, true)?.ok_or(BrokerError::Contended)?;
+        if self.bound_filters(&name) != [filter] {
+            self.bind(&name, &queue, &[filter.to_owned()]).await?;
+            if let Some(w) = &self.inner.writer {
+                let meta = serde_json::to_vec(&StoredMeta {
+                    bind: vec![filter.to_owned()],
+                })
+                .map_err(|e| BrokerError::Store(e.to_string()))?;
+                w.submit(vec![records::put_queue(&name, queue.id, &meta)])?
+                    .await
+                    .map_err(|e| BrokerError::Store(e.to_string()))?;
+            }
+        }
+        Ok(queue
+            .tq
+            .submit(move |q| q.consume(consumer, prefetch, now_ms()))
+            .await??)
+    }
+
+    /// The durable subscriptions of `client`: (subscription id, filters).
+    pub fn durable_subscriptions(&self, client: &str) -> Vec<(String, Vec<String>)> {
+        let prefix = format!("{DURABLE_PREFIX}{client}/");
+        let reg = self.inner.queues.read();
+        let mut out: Vec<(String, Vec<String>)> = reg
+            .binds
+            .iter()
+            .filter_map(|(name, subs)| {
+                let id = name.strip_prefix(&prefix)?;
+                Some((
+                    id.to_owned(),
+                    subs.iter().map(|s| s.filter.to_string()).collect(),
+                ))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Ends a durable subscription for good: the binding, the consumer of
+    /// `sink` if attached, and the backlog are deleted.
+    ///
+    /// # Errors
+    /// The queue refusing the tasks, or the store failing the deletes.
+    pub async fn unsubscribe_durable(
+        &self,
+        client: &str,
+        sub_id: &str,
+        sink: u64,
+    ) -> Result<bool, BrokerError> {
+        let name = durable_queue_name(client, sub_id)?;
+        self.unbind(&name).await;
+        let _ = self.cancel_consumer(&name, sink, sub_id).await;
+        self.delete_queue(&name).await
+    }
+}
