@@ -24,8 +24,7 @@ use parking_lot::Mutex;
 use crate::Error;
 use crate::broker::jobs::{JOBS_DLQ, Jobs};
 use crate::broker::{
-    Broker, BrokerError, Delivery as Outcome, Publish, PublishOutcome, Published, Sink,
-    Subscription,
+    Broker, BrokerError, DeliveryOutcome, Publish, PublishOutcome, Published, Sink, Subscription,
 };
 use crate::config::Config;
 use crate::session::Sessions;
@@ -434,18 +433,18 @@ impl Sink for RecipientSink {
         self.id
     }
 
-    fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> Outcome {
+    fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
         match self.recipient.try_send(Delivery {
             message: msg.clone(),
         }) {
-            Ok(()) => Outcome::Queued,
+            Ok(()) => DeliveryOutcome::Queued,
             Err(SendError::Full(_)) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                Outcome::Dropped
+                DeliveryOutcome::Dropped
             }
             Err(SendError::Closed(_)) => {
                 self.closed.store(true, Ordering::Relaxed);
-                Outcome::Closed
+                DeliveryOutcome::Closed
             }
         }
     }

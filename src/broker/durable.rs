@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::queue::{Incoming, QueueHandle, now_ms};
 use super::queues::MAX_PREFETCH;
-use super::sink::{Delivery, Sink, Subscription, next_sink_id};
+use super::sink::{DeliveryOutcome, Sink, Subscription, next_sink_id};
 use super::{Broker, BrokerError, Published};
 use crate::config::QueueDecl;
 use crate::routing;
@@ -51,10 +51,10 @@ impl Sink for BindSink {
         self.id
     }
 
-    fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+    fn deliver(&self, _sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
         if msg.retained {
             // A retained copy is history, not news: not enqueued again.
-            return Delivery::Queued;
+            return DeliveryOutcome::Queued;
         }
         let mut headers = msg.headers.clone();
         headers.insert(TOPIC_HEADER.into(), msg.topic.to_string());
@@ -69,8 +69,8 @@ impl Sink for BindSink {
             }
         });
         match sent {
-            Ok(()) => Delivery::Queued,
-            Err(_) => Delivery::Dropped,
+            Ok(()) => DeliveryOutcome::Queued,
+            Err(_) => DeliveryOutcome::Dropped,
         }
     }
 

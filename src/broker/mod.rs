@@ -34,8 +34,8 @@ pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, QueueCounters,
     QueueInfo,
 };
-pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settle};
-pub use sink::{Delivery, QueuedDelivery, Sink, Subscription, next_sink_id};
+pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
+pub use sink::{DeliveryOutcome, QueuedDelivery, Sink, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 

@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use super::sink::{Delivery, QueuedDelivery, Subscription};
+use super::sink::{DeliveryOutcome, QueuedDelivery, Subscription};
 use crate::config::{ExpiredPolicy, QueueOptions};
 use crate::protocol::frame::Headers;
 use crate::store::queues::{
@@ -518,7 +518,7 @@ impl QueueState {
                 },
             );
             match outcome {
-                Delivery::Queued => {
+                DeliveryOutcome::Queued => {
                     self.next_delivery += 1;
                     self.stats.delivered += 1;
                     if self.writer.is_some() {
@@ -537,13 +537,13 @@ impl QueueState {
                         },
                     );
                 }
-                Delivery::Dropped => {
+                DeliveryOutcome::Dropped => {
                     m.deliveries -= 1;
                     self.unhold(&m);
                     self.hold(m);
                     self.consumers[ci].blocked = true;
                 }
-                Delivery::Closed => {
+                DeliveryOutcome::Closed => {
                     m.deliveries -= 1;
                     self.unhold(&m);
                     self.hold(m);

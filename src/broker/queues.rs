@@ -65,7 +65,7 @@ pub struct Enqueue {
 
 /// What the consumer of a delivery decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settle {
+pub enum Settlement {
     /// Done: delete the message.
     Ack,
     /// Give it back: redelivered after the delay (ms), or after the
@@ -277,7 +277,14 @@ impl Broker {
     /// Settles deliveries without waiting (not even for the task): for
     /// sinks, which run inside queue tasks and must not block. A refusal
     /// is logged; an unacknowledged delivery then times out as usual.
-    pub fn settle_detached(&self, queue: &str, sink: u64, id: &str, ids: Vec<u64>, how: Settle) {
+    pub fn settle_detached(
+        &self,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) {
         let Ok(Some(q)) = self.queue(queue, false) else {
             return;
         };
@@ -285,10 +292,10 @@ impl Broker {
         let sent = q.tq.execute(Lane::Normal, move |q| {
             let now = now_ms();
             let result = match how {
-                Settle::Ack => q.ack(sink, &id, &ids, now).map(|_| ()),
-                Settle::Nack(delay) => q.nack(sink, &id, &ids, delay, now),
-                Settle::Reject => q.reject(sink, &id, &ids, now),
-                Settle::Touch(ms) => q.touch(sink, &id, &ids, ms, now),
+                Settlement::Ack => q.ack(sink, &id, &ids, now).map(|_| ()),
+                Settlement::Nack(delay) => q.nack(sink, &id, &ids, delay, now),
+                Settlement::Reject => q.reject(sink, &id, &ids, now),
+                Settlement::Touch(ms) => q.touch(sink, &id, &ids, ms, now),
             };
             if let Err(e) = result {
                 tracing::debug!("detached settle refused: {e:?}");
@@ -410,7 +417,7 @@ impl Broker {
         sink: u64,
         id: &str,
         ids: Vec<u64>,
-        how: Settle,
+        how: Settlement,
     ) -> Result<Option<Durable>, BrokerError> {
         if ids.is_empty() || ids.len() > MAX_IDS {
             return Err(BrokerError::InvalidIds(ids.len()));
@@ -423,10 +430,10 @@ impl Broker {
             .submit(move |q| {
                 let now = now_ms();
                 match how {
-                    Settle::Ack => q.ack(sink, &id, &ids, now),
-                    Settle::Nack(delay) => q.nack(sink, &id, &ids, delay, now).map(|()| None),
-                    Settle::Reject => q.reject(sink, &id, &ids, now).map(|()| None),
-                    Settle::Touch(ms) => q.touch(sink, &id, &ids, ms, now).map(|()| None),
+                    Settlement::Ack => q.ack(sink, &id, &ids, now),
+                    Settlement::Nack(delay) => q.nack(sink, &id, &ids, delay, now).map(|()| None),
+                    Settlement::Reject => q.reject(sink, &id, &ids, now).map(|()| None),
+                    Settlement::Touch(ms) => q.touch(sink, &id, &ids, ms, now).map(|()| None),
                 }
             })
             .await??)

@@ -17,9 +17,11 @@ pub fn next_sink_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// What happened to one delivery.
+/// What happened to one delivery: what [`Sink::deliver`] returns to the
+/// topic or queue (not to be confused with `wharf::Delivery`, the message
+/// an embedded actor receives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
+pub enum DeliveryOutcome {
     /// Queued for the subscriber.
     Queued,
     /// Refused by the subscriber's slow-consumer policy (counted there).
@@ -36,16 +38,16 @@ pub trait Sink: Send + Sync {
     /// subscription.
     fn id(&self) -> u64;
     /// Hands `msg` to the sink for the subscription described by `sub`.
-    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery;
+    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome;
     /// Whether the sink is gone for good (its subscriptions can be dropped).
     fn is_closed(&self) -> bool;
     /// Hands a queue delivery to the sink, for the consumer described by
     /// `sub`. A sink that cannot consume queues keeps the default, which
     /// refuses; `Dropped` makes the queue keep the message and skip this
     /// consumer until it acknowledges something.
-    fn deliver_queued(&self, sub: &Subscription, delivery: &QueuedDelivery<'_>) -> Delivery {
+    fn deliver_queued(&self, sub: &Subscription, delivery: &QueuedDelivery<'_>) -> DeliveryOutcome {
         let _ = (sub, delivery);
-        Delivery::Closed
+        DeliveryOutcome::Closed
     }
 }
 

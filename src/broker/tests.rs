@@ -48,9 +48,9 @@ impl Sink for Recorder {
     fn id(&self) -> u64 {
         self.id
     }
-    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
         if self.closed.load(Ordering::Relaxed) {
-            return Delivery::Closed;
+            return DeliveryOutcome::Closed;
         }
         self.got.lock().unwrap().push((
             sub.id.to_string(),
@@ -59,7 +59,7 @@ impl Sink for Recorder {
             msg.payload.to_vec(),
             msg.retained,
         ));
-        Delivery::Queued
+        DeliveryOutcome::Queued
     }
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 
 use super::message::Published;
-use super::sink::{Delivery, Subscription};
+use super::sink::{DeliveryOutcome, Subscription};
 use crate::protocol::frame::{Headers, Priority};
 use crate::store::{Durable, SubmitError, WriterHandle, retained_writes};
 
@@ -142,9 +142,9 @@ impl TopicState {
                 continue;
             }
             match sub.sink.deliver(sub, &msg) {
-                Delivery::Queued => outcome.delivered += 1,
-                Delivery::Dropped => outcome.dropped += 1,
-                Delivery::Closed => closed = true,
+                DeliveryOutcome::Queued => outcome.delivered += 1,
+                DeliveryOutcome::Dropped => outcome.dropped += 1,
+                DeliveryOutcome::Closed => closed = true,
             }
         }
         if closed {
@@ -163,7 +163,7 @@ impl TopicState {
             return Ok(());
         }
         if let Some(retained) = &self.retained {
-            if sub.sink.deliver(&sub, retained) == Delivery::Closed {
+            if sub.sink.deliver(&sub, retained) == DeliveryOutcome::Closed {
                 return Ok(());
             }
         }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::Wharf;
 use crate::broker::{
-    Broker, BrokerError, Delivery as Outcome, Enqueue, QueuedDelivery, Settle, Sink, Subscription,
+    Broker, BrokerError, DeliveryOutcome, Enqueue, QueuedDelivery, Settlement, Sink, Subscription,
     WeakBroker, next_sink_id,
 };
 use crate::protocol::frame::Headers;
@@ -57,7 +57,7 @@ impl std::fmt::Debug for Settler {
 }
 
 impl Settler {
-    async fn settle(&self, how: Settle) -> Result<(), BrokerError> {
+    async fn settle(&self, how: Settlement) -> Result<(), BrokerError> {
         let durable = self
             .broker
             .settle(&self.queue, self.sink, &self.sub, vec![self.delivery], how)
@@ -79,7 +79,7 @@ impl Settler {
     /// [`BrokerError::UnknownDelivery`] if it is no longer in flight to
     /// this consumer (timed out, already settled).
     pub async fn ack(&self) -> Result<(), BrokerError> {
-        self.settle(Settle::Ack).await
+        self.settle(Settlement::Ack).await
     }
 
     /// Give it back, for redelivery after `delay_ms` (`None`: the queue's
@@ -88,7 +88,7 @@ impl Settler {
     /// # Errors
     /// As [`Settler::ack`].
     pub async fn nack(&self, delay_ms: Option<u64>) -> Result<(), BrokerError> {
-        self.settle(Settle::Nack(delay_ms)).await
+        self.settle(Settlement::Nack(delay_ms)).await
     }
 
     /// Send it to the dead-letter queue.
@@ -96,7 +96,7 @@ impl Settler {
     /// # Errors
     /// As [`Settler::ack`].
     pub async fn reject(&self) -> Result<(), BrokerError> {
-        self.settle(Settle::Reject).await
+        self.settle(Settlement::Reject).await
     }
 
     /// Still working: the ack deadline moves to `extend_ms` from now
@@ -105,7 +105,7 @@ impl Settler {
     /// # Errors
     /// As [`Settler::ack`].
     pub async fn touch(&self, extend_ms: Option<u64>) -> Result<(), BrokerError> {
-        self.settle(Settle::Touch(extend_ms)).await
+        self.settle(Settlement::Touch(extend_ms)).await
     }
 }
 
@@ -157,16 +157,20 @@ impl Sink for ConsumerSink {
         self.id
     }
 
-    fn deliver(&self, _sub: &Subscription, _msg: &Arc<crate::broker::Published>) -> Outcome {
+    fn deliver(
+        &self,
+        _sub: &Subscription,
+        _msg: &Arc<crate::broker::Published>,
+    ) -> DeliveryOutcome {
         // Consumers take queue deliveries only.
-        Outcome::Closed
+        DeliveryOutcome::Closed
     }
 
-    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Outcome {
+    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
         let recipient = &self.recipient;
         let Some(broker) = self.broker.upgrade() else {
             self.closed.store(true, Ordering::Relaxed);
-            return Outcome::Closed;
+            return DeliveryOutcome::Closed;
         };
         let queue = self.queue.clone();
         let m = d.message;
@@ -186,12 +190,12 @@ impl Sink for ConsumerSink {
             },
         };
         match recipient.try_send(msg) {
-            Ok(()) => Outcome::Queued,
+            Ok(()) => DeliveryOutcome::Queued,
             // The queue keeps it and offers it again.
-            Err(SendError::Full(_)) => Outcome::Dropped,
+            Err(SendError::Full(_)) => DeliveryOutcome::Dropped,
             Err(SendError::Closed(_)) => {
                 self.closed.store(true, Ordering::Relaxed);
-                Outcome::Closed
+                DeliveryOutcome::Closed
             }
         }
     }

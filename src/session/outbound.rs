@@ -18,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use super::wsframe;
-use crate::broker::{Delivery, Published, QueuedDelivery, Sink, Subscription, next_sink_id};
+use crate::broker::{DeliveryOutcome, Published, QueuedDelivery, Sink, Subscription, next_sink_id};
 use crate::config::SlowConsumer;
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{Dropped, Priority, ServerFrame};
@@ -87,13 +87,13 @@ pub enum PushError {
     Closed,
 }
 
-impl From<Result<(), PushError>> for Delivery {
+impl From<Result<(), PushError>> for DeliveryOutcome {
     /// What a push means to the resource that delivered.
     fn from(pushed: Result<(), PushError>) -> Self {
         match pushed {
-            Ok(()) => Delivery::Queued,
-            Err(PushError::Dropped) => Delivery::Dropped,
-            Err(PushError::Closed) => Delivery::Closed,
+            Ok(()) => DeliveryOutcome::Queued,
+            Err(PushError::Dropped) => DeliveryOutcome::Dropped,
+            Err(PushError::Closed) => DeliveryOutcome::Closed,
         }
     }
 }
@@ -447,7 +447,7 @@ impl Sink for Outbound {
         self.id
     }
 
-    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
         let format = format_from(sub.encoding as u8);
         let body = msg.encoded(sub.encoding, |m| {
             codec::message_body(format, &m.topic, m.seq, &m.payload, &m.headers, m.retained)
@@ -464,7 +464,7 @@ impl Sink for Outbound {
         self.is_closing()
     }
 
-    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
+    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
         let format = format_from(sub.encoding as u8);
         let m = d.message;
         // One encode per delivery, from borrowed fields (each delivery goes

@@ -10,7 +10,7 @@
 use bytes::Bytes;
 
 use super::{Next, Session};
-use crate::broker::{Enqueue, MAX_IDS, Publish, Settle, Sink as _, TxnAck, TxnOps};
+use crate::broker::{Enqueue, MAX_IDS, Publish, Settlement, Sink as _, TxnAck, TxnOps};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{ClientFrame, ErrorCode};
 
@@ -254,7 +254,7 @@ impl Session {
         for n in nacks {
             if let Err(e) = self
                 .broker
-                .settle(&n.queue, sink, &n.sub, n.ids, Settle::Nack(n.delay_ms))
+                .settle(&n.queue, sink, &n.sub, n.ids, Settlement::Nack(n.delay_ms))
                 .await
             {
                 tracing::debug!("a committed transaction's nack found nothing to give back: {e}");
@@ -272,7 +272,13 @@ impl Session {
         for a in acks {
             let _ = self
                 .broker
-                .settle(&a.queue, a.sink, &a.sub, vec![a.id], Settle::Nack(Some(0)))
+                .settle(
+                    &a.queue,
+                    a.sink,
+                    &a.sub,
+                    vec![a.id],
+                    Settlement::Nack(Some(0)),
+                )
                 .await;
         }
         let back = nacks

@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::{Outbound, Sessions};
-use crate::broker::{Broker, Publish, Settle, Sink, Subscription, next_sink_id};
+use crate::broker::{Broker, Publish, Settlement, Sink, Subscription, next_sink_id};
 use crate::config::{MqttConfig, SessionConfig};
 use crate::protocol::frame::{Headers, Priority};
 use crate::protocol::mqtt::{self, Connect, MqttError, Packet, SUBACK_FAILURE, connack};
@@ -279,8 +279,13 @@ impl MqttSession {
             delivery,
         } = done
         {
-            self.broker
-                .settle_detached(&queue, self.sink.id, &sub, vec![delivery], Settle::Ack);
+            self.broker.settle_detached(
+                &queue,
+                self.sink.id,
+                &sub,
+                vec![delivery],
+                Settlement::Ack,
+            );
         }
     }
 

@@ -10,8 +10,8 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use crate::broker::{
-    Delivery, Published, QOS_HEADER, QueuedDelivery, Settle, Sink, Subscription, TOPIC_HEADER,
-    WeakBroker,
+    DeliveryOutcome, Published, QOS_HEADER, QueuedDelivery, Settlement, Sink, Subscription,
+    TOPIC_HEADER, WeakBroker,
 };
 use crate::protocol::codec::Format;
 use crate::protocol::mqtt::{self, Packet};
@@ -67,11 +67,11 @@ pub struct MqttSink {
 }
 
 impl MqttSink {
-    fn send(&self, mut p: mqtt::Publish, what: Pending) -> Delivery {
+    fn send(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
         if p.qos > 0 {
             match self.state.lock().take_pid(what) {
                 Some(pid) => p.pid = Some(pid),
-                None => return Delivery::Dropped,
+                None => return DeliveryOutcome::Dropped,
             }
         }
         let mut head = BytesMut::with_capacity(8 + p.topic.len());
@@ -86,14 +86,14 @@ impl MqttSink {
             self.out.push(Lane::Normal, frame)
         };
         match pushed {
-            Ok(()) => Delivery::Queued,
+            Ok(()) => DeliveryOutcome::Queued,
             Err(e) => {
                 if let Some(pid) = p.pid {
                     self.state.lock().pending.remove(&pid);
                 }
                 match e {
-                    PushError::Dropped => Delivery::Dropped,
-                    PushError::Closed => Delivery::Closed,
+                    PushError::Dropped => DeliveryOutcome::Dropped,
+                    PushError::Closed => DeliveryOutcome::Closed,
                 }
             }
         }
@@ -118,7 +118,7 @@ impl Sink for MqttSink {
         self.id
     }
 
-    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> Delivery {
+    fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
         let qos = granted(sub).min(msg.qos);
         if qos == 0 {
             let head = msg.encoded(MQTT_SLOT, |m| {
@@ -140,9 +140,9 @@ impl Sink for MqttSink {
                 Lane::Normal,
                 OutFrame::data(Format::Bincode, head, msg.payload.clone()),
             ) {
-                Ok(()) => Delivery::Queued,
-                Err(PushError::Dropped) => Delivery::Dropped,
-                Err(PushError::Closed) => Delivery::Closed,
+                Ok(()) => DeliveryOutcome::Queued,
+                Err(PushError::Dropped) => DeliveryOutcome::Dropped,
+                Err(PushError::Closed) => DeliveryOutcome::Closed,
             };
         }
         let p = mqtt::Publish {
@@ -156,7 +156,7 @@ impl Sink for MqttSink {
         self.send(p, Pending::Topic)
     }
 
-    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
+    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
         let m = d.message;
         let published_qos = m
             .headers
@@ -183,10 +183,10 @@ impl Sink for MqttSink {
             delivery: d.id,
         };
         let outcome = self.send(p, what);
-        if qos == 0 && outcome == Delivery::Queued {
+        if qos == 0 && outcome == DeliveryOutcome::Queued {
             // Nothing will acknowledge a QoS 0 delivery: it is done.
             if let Some(b) = self.broker.upgrade() {
-                b.settle_detached(d.queue, self.id, &sub.id, vec![d.id], Settle::Ack);
+                b.settle_detached(d.queue, self.id, &sub.id, vec![d.id], Settlement::Ack);
             }
         }
         outcome

@@ -1,14 +1,14 @@
 //! `ack`, `nack`, `reject`, `touch`: what a consumer does with its
 //! deliveries (outside a transaction).
 
-use crate::broker::{Settle, Sink as _};
+use crate::broker::{Settlement, Sink as _};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{self, ErrorCode, Nack, Touch};
 use crate::session::{Confirm, Session};
 
 /// Acknowledges deliveries: their messages are done.
 pub(in crate::session) async fn ack(session: &Session, format: Format, a: frame::Settle) {
-    settle(session, format, &a.sub, a.ids, Settle::Ack, a.rid).await;
+    settle(session, format, &a.sub, a.ids, Settlement::Ack, a.rid).await;
 }
 
 /// Gives deliveries back to their queue, after `delay_ms` if given.
@@ -18,7 +18,7 @@ pub(in crate::session) async fn nack(session: &Session, format: Format, n: Nack)
         format,
         &n.sub,
         n.ids,
-        Settle::Nack(n.delay_ms),
+        Settlement::Nack(n.delay_ms),
         n.rid,
     )
     .await;
@@ -26,7 +26,7 @@ pub(in crate::session) async fn nack(session: &Session, format: Format, n: Nack)
 
 /// Sends deliveries to their queue's dead-letter queue.
 pub(in crate::session) async fn reject(session: &Session, format: Format, r: frame::Settle) {
-    settle(session, format, &r.sub, r.ids, Settle::Reject, r.rid).await;
+    settle(session, format, &r.sub, r.ids, Settlement::Reject, r.rid).await;
 }
 
 /// Extends deliveries' ack deadline.
@@ -36,7 +36,7 @@ pub(in crate::session) async fn touch(session: &Session, format: Format, t: Touc
         format,
         &t.sub,
         t.ids,
-        Settle::Touch(t.extend_ms),
+        Settlement::Touch(t.extend_ms),
         t.rid,
     )
     .await;
@@ -49,7 +49,7 @@ async fn settle(
     format: Format,
     sub: &str,
     ids: Vec<u64>,
-    how: Settle,
+    how: Settlement,
     rid: Option<u64>,
 ) {
     let Some(consumer) = session.consumers.get(sub) else {

@@ -53,7 +53,7 @@ struct Attempt {
     not_before_ms: u64,
     enqueued_ms: u64,
     payload: Bytes,
-    outcome: Delivery,
+    outcome: DeliveryOutcome,
 }
 
 type Log = Arc<Mutex<Vec<Attempt>>>;
@@ -87,22 +87,22 @@ impl Sink for TestSink {
         self.id
     }
 
-    fn deliver(&self, _sub: &Subscription, _msg: &Arc<Published>) -> Delivery {
-        Delivery::Closed
+    fn deliver(&self, _sub: &Subscription, _msg: &Arc<Published>) -> DeliveryOutcome {
+        DeliveryOutcome::Closed
     }
 
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
     }
 
-    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> Delivery {
+    fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
         assert_eq!(d.queue, NAME, "a delivery names the wrong queue");
         let outcome = if self.is_closed() {
-            Delivery::Closed
+            DeliveryOutcome::Closed
         } else if self.is_full() {
-            Delivery::Dropped
+            DeliveryOutcome::Dropped
         } else {
-            Delivery::Queued
+            DeliveryOutcome::Queued
         };
         self.log.lock().unwrap().push(Attempt {
             sink: self.id,

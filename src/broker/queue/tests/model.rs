@@ -328,7 +328,7 @@ impl Model {
                 self.next_delivery
             );
             match a.outcome {
-                Delivery::Queued => {
+                DeliveryOutcome::Queued => {
                     self.hit(if a.deliveries > 1 {
                         "redelivered"
                     } else {
@@ -357,15 +357,15 @@ impl Model {
                         },
                     );
                 }
-                Delivery::Dropped | Delivery::Closed => {
-                    self.hit(if a.outcome == Delivery::Closed {
+                DeliveryOutcome::Dropped | DeliveryOutcome::Closed => {
+                    self.hit(if a.outcome == DeliveryOutcome::Closed {
                         "offer to a closed sink"
                     } else {
                         "offer to a full sink"
                     });
                     self.make_ready(seq);
                     self.cons[ci].blocked = true;
-                    closed |= a.outcome == Delivery::Closed;
+                    closed |= a.outcome == DeliveryOutcome::Closed;
                 }
             }
         }
