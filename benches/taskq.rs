@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use wharf::taskq::{Priority, Scheduler, SchedulerConfig, TaskQueue};
+use wharf::taskq::{Lane, Scheduler, SchedulerConfig, TaskQueue};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -267,7 +267,7 @@ fn two_submitters(c: &mut Criterion) {
                 iters,
                 move || {
                     while q2
-                        .execute(Priority::Normal, |r: &mut Res| {
+                        .execute(Lane::Normal, |r: &mut Res| {
                             r.op();
                         })
                         .is_err()

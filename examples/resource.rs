@@ -5,7 +5,7 @@
 
 use std::thread;
 
-use wharf::taskq::{Priority, Scheduler, SchedulerConfig, TaskError, TaskQueue};
+use wharf::taskq::{Lane, Scheduler, SchedulerConfig, TaskError, TaskQueue};
 
 #[derive(Debug)]
 struct Account {
@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let account = account.clone();
             thread::spawn(move || -> Result<(), TaskError> {
                 for _ in 0..1_000 {
-                    account.execute(Priority::Normal, |a| a.balance += 1)?;
+                    account.execute(Lane::Normal, |a| a.balance += 1)?;
                 }
                 Ok(())
             })

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::{LONG, wait, wait_until};
-use wharf::taskq::{Priority, Scheduler, SchedulerConfig, TaskError, TaskQueue};
+use wharf::taskq::{Lane, Scheduler, SchedulerConfig, TaskError, TaskQueue};
 
 fn scheduler(capture_threshold: usize, quantum: usize, workers: usize) -> Scheduler {
     Scheduler::new(&SchedulerConfig {
@@ -251,7 +251,7 @@ fn high_priority_tasks_overtake_queued_normal_ones() {
         futures.push(q.submit(move |log| log.push(name)));
     }
     futures.push(q.submit_high(|log| log.push("h0")));
-    futures.push(q.submit_with(Priority::High, |log| log.push("h1")));
+    futures.push(q.submit_with(Lane::High, |log| log.push("h1")));
     futures.push(q.submit(|log| log.push("n3")));
     gate.send(()).unwrap();
     holder.join().unwrap();
@@ -420,7 +420,7 @@ fn a_resource_past_max_depth_refuses_instead_of_queueing() {
         Some(Err(TaskError::Overloaded { depth: 5 }))
     );
     assert_eq!(
-        q.execute(Priority::High, |n| *n += 100),
+        q.execute(Lane::High, |n| *n += 100),
         Err(TaskError::Overloaded { depth: 5 })
     );
     assert_eq!(q.stats().refused, 2);
@@ -430,7 +430,7 @@ fn a_resource_past_max_depth_refuses_instead_of_queueing() {
         wait(fut, LONG).unwrap().unwrap();
     }
     // Drained: accepted again, and nothing refused ever ran.
-    assert_eq!(q.execute(Priority::Normal, |n| *n += 1), Ok(()));
+    assert_eq!(q.execute(Lane::Normal, |n| *n += 1), Ok(()));
     assert_eq!(wait(q.submit(|n| *n), LONG), Some(Ok(5)));
 }
 
@@ -441,13 +441,13 @@ fn detached_tasks_run_in_order_with_submitted_ones() {
     let (gate, holder) = hold(&q);
     for i in 0..20u32 {
         if i % 2 == 0 {
-            q.execute(Priority::Normal, move |log| log.push(i)).unwrap();
+            q.execute(Lane::Normal, move |log| log.push(i)).unwrap();
         } else {
             drop(q.submit(move |log| log.push(i)));
         }
     }
     // A panicking detached task is contained and counted.
-    q.execute(Priority::Normal, |_| panic!("detached boom"))
+    q.execute(Lane::Normal, |_| panic!("detached boom"))
         .unwrap();
     gate.send(()).unwrap();
     holder.join().unwrap();

@@ -15,7 +15,7 @@ use super::{Broker, BrokerError, Published};
 use crate::config::QueueDecl;
 use crate::routing;
 use crate::store::queues as records;
-use crate::taskq::Priority as Lane;
+use crate::taskq::Lane;
 
 /// Header a bound queue adds to each copied topic message: the topic.
 pub const TOPIC_HEADER: &str = "topic";

@@ -22,7 +22,7 @@ use crate::store::queues::{
     self as records, MESSAGES_TREE, PRIORITIES, StoredMessage, decode_message,
 };
 use crate::store::{Durable, ReadResult, SubmitError, Write, WriterHandle};
-use crate::taskq::{Priority as Lane, TaskQueue, WeakTaskQueue};
+use crate::taskq::{Lane, TaskQueue, WeakTaskQueue};
 
 /// Header naming why a message was dead-lettered: `max-deliveries`,
 /// `rejected` or `expired`.

@@ -23,7 +23,7 @@ use crate::protocol::frame::Headers;
 use crate::routing;
 use crate::store::queues::{self as records, LoadedQueues};
 use crate::store::{Durable, SubmitError};
-use crate::taskq::{Priority as Lane, TaskQueue};
+use crate::taskq::{Lane, TaskQueue};
 
 /// Suffix of dead-letter queues' default names.
 pub const DLQ_SUFFIX: &str = ".dlq";

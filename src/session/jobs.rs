@@ -4,11 +4,11 @@
 //! or an `error` frame. The operations are [`crate::broker::jobs::api`]'s;
 //! this file only decodes frames and encodes replies.
 
-use super::{Lane, Session};
+use super::Session;
 use crate::broker::jobs::api::{self, parse_id, parse_outcome};
 use crate::broker::jobs::{JobError, Jobs};
 use crate::protocol::codec::Format;
-use crate::protocol::frame::{ClientFrame, ErrorCode, ErrorFrame, ServerFrame};
+use crate::protocol::frame::{ClientFrame, ErrorCode, ErrorFrame, Priority, ServerFrame};
 use crate::protocol::jobs::{JobReply, JsonText, NewJob, Register, ReportOutcome};
 
 /// Decodes one job or worker frame, runs its operation and encodes the
@@ -93,7 +93,7 @@ impl Session {
                     rid: Some(rid),
                 }),
             };
-            let _ = out.push_frame(Lane::High, format, &reply);
+            let _ = out.push_frame(Priority::High, format, &reply);
         };
         self.run_bounded(answer).await;
     }

@@ -9,9 +9,9 @@ use std::time::SystemTime;
 use parking_lot::RwLock;
 use uuid::Uuid;
 
-use super::outbound::{CloseRequest, Lane, Outbound, OutboundStats, PushError};
+use super::outbound::{CloseRequest, Outbound, OutboundStats, PushError};
 use crate::protocol::codec::Format;
-use crate::protocol::frame::ServerFrame;
+use crate::protocol::frame::{Priority, ServerFrame};
 
 struct Entry {
     client_id: String,
@@ -114,7 +114,7 @@ impl Sessions {
     pub fn send(&self, id: Uuid, format: Format, frame: &ServerFrame) -> Result<(), PushError> {
         let out = self.map.read().get(&id).map(|e| e.out.clone());
         match out {
-            Some(out) => out.push_frame(Lane::High, format, frame),
+            Some(out) => out.push_frame(Priority::High, format, frame),
             None => Err(PushError::Closed),
         }
     }

@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
-    CloseRequest, Lane, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
+    CloseRequest, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
 };
 pub use rate::{RateLimiter, Verdict};
 
@@ -33,7 +33,9 @@ pub use rate::{RateLimiter, Verdict};
 use crate::broker::{Broker, BrokerError, Sink as _, Subscription};
 use crate::config::SessionConfig;
 use crate::protocol::codec::Format;
-use crate::protocol::frame::{ClientFrame, Enqueued, ErrorCode, ErrorFrame, Receipt, ServerFrame};
+use crate::protocol::frame::{
+    ClientFrame, Enqueued, ErrorCode, ErrorFrame, Priority, Receipt, ServerFrame,
+};
 use crate::store::Durable;
 
 /// What the connection does after a frame.
@@ -133,7 +135,7 @@ impl Session {
     /// Queues a reply on the high lane, the one place every answer goes out.
     fn reply(&self, format: Format, frame: ServerFrame) {
         // A closed session has no one to tell; a full one has its policy.
-        let _ = self.out.push_frame(Lane::High, format, &frame);
+        let _ = self.out.push_frame(Priority::High, format, &frame);
     }
 
     /// Sends an `error` frame.
@@ -189,7 +191,7 @@ impl Session {
                     rid: Some(rid),
                 }),
             };
-            let _ = out.push_frame(Lane::High, format, &frame);
+            let _ = out.push_frame(Priority::High, format, &frame);
         };
         self.run_bounded(async move { send(durable.await) }).await;
     }

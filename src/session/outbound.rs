@@ -23,15 +23,6 @@ use crate::config::SlowConsumer;
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{Dropped, Priority, ServerFrame};
 
-/// Which lane a frame waits in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    /// Written before anything in the normal lane.
-    High,
-    /// Everything else, in order.
-    Normal,
-}
-
 /// One queued WebSocket frame: its opcode and payload in parts (a message's
 /// per-subscription prefix and shared body, so nothing is copied until the
 /// writer lays it into the write buffer).
@@ -173,7 +164,7 @@ impl Outbound {
     /// # Errors
     /// [`PushError::Dropped`] if the policy dropped it, [`PushError::Closed`]
     /// if the session is closing (or the policy just closed it).
-    pub fn push(&self, lane: Lane, frame: OutFrame) -> Result<(), PushError> {
+    pub fn push(&self, lane: Priority, frame: OutFrame) -> Result<(), PushError> {
         self.push_inner(lane, frame, false)
     }
 
@@ -184,11 +175,11 @@ impl Outbound {
     /// # Errors
     /// [`PushError::Dropped`] if it does not fit now, [`PushError::Closed`]
     /// if the session is closing.
-    pub fn push_if_room(&self, lane: Lane, frame: OutFrame) -> Result<(), PushError> {
+    pub fn push_if_room(&self, lane: Priority, frame: OutFrame) -> Result<(), PushError> {
         self.push_inner(lane, frame, true)
     }
 
-    fn push_inner(&self, lane: Lane, frame: OutFrame, if_room: bool) -> Result<(), PushError> {
+    fn push_inner(&self, lane: Priority, frame: OutFrame, if_room: bool) -> Result<(), PushError> {
         let size = frame.size();
         let mut st = self.state.lock();
         if st.close.is_some() || st.finished {
@@ -237,11 +228,11 @@ impl Outbound {
         }
         st.bytes += size;
         match lane {
-            Lane::High => {
+            Priority::High => {
                 st.high_bytes += size;
                 st.high.push_back(frame);
             }
-            Lane::Normal => st.normal.push_back(frame),
+            Priority::Normal => st.normal.push_back(frame),
         }
         let waker = st.waker.take();
         drop(st);
@@ -258,7 +249,7 @@ impl Outbound {
     /// As [`Outbound::push`].
     pub fn push_frame(
         &self,
-        lane: Lane,
+        lane: Priority,
         format: Format,
         frame: &ServerFrame,
     ) -> Result<(), PushError> {
@@ -452,11 +443,7 @@ impl Sink for Outbound {
         let body = msg.encoded(sub.encoding, |m| {
             codec::message_body(format, &m.topic, m.seq, &m.payload, &m.headers, m.retained)
         });
-        let lane = match msg.priority {
-            Priority::High => Lane::High,
-            Priority::Normal => Lane::Normal,
-        };
-        self.push(lane, OutFrame::data(format, sub.tag.clone(), body))
+        self.push(msg.priority, OutFrame::data(format, sub.tag.clone(), body))
             .into()
     }
 
@@ -486,7 +473,7 @@ impl Sink for Outbound {
         // queue would only time it out); past the bound the queue keeps
         // the message and offers it again after this consumer's next ack.
         self.push_if_room(
-            Lane::High,
+            Priority::High,
             OutFrame::data(format, Bytes::new(), body.into()),
         )
         .into()
@@ -553,10 +540,10 @@ mod tests {
     fn drop_oldest_makes_room_and_counts() {
         let out = Outbound::new(1000, SlowConsumer::DropOldest, 8, Format::Json);
         for _ in 0..10 {
-            out.push(Lane::Normal, frame(98)).unwrap();
+            out.push(Priority::Normal, frame(98)).unwrap();
         }
         assert_eq!(out.stats().pending_bytes, 1000);
-        out.push(Lane::Normal, frame(98)).unwrap();
+        out.push(Priority::Normal, frame(98)).unwrap();
         let st = out.stats();
         assert_eq!((st.dropped, st.pending_bytes), (1, 1000));
     }
@@ -565,16 +552,22 @@ mod tests {
     fn a_frame_larger_than_the_room_is_refused_alone() {
         for policy in [SlowConsumer::DropOldest, SlowConsumer::Disconnect] {
             let out = Outbound::new(1000, policy, 8, Format::Json);
-            out.push(Lane::Normal, frame(98)).unwrap();
-            assert_eq!(out.push(Lane::Normal, frame(2000)), Err(PushError::Dropped));
+            out.push(Priority::Normal, frame(98)).unwrap();
+            assert_eq!(
+                out.push(Priority::Normal, frame(2000)),
+                Err(PushError::Dropped)
+            );
             // Nothing else was evicted and the session is not closed.
             assert_eq!(out.stats().pending_bytes, 100);
             assert!(!out.is_closing(), "{policy:?}");
             // High-lane bytes cannot be freed by evicting normal frames.
             for _ in 0..8 {
-                out.push(Lane::High, frame(98)).unwrap();
+                out.push(Priority::High, frame(98)).unwrap();
             }
-            assert_eq!(out.push(Lane::Normal, frame(298)), Err(PushError::Dropped));
+            assert_eq!(
+                out.push(Priority::Normal, frame(298)),
+                Err(PushError::Dropped)
+            );
             assert_eq!(out.stats().pending_bytes, 900);
         }
     }
@@ -583,9 +576,12 @@ mod tests {
     fn disconnect_policy_closes_when_the_queue_is_full() {
         let out = Outbound::new(1000, SlowConsumer::Disconnect, 8, Format::Json);
         for _ in 0..10 {
-            out.push(Lane::Normal, frame(98)).unwrap();
+            out.push(Priority::Normal, frame(98)).unwrap();
         }
-        assert_eq!(out.push(Lane::Normal, frame(98)), Err(PushError::Closed));
+        assert_eq!(
+            out.push(Priority::Normal, frame(98)),
+            Err(PushError::Closed)
+        );
         assert!(out.is_closing());
     }
 }

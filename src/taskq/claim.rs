@@ -24,12 +24,12 @@ use std::marker::PhantomData;
 
 use crossbeam_utils::CachePadded;
 
-use super::sync::{AtomicUsize, Backoff, Cell, Lane, Ordering};
+use super::sync::{AtomicUsize, Backoff, Cell, LaneQueue, Ordering};
 
 /// Which lane a queued task waits in. High-priority tasks are popped before
 /// normal ones but never interrupt the running task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Priority {
+pub enum Lane {
     /// The ordinary lane: FIFO with every other normal task.
     Normal,
     /// Runs ahead of queued normal tasks (FIFO among high tasks).
@@ -41,8 +41,8 @@ pub(crate) struct Core<S, J> {
     /// On a cache line of its own: every contended submission writes it,
     /// and the state (written by every task) must not share its line.
     count: CachePadded<AtomicUsize>,
-    high: Lane<J>,
-    normal: Lane<J>,
+    high: LaneQueue<J>,
+    normal: LaneQueue<J>,
     state: Cell<S>,
 }
 
@@ -86,8 +86,8 @@ impl<S, J> Core<S, J> {
     pub(crate) fn new(state: S) -> Self {
         Core {
             count: CachePadded::new(AtomicUsize::new(0)),
-            high: Lane::new(),
-            normal: Lane::new(),
+            high: LaneQueue::new(),
+            normal: LaneQueue::new(),
             state: Cell::new(state),
         }
     }
@@ -111,10 +111,10 @@ impl<S, J> Core<S, J> {
 
     /// Queues a task that [`Core::enter`] counted as `Busy`.
     #[inline]
-    pub(crate) fn push(&self, job: J, priority: Priority) {
-        match priority {
-            Priority::High => self.high.push(job),
-            Priority::Normal => self.normal.push(job),
+    pub(crate) fn push(&self, job: J, lane: Lane) {
+        match lane {
+            Lane::High => self.high.push(job),
+            Lane::Normal => self.normal.push(job),
         }
     }
 

@@ -9,14 +9,14 @@ use std::sync::Arc as StdArc;
 use loom::sync::Arc;
 use loom::thread;
 
-use super::claim::{Core, Entry, Priority};
+use super::claim::{Core, Entry, Lane};
 
 type Job = Box<dyn FnOnce(&mut Vec<(usize, usize)>) + Send>;
 type TestCore = Core<Vec<(usize, usize)>, Job>;
 
 /// Submits like `TaskQueue::submit`, but with no worker pool: the claim
 /// holder drains until idle.
-fn submit(core: &TestCore, priority: Priority, job: Job) {
+fn submit(core: &TestCore, lane: Lane, job: Job) {
     match core.enter() {
         Entry::Claimed(mut running) => {
             running.with_state(|s| job(s));
@@ -25,7 +25,7 @@ fn submit(core: &TestCore, priority: Priority, job: Job) {
                 assert!(rest.is_none(), "an unbounded drain ends idle");
             }
         }
-        Entry::Busy { .. } => core.push(job, priority),
+        Entry::Busy { .. } => core.push(job, lane),
     }
 }
 
@@ -45,7 +45,7 @@ fn submit_with_handoff(core: &TestCore, job: Job) {
                 });
             }
         }
-        Entry::Busy { .. } => core.push(job, Priority::Normal),
+        Entry::Busy { .. } => core.push(job, Lane::Normal),
     }
 }
 
@@ -100,7 +100,7 @@ fn loom_two_submitters_keep_order_and_exclusivity() {
                 let core = core.clone();
                 thread::spawn(move || {
                     for seq in 0..2 {
-                        submit(&core, Priority::Normal, record(who, seq));
+                        submit(&core, Lane::Normal, record(who, seq));
                     }
                 })
             })
@@ -119,7 +119,7 @@ fn loom_three_submitters_one_task_each() {
         let handles: Vec<_> = (0..3)
             .map(|who| {
                 let core = core.clone();
-                thread::spawn(move || submit(&core, Priority::Normal, record(who, 0)))
+                thread::spawn(move || submit(&core, Lane::Normal, record(who, 0)))
             })
             .collect();
         for h in handles {
@@ -153,11 +153,11 @@ fn loom_high_lane_mixed_with_normal() {
         let core: Arc<TestCore> = Arc::new(Core::new(Vec::new()));
         let other = core.clone();
         let t = thread::spawn(move || {
-            submit(&other, Priority::High, record(1, 0));
-            submit(&other, Priority::High, record(1, 1));
+            submit(&other, Lane::High, record(1, 0));
+            submit(&other, Lane::High, record(1, 1));
         });
-        submit(&core, Priority::Normal, record(0, 0));
-        submit(&core, Priority::Normal, record(0, 1));
+        submit(&core, Lane::Normal, record(0, 0));
+        submit(&core, Lane::Normal, record(0, 1));
         t.join().unwrap();
         check_final(&core, 2, 2);
     });

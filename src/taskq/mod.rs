@@ -19,7 +19,7 @@
 //! bound.
 //!
 //! Exactly one thread runs a resource at a time, no lock is held while a task
-//! runs, and within a lane tasks run in submission order. [`Priority::High`]
+//! runs, and within a lane tasks run in submission order. [`Lane::High`]
 //! tasks run before queued normal ones.
 //!
 //! # Panics in tasks
@@ -53,7 +53,7 @@ mod loom_tests;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-pub use claim::Priority;
+pub use claim::Lane;
 pub use pool::{
     Scheduler, SchedulerConfig, SchedulerConfigError, SchedulerError, SchedulerHandle,
     SchedulerStats,
@@ -175,7 +175,7 @@ impl<S: Send + 'static> TaskQueue<S> {
         F: FnOnce(&mut S) -> R + Send + 'static,
         R: Send + 'static,
     {
-        self.submit_with(Priority::Normal, f)
+        self.submit_with(Lane::Normal, f)
     }
 
     /// Submits a task that runs ahead of queued normal tasks. It never
@@ -186,12 +186,12 @@ impl<S: Send + 'static> TaskQueue<S> {
         F: FnOnce(&mut S) -> R + Send + 'static,
         R: Send + 'static,
     {
-        self.submit_with(Priority::High, f)
+        self.submit_with(Lane::High, f)
     }
 
     /// Submits a task in the given lane.
     #[inline]
-    pub fn submit_with<F, R>(&self, priority: Priority, f: F) -> TaskFuture<R>
+    pub fn submit_with<F, R>(&self, lane: Lane, f: F) -> TaskFuture<R>
     where
         F: FnOnce(&mut S) -> R + Send + 'static,
         R: Send + 'static,
@@ -207,7 +207,7 @@ impl<S: Send + 'static> TaskQueue<S> {
             }
             Entry::Busy { depth } => {
                 let (job, future) = JobRef::new(f);
-                self.inner.queue(depth, Job::Task(job), priority);
+                self.inner.queue(depth, Job::Task(job), lane);
                 future
             }
         }
@@ -222,7 +222,7 @@ impl<S: Send + 'static> TaskQueue<S> {
     /// [`TaskError::Overloaded`] if the resource has `max_depth` tasks
     /// counted; the task is dropped without running.
     #[inline]
-    pub fn execute<F>(&self, priority: Priority, f: F) -> Result<(), TaskError>
+    pub fn execute<F>(&self, lane: Lane, f: F) -> Result<(), TaskError>
     where
         F: FnOnce(&mut S) + Send + 'static,
     {
@@ -236,8 +236,7 @@ impl<S: Send + 'static> TaskQueue<S> {
                 self.inner.after_inline(running, result.is_err());
             }
             Entry::Busy { depth } => {
-                self.inner
-                    .queue(depth, Job::Detached(Box::new(f)), priority);
+                self.inner.queue(depth, Job::Detached(Box::new(f)), lane);
             }
         }
         Ok(())
@@ -310,14 +309,14 @@ impl<S: Send + 'static> Inner<S> {
 
     /// Queues a job that `enter` counted as busy.
     #[inline]
-    fn queue(&self, depth: usize, job: Job<S>, priority: Priority) {
+    fn queue(&self, depth: usize, job: Job<S>, lane: Lane) {
         // Read first: a read-modify-write on every contended submission
         // would bounce the counters' cache line between submitters.
         let hw = &self.submit_counters.high_water;
         if depth > hw.load(Ordering::Relaxed) {
             hw.fetch_max(depth, Ordering::Relaxed);
         }
-        self.core.push(job, priority);
+        self.core.push(job, lane);
     }
 
     /// Runs `budget` queued tasks under the claim; returns the claim if more

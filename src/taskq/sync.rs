@@ -49,16 +49,16 @@ impl<T> Cell<T> {
 
 /// A multi-producer lane of queued tasks. Pushes never block.
 #[derive(Debug)]
-pub(crate) struct Lane<T> {
+pub(crate) struct LaneQueue<T> {
     #[cfg(not(feature = "loom"))]
     queue: crossbeam_queue::SegQueue<T>,
     #[cfg(feature = "loom")]
     queue: loom::sync::Mutex<std::collections::VecDeque<T>>,
 }
 
-impl<T> Lane<T> {
+impl<T> LaneQueue<T> {
     pub(crate) fn new() -> Self {
-        Lane {
+        LaneQueue {
             queue: Default::default(),
         }
     }

@@ -17,7 +17,8 @@ use futures_core::Stream;
 
 use crate::config::SessionConfig;
 use crate::protocol::codec::Format;
-use crate::session::{CloseRequest, Lane, OutFrame, Outbound, OutboundStream};
+use crate::protocol::frame::Priority;
+use crate::session::{CloseRequest, OutFrame, Outbound, OutboundStream};
 
 /// Longest a draining close waits for the client to read what is queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,7 +80,10 @@ impl<H: Handler> Reader<H> {
             Frame::Binary(b) => self.handler.message(Format::Bincode, b, self.now).await,
             Frame::Continuation(item) => self.continuation(item).await,
             Frame::Ping(b) => {
-                let _ = self.handler.outbound().push(Lane::High, OutFrame::pong(b));
+                let _ = self
+                    .handler
+                    .outbound()
+                    .push(Priority::High, OutFrame::pong(b));
                 Flow::Go
             }
             Frame::Pong(_) => Flow::Go,
@@ -230,7 +234,7 @@ pub(crate) async fn read_loop<H: Handler>(
                     reader.close(1001, "idle timeout", false);
                     break 'conn;
                 }
-                let _ = reader.handler.outbound().push(Lane::High, OutFrame::ping());
+                let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
             }
         }
     }

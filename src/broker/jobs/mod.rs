@@ -30,7 +30,7 @@ use super::queue::now_ms;
 use crate::config::JobsConfig;
 pub use crate::protocol::jobs::{JobStatus, JobView, NewJob, Outcome};
 use crate::store::WriterHandle;
-use crate::taskq::{Priority as Lane, SchedulerHandle, TaskError, TaskQueue};
+use crate::taskq::{Lane, SchedulerHandle, TaskError, TaskQueue};
 use state::JobsState;
 
 /// The queue dead jobs are copied to (an ordinary queue).

@@ -14,8 +14,9 @@ use crate::broker::{
     TOPIC_HEADER, WeakBroker,
 };
 use crate::protocol::codec::Format;
+use crate::protocol::frame::Priority;
 use crate::protocol::mqtt::{self, Packet};
-use crate::session::{Lane, OutFrame, Outbound, PushError};
+use crate::session::{OutFrame, Outbound, PushError};
 
 /// The encoding slot of a message's QoS 0 PUBLISH header (shared by every
 /// QoS 0 MQTT subscriber).
@@ -81,9 +82,9 @@ impl MqttSink {
         // in the high lane, which the drop-oldest policy never evicts, and
         // only when there is room.
         let pushed = if p.qos > 0 {
-            self.out.push_if_room(Lane::High, frame)
+            self.out.push_if_room(Priority::High, frame)
         } else {
-            self.out.push(Lane::Normal, frame)
+            self.out.push(Priority::Normal, frame)
         };
         match pushed {
             Ok(()) => DeliveryOutcome::Queued,
@@ -103,7 +104,7 @@ impl MqttSink {
         let mut buf = BytesMut::new();
         mqtt::encode(packet, &mut buf);
         let _ = self.out.push(
-            Lane::High,
+            Priority::High,
             OutFrame::data(Format::Bincode, Bytes::new(), buf.freeze()),
         );
     }
@@ -137,7 +138,7 @@ impl Sink for MqttSink {
                 head.freeze()
             });
             return match self.out.push(
-                Lane::Normal,
+                Priority::Normal,
                 OutFrame::data(Format::Bincode, head, msg.payload.clone()),
             ) {
                 Ok(()) => DeliveryOutcome::Queued,
