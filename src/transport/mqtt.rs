@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::error::HttpCode;
 use super::ws::{handshake_error, offered_subprotocols};
-use super::wsloop::{Flow, Handler, outbound, serve};
+use super::wsloop::{Flow, Handler, MessageKind, outbound, serve};
 use super::{ApiError, AppState};
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
@@ -47,8 +47,8 @@ impl Handler for Mqtt {
         self.session.is_idle()
     }
 
-    async fn message(&mut self, format: Format, bytes: Bytes, now: Instant) -> Flow {
-        if format == Format::Json {
+    async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {
+        if kind == MessageKind::Text {
             return self.close(1003, "MQTT travels in binary frames".into());
         }
         // Frames past the rate are let through (dropping bytes would break

@@ -19,7 +19,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::error::HttpCode;
-use super::wsloop::{Flow, Handler, outbound, serve};
+use super::wsloop::{Flow, Handler, MessageKind, outbound, serve};
 use super::{ApiError, AppState};
 use crate::config::SessionConfig;
 use crate::protocol::codec::{Format, decode_client};
@@ -114,7 +114,12 @@ impl Handler for Native {
         Duration::from_secs(self.cfg.idle_timeout_s)
     }
 
-    async fn message(&mut self, format: Format, bytes: Bytes, now: Instant) -> Flow {
+    async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {
+        // Text frames are JSON, binary frames bincode.
+        let format = match kind {
+            MessageKind::Text => Format::Json,
+            MessageKind::Binary => Format::Bincode,
+        };
         match self.rate.check(now) {
             Verdict::Allow => {}
             Verdict::Refuse => {

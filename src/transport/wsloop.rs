@@ -29,13 +29,23 @@ pub(crate) enum Flow {
     Stop,
 }
 
+/// A WebSocket data message's kind: what the frame's opcode says, before
+/// any endpoint decides what the bytes mean (JSON or bincode for the
+/// native protocol; only binary is MQTT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MessageKind {
+    /// A text message (UTF-8).
+    Text,
+    /// A binary message.
+    Binary,
+}
+
 /// What an endpoint does with a connection's messages.
 pub(crate) trait Handler {
     /// The connection's outbound queue.
     fn outbound(&self) -> &Arc<Outbound>;
-    /// A complete data message (text: `Json`, binary: `Bincode`), read
-    /// at `now`.
-    async fn message(&mut self, format: Format, bytes: Bytes, now: Instant) -> Flow;
+    /// A complete data message, read at `now`.
+    async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow;
     /// How long the connection may stay silent.
     fn idle_timeout(&self) -> Duration;
     /// Whether the connection counts as silent, given when its last bytes
@@ -54,7 +64,7 @@ struct Reader<H> {
     now: Instant,
     max_frame: usize,
     /// A fragmented message being assembled: its encoding and bytes.
-    partial: Option<(Format, BytesMut)>,
+    partial: Option<(MessageKind, BytesMut)>,
 }
 
 impl<H: Handler> Reader<H> {
@@ -76,8 +86,8 @@ impl<H: Handler> Reader<H> {
             return Flow::Stop;
         }
         match frame {
-            Frame::Text(b) => self.handler.message(Format::Json, b, self.now).await,
-            Frame::Binary(b) => self.handler.message(Format::Bincode, b, self.now).await,
+            Frame::Text(b) => self.handler.message(MessageKind::Text, b, self.now).await,
+            Frame::Binary(b) => self.handler.message(MessageKind::Binary, b, self.now).await,
             Frame::Continuation(item) => self.continuation(item).await,
             Frame::Ping(b) => {
                 let _ = self
@@ -103,14 +113,14 @@ impl<H: Handler> Reader<H> {
 
     async fn continuation(&mut self, item: Item) -> Flow {
         let (start, bytes, last) = match item {
-            Item::FirstText(b) => (Some(Format::Json), b, false),
-            Item::FirstBinary(b) => (Some(Format::Bincode), b, false),
+            Item::FirstText(b) => (Some(MessageKind::Text), b, false),
+            Item::FirstBinary(b) => (Some(MessageKind::Binary), b, false),
             Item::Continue(b) => (None, b, false),
             Item::Last(b) => (None, b, true),
         };
         match (start, self.partial.as_mut()) {
-            (Some(format), None) => {
-                self.partial = Some((format, BytesMut::from(&bytes[..])));
+            (Some(kind), None) => {
+                self.partial = Some((kind, BytesMut::from(&bytes[..])));
             }
             (None, Some((_, acc))) => {
                 if acc.len() + bytes.len() > self.max_frame {
@@ -125,8 +135,8 @@ impl<H: Handler> Reader<H> {
             }
         }
         if last {
-            if let Some((format, acc)) = self.partial.take() {
-                return self.handler.message(format, acc.freeze(), self.now).await;
+            if let Some((kind, acc)) = self.partial.take() {
+                return self.handler.message(kind, acc.freeze(), self.now).await;
             }
         }
         Flow::Go
