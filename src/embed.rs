@@ -335,7 +335,7 @@ impl Wharf {
             dropped: AtomicU64::new(0),
         });
         let id = format!("actor-{}", sink.id);
-        let sub = Subscription::new(sink.clone(), &id, filter, Bytes::new(), 0);
+        let sub = Subscription::new(sink.clone(), &id, filter, Bytes::new(), None);
         self.inner.broker.subscribe(sub.clone()).await?;
         Ok(ActorSubscription {
             sub,

@@ -132,7 +132,7 @@ impl Broker {
                 name: name.into(),
                 queue: queue.clone(),
             });
-            let sub = Subscription::new(sink, &format!("bind:{name}"), filter, Bytes::new(), 0);
+            let sub = Subscription::new(sink, &format!("bind:{name}"), filter, Bytes::new(), None);
             if let Err(e) = self.subscribe(sub.clone()).await {
                 for s in subs {
                     self.drop_binding(s).await;

@@ -7,9 +7,31 @@ use bytes::Bytes;
 
 use crate::protocol::frame::{Headers, Priority};
 
-/// How many wire encodings a message can cache (native JSON, native
-/// bincode, and room for MQTT).
-pub const ENCODING_SLOTS: usize = 4;
+/// Which of a message's cached encodings a subscriber reads
+/// ([`Published::encoded`]): each wire form is encoded once per publish
+/// and shared by every subscriber that uses it. The broker only keeps the
+/// slots; the sinks say what goes in them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodingSlot {
+    /// The body of a native `message` frame in JSON.
+    NativeJson,
+    /// The body of a native `message` frame in bincode.
+    NativeBincode,
+    /// An MQTT QoS 0 PUBLISH header.
+    MqttPublish,
+}
+
+impl EncodingSlot {
+    const COUNT: usize = 3;
+
+    fn index(self) -> usize {
+        match self {
+            EncodingSlot::NativeJson => 0,
+            EncodingSlot::NativeBincode => 1,
+            EncodingSlot::MqttPublish => 2,
+        }
+    }
+}
 
 /// One publish, shared by every subscriber it reaches (`Arc<Published>`):
 /// the payload is never copied per subscriber.
@@ -29,7 +51,7 @@ pub struct Published {
     pub retained: bool,
     /// MQTT quality of service of the publish (0-2).
     pub qos: u8,
-    encodings: [OnceLock<Bytes>; ENCODING_SLOTS],
+    encodings: [OnceLock<Bytes>; EncodingSlot::COUNT],
 }
 
 impl Published {
@@ -75,8 +97,8 @@ impl Published {
 
     /// The message's encoding in `slot`, made by `encode` on first use and
     /// shared afterwards (by every subscriber using that format).
-    pub fn encoded(&self, slot: usize, encode: impl FnOnce(&Published) -> Bytes) -> Bytes {
-        match self.encodings.get(slot) {
+    pub fn encoded(&self, slot: EncodingSlot, encode: impl FnOnce(&Published) -> Bytes) -> Bytes {
+        match self.encodings.get(slot.index()) {
             Some(cell) => cell.get_or_init(|| encode(self)).clone(),
             None => encode(self),
         }

@@ -29,7 +29,7 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use bytes::Bytes;
 
 pub use durable::{DURABLE_PREFETCH, DURABLE_PREFIX, QOS_HEADER, TOPIC_HEADER, durable_queue_name};
-pub use message::{ENCODING_SLOTS, Published};
+pub use message::{EncodingSlot, Published};
 pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, QueueCounters,
     QueueInfo,

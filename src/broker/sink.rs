@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::message::Published;
+use super::message::{EncodingSlot, Published};
 use crate::store::queues::StoredMessage;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -75,8 +75,9 @@ pub struct Subscription {
     /// the encoded start of its `message` frames here).
     pub tag: Bytes,
     /// Which of a message's cached encodings ([`Published::encoded`]) this
-    /// subscription uses, so each wire format is encoded once per publish.
-    pub encoding: usize,
+    /// subscription uses, so each wire format is encoded once per publish;
+    /// `None` for sinks that take messages unencoded (actors, queues).
+    pub encoding: Option<EncodingSlot>,
     /// Shared by every copy (one per matching topic): once set, no topic
     /// delivers to it and each drops it on its next publish, so ending a
     /// subscription takes effect at once even if a topic is too busy to
@@ -86,7 +87,13 @@ pub struct Subscription {
 
 impl Subscription {
     /// A live subscription.
-    pub fn new(sink: Arc<dyn Sink>, id: &str, filter: &str, tag: Bytes, encoding: usize) -> Self {
+    pub fn new(
+        sink: Arc<dyn Sink>,
+        id: &str,
+        filter: &str,
+        tag: Bytes,
+        encoding: Option<EncodingSlot>,
+    ) -> Self {
         Subscription {
             sink,
             id: id.into(),

@@ -67,7 +67,7 @@ impl Sink for Recorder {
 }
 
 fn sub(sink: &Arc<Recorder>, id: &str, filter: &str) -> Subscription {
-    Subscription::new(sink.clone(), id, filter, Bytes::new(), 0)
+    Subscription::new(sink.clone(), id, filter, Bytes::new(), None)
 }
 
 fn msg(topic: &str, payload: &str) -> Publish {

@@ -248,7 +248,7 @@ impl Wharf {
             closed: AtomicBool::new(false),
         });
         let id = format!("actor-{}", sink.id);
-        let sub = Subscription::new(sink, &id, queue, Bytes::new(), 0);
+        let sub = Subscription::new(sink, &id, queue, Bytes::new(), None);
         self.broker().consume(queue, sub.clone(), prefetch).await?;
         Ok(ActorConsumer {
             queue: queue.to_owned(),

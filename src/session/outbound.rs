@@ -18,7 +18,9 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use super::wsframe;
-use crate::broker::{DeliveryOutcome, Published, QueuedDelivery, Sink, Subscription, next_sink_id};
+use crate::broker::{
+    DeliveryOutcome, EncodingSlot, Published, QueuedDelivery, Sink, Subscription, next_sink_id,
+};
 use crate::config::SlowConsumer;
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{Dropped, Priority, ServerFrame};
@@ -428,9 +430,20 @@ fn format_from(b: u8) -> Format {
     }
 }
 
-/// The encoding slot of a format in [`Published::encoded`].
-pub fn encoding_slot(format: Format) -> usize {
-    format_byte(format) as usize
+/// The native format a subscription's encoding slot stands for.
+fn slot_format(slot: Option<EncodingSlot>) -> Format {
+    match slot {
+        Some(EncodingSlot::NativeBincode) => Format::Bincode,
+        _ => Format::Json,
+    }
+}
+
+/// The encoding slot of a native format in [`Published::encoded`].
+pub fn encoding_slot(format: Format) -> EncodingSlot {
+    match format {
+        Format::Json => EncodingSlot::NativeJson,
+        Format::Bincode => EncodingSlot::NativeBincode,
+    }
 }
 
 impl Sink for Outbound {
@@ -439,8 +452,8 @@ impl Sink for Outbound {
     }
 
     fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
-        let format = format_from(sub.encoding as u8);
-        let body = msg.encoded(sub.encoding, |m| {
+        let format = slot_format(sub.encoding);
+        let body = msg.encoded(encoding_slot(format), |m| {
             codec::message_body(format, &m.topic, m.seq, &m.payload, &m.headers, m.retained)
         });
         self.push(msg.priority, OutFrame::data(format, sub.tag.clone(), body))
@@ -452,7 +465,7 @@ impl Sink for Outbound {
     }
 
     fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
-        let format = format_from(sub.encoding as u8);
+        let format = slot_format(sub.encoding);
         let m = d.message;
         // One encode per delivery, from borrowed fields (each delivery goes
         // to one consumer, so there is nothing to share).

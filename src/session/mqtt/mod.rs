@@ -35,7 +35,7 @@ use crate::broker::{Broker, Publish, Settlement, Sink, Subscription, next_sink_i
 use crate::config::{MqttConfig, SessionConfig};
 use crate::protocol::frame::{Headers, Priority};
 use crate::protocol::mqtt::{self, Connect, MqttError, Packet, SUBACK_FAILURE, connack};
-use sink::{MQTT_SLOT, OutState, Pending};
+use sink::{OutState, Pending};
 
 /// Why the connection must end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -414,7 +414,7 @@ impl MqttSession {
             id,
             &queue,
             Bytes::copy_from_slice(&[qos_of(id)]),
-            MQTT_SLOT,
+            Some(crate::broker::EncodingSlot::MqttPublish),
         );
         self.broker
             .subscribe_durable(
@@ -508,7 +508,7 @@ impl MqttSession {
             &filter,
             &filter,
             Bytes::copy_from_slice(&[qos]),
-            MQTT_SLOT,
+            Some(crate::broker::EncodingSlot::MqttPublish),
         );
         if self.broker.subscribe(sub.clone()).await.is_err() {
             return SUBACK_FAILURE;

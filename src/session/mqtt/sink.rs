@@ -10,17 +10,13 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use crate::broker::{
-    DeliveryOutcome, Published, QOS_HEADER, QueuedDelivery, Settlement, Sink, Subscription,
-    TOPIC_HEADER, WeakBroker,
+    DeliveryOutcome, EncodingSlot, Published, QOS_HEADER, QueuedDelivery, Settlement, Sink,
+    Subscription, TOPIC_HEADER, WeakBroker,
 };
 use crate::protocol::codec::Format;
 use crate::protocol::frame::Priority;
 use crate::protocol::mqtt::{self, Packet};
 use crate::session::{OutFrame, Outbound, PushError};
-
-/// The encoding slot of a message's QoS 0 PUBLISH header (shared by every
-/// QoS 0 MQTT subscriber).
-pub(super) const MQTT_SLOT: usize = 2;
 
 /// A packet id in use, and what its acknowledgement settles.
 pub(super) enum Pending {
@@ -122,7 +118,7 @@ impl Sink for MqttSink {
     fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
         let qos = granted(sub).min(msg.qos);
         if qos == 0 {
-            let head = msg.encoded(MQTT_SLOT, |m| {
+            let head = msg.encoded(EncodingSlot::MqttPublish, |m| {
                 let mut head = BytesMut::new();
                 mqtt::publish_head(
                     &mut head,

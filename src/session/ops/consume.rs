@@ -27,7 +27,7 @@ pub(in crate::session) async fn consume(session: &mut Session, format: Format, c
         &c.id,
         &c.queue,
         Bytes::new(),
-        encoding_slot(format),
+        Some(encoding_slot(format)),
     );
     match session
         .broker

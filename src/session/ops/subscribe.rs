@@ -33,7 +33,7 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
         &s.id,
         &s.filter,
         codec::message_prefix(format, &s.id),
-        encoding_slot(format),
+        Some(encoding_slot(format)),
     );
     match session.broker.subscribe(sub.clone()).await {
         Ok(()) => {
@@ -65,7 +65,7 @@ async fn subscribe_durable(session: &mut Session, format: Format, s: Subscribe) 
         &s.id,
         &name,
         Bytes::new(),
-        encoding_slot(format),
+        Some(encoding_slot(format)),
     );
     let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);
     match session
