@@ -335,7 +335,7 @@ impl Wharf {
             dropped: AtomicU64::new(0),
         });
         let id = format!("actor-{}", sink.id);
-        let sub = Subscription::new(sink.clone(), &id, filter, Bytes::new(), None);
+        let sub = Subscription::new(sink.clone(), &id, filter, crate::broker::SubTag::None, None);
         self.inner.broker.subscribe(sub.clone()).await?;
         Ok(ActorSubscription {
             sub,

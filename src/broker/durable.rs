@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::queue::{Incoming, QueueHandle, now_ms};
 use super::queues::MAX_PREFETCH;
 use super::sink::{DeliveryOutcome, Sink, Subscription, next_sink_id};
@@ -132,7 +130,13 @@ impl Broker {
                 name: name.into(),
                 queue: queue.clone(),
             });
-            let sub = Subscription::new(sink, &format!("bind:{name}"), filter, Bytes::new(), None);
+            let sub = Subscription::new(
+                sink,
+                &format!("bind:{name}"),
+                filter,
+                crate::broker::SubTag::None,
+                None,
+            );
             if let Err(e) = self.subscribe(sub.clone()).await {
                 for s in subs {
                     self.drop_binding(s).await;

@@ -35,7 +35,7 @@ pub use queue::{
     QueueInfo,
 };
 pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
-pub use sink::{DeliveryOutcome, QueuedDelivery, Sink, Subscription, next_sink_id};
+pub use sink::{DeliveryOutcome, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 

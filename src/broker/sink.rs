@@ -62,6 +62,19 @@ pub struct QueuedDelivery<'a> {
     pub message: &'a StoredMessage,
 }
 
+/// What a sink attaches to one of its subscriptions at subscribe time,
+/// to use at each delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubTag {
+    /// Nothing.
+    None,
+    /// The encoded start of a native session's `message` frames for this
+    /// subscription (made once, sent before each shared body).
+    Prefix(Bytes),
+    /// An MQTT subscription's granted QoS.
+    Qos(u8),
+}
+
 /// One subscription as topics hold it.
 #[derive(Clone)]
 pub struct Subscription {
@@ -71,9 +84,8 @@ pub struct Subscription {
     pub id: Arc<str>,
     /// The filter subscribed to.
     pub filter: Arc<str>,
-    /// Opaque bytes the sink attached at subscribe time (a session keeps
-    /// the encoded start of its `message` frames here).
-    pub tag: Bytes,
+    /// What the sink attached at subscribe time for its own use.
+    pub tag: SubTag,
     /// Which of a message's cached encodings ([`Published::encoded`]) this
     /// subscription uses, so each wire format is encoded once per publish;
     /// `None` for sinks that take messages unencoded (actors, queues).
@@ -91,7 +103,7 @@ impl Subscription {
         sink: Arc<dyn Sink>,
         id: &str,
         filter: &str,
-        tag: Bytes,
+        tag: SubTag,
         encoding: Option<EncodingSlot>,
     ) -> Self {
         Subscription {

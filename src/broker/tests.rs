@@ -67,7 +67,7 @@ impl Sink for Recorder {
 }
 
 fn sub(sink: &Arc<Recorder>, id: &str, filter: &str) -> Subscription {
-    Subscription::new(sink.clone(), id, filter, Bytes::new(), None)
+    Subscription::new(sink.clone(), id, filter, crate::broker::SubTag::None, None)
 }
 
 fn msg(topic: &str, payload: &str) -> Publish {

@@ -248,7 +248,7 @@ impl Wharf {
             closed: AtomicBool::new(false),
         });
         let id = format!("actor-{}", sink.id);
-        let sub = Subscription::new(sink, &id, queue, Bytes::new(), None);
+        let sub = Subscription::new(sink, &id, queue, crate::broker::SubTag::None, None);
         self.broker().consume(queue, sub.clone(), prefetch).await?;
         Ok(ActorConsumer {
             queue: queue.to_owned(),

@@ -19,7 +19,8 @@ use parking_lot::Mutex;
 
 use super::wsframe;
 use crate::broker::{
-    DeliveryOutcome, EncodingSlot, Published, QueuedDelivery, Sink, Subscription, next_sink_id,
+    DeliveryOutcome, EncodingSlot, Published, QueuedDelivery, Sink, SubTag, Subscription,
+    next_sink_id,
 };
 use crate::config::SlowConsumer;
 use crate::protocol::codec::{self, Format};
@@ -456,7 +457,11 @@ impl Sink for Outbound {
         let body = msg.encoded(encoding_slot(format), |m| {
             codec::message_body(format, &m.topic, m.seq, &m.payload, &m.headers, m.retained)
         });
-        self.push(msg.priority, OutFrame::data(format, sub.tag.clone(), body))
+        let prefix = match &sub.tag {
+            SubTag::Prefix(p) => p.clone(),
+            _ => Bytes::new(),
+        };
+        self.push(msg.priority, OutFrame::data(format, prefix, body))
             .into()
     }
 

@@ -26,7 +26,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use parking_lot::Mutex;
 use uuid::Uuid;
 
@@ -413,7 +413,7 @@ impl MqttSession {
             self.sink.clone(),
             id,
             &queue,
-            Bytes::copy_from_slice(&[qos_of(id)]),
+            crate::broker::SubTag::Qos(qos_of(id)),
             Some(crate::broker::EncodingSlot::MqttPublish),
         );
         self.broker
@@ -507,7 +507,7 @@ impl MqttSession {
             self.sink.clone(),
             &filter,
             &filter,
-            Bytes::copy_from_slice(&[qos]),
+            crate::broker::SubTag::Qos(qos),
             Some(crate::broker::EncodingSlot::MqttPublish),
         );
         if self.broker.subscribe(sub.clone()).await.is_err() {

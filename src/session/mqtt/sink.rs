@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
 use crate::broker::{
-    DeliveryOutcome, EncodingSlot, Published, QOS_HEADER, QueuedDelivery, Settlement, Sink,
+    DeliveryOutcome, EncodingSlot, Published, QOS_HEADER, QueuedDelivery, Settlement, Sink, SubTag,
     Subscription, TOPIC_HEADER, WeakBroker,
 };
 use crate::protocol::codec::Format;
@@ -107,7 +107,10 @@ impl MqttSink {
 }
 
 fn granted(sub: &Subscription) -> u8 {
-    sub.tag.first().copied().unwrap_or(0).min(2)
+    match sub.tag {
+        SubTag::Qos(q) => q.min(2),
+        _ => 0,
+    }
 }
 
 impl Sink for MqttSink {

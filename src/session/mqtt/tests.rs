@@ -6,6 +6,7 @@ use super::*;
 use crate::config::TopicsConfig;
 use crate::protocol::codec::Format;
 use crate::taskq::{Scheduler, SchedulerConfig};
+use bytes::Bytes;
 
 /// A session over an in-memory broker (no store), with the scheduler
 /// that runs its topics; the scheduler must outlive the session's use.

@@ -1,7 +1,5 @@
 //! `consume`: a consumer on a queue, whose messages arrive as `delivery`.
 
-use bytes::Bytes;
-
 use crate::broker::Subscription;
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{Consume, ErrorCode};
@@ -26,7 +24,7 @@ pub(in crate::session) async fn consume(session: &mut Session, format: Format, c
         session.out.clone(),
         &c.id,
         &c.queue,
-        Bytes::new(),
+        crate::broker::SubTag::None,
         Some(encoding_slot(format)),
     );
     match session

@@ -1,7 +1,5 @@
 //! `subscribe` and `unsubscribe`: topic subscriptions, plain or durable.
 
-use bytes::Bytes;
-
 use crate::broker::{
     DURABLE_PREFETCH, DURABLE_PREFIX, Sink as _, Subscription, durable_queue_name,
 };
@@ -32,7 +30,7 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
         session.out.clone(),
         &s.id,
         &s.filter,
-        codec::message_prefix(format, &s.id),
+        crate::broker::SubTag::Prefix(codec::message_prefix(format, &s.id)),
         Some(encoding_slot(format)),
     );
     match session.broker.subscribe(sub.clone()).await {
@@ -64,7 +62,7 @@ async fn subscribe_durable(session: &mut Session, format: Format, s: Subscribe) 
         session.out.clone(),
         &s.id,
         &name,
-        Bytes::new(),
+        crate::broker::SubTag::None,
         Some(encoding_slot(format)),
     );
     let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);

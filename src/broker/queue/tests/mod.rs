@@ -122,7 +122,7 @@ impl Sink for TestSink {
 }
 
 fn subscription(sink: &Arc<TestSink>, id: &str) -> Subscription {
-    Subscription::new(sink.clone(), id, "", Bytes::new(), None)
+    Subscription::new(sink.clone(), id, "", crate::broker::SubTag::None, None)
 }
 
 fn payload(seq: u64) -> Bytes {
