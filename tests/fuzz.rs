@@ -1,7 +1,8 @@
 //! Fuzz targets, one per codec, bounded so that every `cargo test` runs
 //! them (well under 30 s in debug): native JSON, native bincode, MQTT, and
-//! WebSocket framing (actix-http's decoder, as the server uses it, and the
-//! round trip of our frame writer through it).
+//! WebSocket framing (actix-http's decoder, as the server uses it; the
+//! round trip of our frame writer through it is a property test beside
+//! the writer, in src/session/wsframe.rs).
 //!
 //! Each target replays a corpus, `tests/corpus/<codec>/` (plus, for the
 //! native codecs, the golden frames of `proto/fixtures`), together with
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use actix_codec::Decoder;
 use actix_http::ws::{Codec, Frame, Item};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use proptest::prelude::*;
 use serde_json::Value;
 use wharf::protocol::frame::ErrorCode;
@@ -25,7 +26,6 @@ use wharf::protocol::mqtt;
 use wharf::protocol::{
     DecodeError, Format, decode_client, decode_server, encode_client, encode_server,
 };
-use wharf::session::wsframe;
 
 /// Largest WebSocket message the fuzzed decoder accepts.
 const WS_MAX: usize = 64 * 1024;
@@ -420,59 +420,6 @@ fn websocket_corpus_and_its_mutants() {
     replay("ws", check_ws);
 }
 
-/// A frame for [`wsframe`] to write, and what actix must read back.
-#[derive(Debug, Clone)]
-enum Out {
-    Data(u8, Vec<u8>),
-    Close(u16, String),
-}
-
-fn out_frame() -> impl Strategy<Value = Out> {
-    let len = prop_oneof![
-        4 => 0usize..300,
-        1 => 65_530usize..65_540,
-        1 => Just(70_000usize),
-    ];
-    let body = (len, any::<u8>()).prop_map(|(n, k)| {
-        (0..n)
-            .map(|i| (i as u8).wrapping_mul(k | 1))
-            .collect::<Vec<u8>>()
-    });
-    let control = prop::collection::vec(any::<u8>(), 0..=125);
-    let code = prop_oneof![1000u16..=1003, 1007u16..=1014, 3000u16..=4999];
-    prop_oneof![
-        ".{0,120}".prop_map(|s: String| Out::Data(wsframe::TEXT, s.into_bytes())),
-        body.prop_map(|b| Out::Data(wsframe::BINARY, b)),
-        control.clone().prop_map(|b| Out::Data(wsframe::PING, b)),
-        control.prop_map(|b| Out::Data(wsframe::PONG, b)),
-        (code, "[a-zé ]{0,60}").prop_map(|(c, r)| Out::Close(c, r)),
-    ]
-}
-
-fn expected(f: &Out) -> Frame {
-    match f {
-        Out::Data(op, b) => {
-            let b = Bytes::from(b.clone());
-            match *op {
-                wsframe::TEXT => Frame::Text(b),
-                wsframe::BINARY => Frame::Binary(b),
-                wsframe::PING => Frame::Ping(b),
-                _ => Frame::Pong(b),
-            }
-        }
-        Out::Close(code, reason) => {
-            let mut cut = reason.len().min(123);
-            while !reason.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            Frame::Close(Some(actix_http::ws::CloseReason {
-                code: (*code).into(),
-                description: (cut > 0).then(|| reason[..cut].to_string()),
-            }))
-        }
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
@@ -500,40 +447,5 @@ proptest! {
         let (_, seed) = &all[pick.index(all.len())];
         check_ws(&apply(seed, &edits));
         check_ws(&noise);
-    }
-
-    /// What wsframe writes, actix reads back frame for frame, however the
-    /// bytes are split on arrival.
-    #[test]
-    fn wsframe_output_reads_back_through_actix(
-        frames in prop::collection::vec(out_frame(), 1..4),
-        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
-    ) {
-        let mut wire = BytesMut::new();
-        for f in &frames {
-            match f {
-                Out::Data(op, b) => {
-                    let (a, z) = b.split_at(b.len() / 2);
-                    wsframe::write(&mut wire, *op, &[a, z]);
-                }
-                Out::Close(code, reason) => wsframe::write_close(&mut wire, *code, reason),
-            }
-        }
-        let mut points: Vec<usize> = cuts.iter().map(|c| c.index(wire.len() + 1)).collect();
-        points.sort_unstable();
-        let mut codec = Codec::new().client_mode().max_size(1 << 20);
-        let mut buf = BytesMut::new();
-        let mut got = Vec::new();
-        let mut at = 0;
-        for end in points.into_iter().chain(std::iter::once(wire.len())) {
-            buf.extend_from_slice(&wire[at..end]);
-            at = end;
-            while let Some(frame) = codec.decode(&mut buf).expect("a valid frame") {
-                got.push(frame);
-            }
-        }
-        prop_assert!(buf.is_empty());
-        let want: Vec<Frame> = frames.iter().map(expected).collect();
-        prop_assert_eq!(got, want);
     }
 }

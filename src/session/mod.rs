@@ -15,7 +15,7 @@ mod rate;
 #[cfg(test)]
 mod tests;
 mod txn;
-pub mod wsframe;
+mod wsframe;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -106,3 +106,107 @@ mod tests {
         }
     }
 }
+
+/// What [`write`] writes, actix reads back frame for frame, however the
+/// bytes are split on arrival (moved here from tests/fuzz.rs, so the writer
+/// need not be public).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use actix_codec::Decoder;
+    use actix_http::ws::{Codec, Frame};
+    use bytes::{Bytes, BytesMut};
+    use proptest::prelude::*;
+
+    /// A frame for [`write`] to write, and what actix must read back.
+    #[derive(Debug, Clone)]
+    enum Out {
+        Data(u8, Vec<u8>),
+        Close(u16, String),
+    }
+
+    fn out_frame() -> impl Strategy<Value = Out> {
+        let len = prop_oneof![
+            4 => 0usize..300,
+            1 => 65_530usize..65_540,
+            1 => Just(70_000usize),
+        ];
+        let body = (len, any::<u8>()).prop_map(|(n, k)| {
+            (0..n)
+                .map(|i| (i as u8).wrapping_mul(k | 1))
+                .collect::<Vec<u8>>()
+        });
+        let control = prop::collection::vec(any::<u8>(), 0..=125);
+        let code = prop_oneof![1000u16..=1003, 1007u16..=1014, 3000u16..=4999];
+        prop_oneof![
+            ".{0,120}".prop_map(|s: String| Out::Data(TEXT, s.into_bytes())),
+            body.prop_map(|b| Out::Data(BINARY, b)),
+            control.clone().prop_map(|b| Out::Data(PING, b)),
+            control.prop_map(|b| Out::Data(PONG, b)),
+            (code, "[a-zé ]{0,60}").prop_map(|(c, r)| Out::Close(c, r)),
+        ]
+    }
+
+    fn expected(f: &Out) -> Frame {
+        match f {
+            Out::Data(op, b) => {
+                let b = Bytes::from(b.clone());
+                match *op {
+                    TEXT => Frame::Text(b),
+                    BINARY => Frame::Binary(b),
+                    PING => Frame::Ping(b),
+                    _ => Frame::Pong(b),
+                }
+            }
+            Out::Close(code, reason) => {
+                let mut cut = reason.len().min(123);
+                while !reason.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                Frame::Close(Some(actix_http::ws::CloseReason {
+                    code: (*code).into(),
+                    description: (cut > 0).then(|| reason[..cut].to_string()),
+                }))
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        /// What wsframe writes, actix reads back frame for frame, however the
+        /// bytes are split on arrival.
+        #[test]
+        fn wsframe_output_reads_back_through_actix(
+            frames in prop::collection::vec(out_frame(), 1..4),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+        ) {
+            let mut wire = BytesMut::new();
+            for f in &frames {
+                match f {
+                    Out::Data(op, b) => {
+                        let (a, z) = b.split_at(b.len() / 2);
+                        write(&mut wire, *op, &[a, z]);
+                    }
+                    Out::Close(code, reason) => write_close(&mut wire, *code, reason),
+                }
+            }
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(wire.len() + 1)).collect();
+            points.sort_unstable();
+            let mut codec = Codec::new().client_mode().max_size(1 << 20);
+            let mut buf = BytesMut::new();
+            let mut got = Vec::new();
+            let mut at = 0;
+            for end in points.into_iter().chain(std::iter::once(wire.len())) {
+                buf.extend_from_slice(&wire[at..end]);
+                at = end;
+                while let Some(frame) = codec.decode(&mut buf).expect("a valid frame") {
+                    got.push(frame);
+                }
+            }
+            prop_assert!(buf.is_empty());
+            let want: Vec<Frame> = frames.iter().map(expected).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+}
