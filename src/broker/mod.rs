@@ -152,7 +152,26 @@ pub struct Publish {
     pub qos: u8,
 }
 
-/// The broker: cheap to clone, shared by every connection.
+/// The broker: cheap to clone, shared by every connection. Its methods
+/// come in four parts, each in a file of its own:
+///
+/// - **Topics** (`broker/mod.rs`): [`Broker::publish`],
+///   [`Broker::subscribe`], [`Broker::unsubscribe`],
+///   [`Broker::retained_matching`], [`Broker::topic_info`],
+///   [`Broker::stats`], [`Broker::sweep_idle`], [`Broker::restore_retained`],
+///   and the name checks ([`Broker::check_topic`], [`Broker::check_filter`]).
+/// - **Queues** (`broker/queues.rs`): [`Broker::enqueue`] and its
+///   variants, [`Broker::consume`], [`Broker::settle`],
+///   [`Broker::cancel_consumer`], [`Broker::queue_info`],
+///   [`Broker::queue_names`], [`Broker::redrive`], [`Broker::delete_queue`],
+///   [`Broker::tick_queues`], [`Broker::configure_queues`],
+///   [`Broker::restore_queues`].
+/// - **Bindings and durable subscriptions** (`broker/durable.rs`):
+///   [`Broker::declare_queues`], [`Broker::subscribe_durable`],
+///   [`Broker::unsubscribe_durable`], [`Broker::durable_subscriptions`].
+/// - **Transactions** (`broker/txn.rs`): [`Broker::commit`].
+///
+/// Jobs are a resource of their own ([`jobs::Jobs`]), not part of it.
 #[derive(Clone)]
 pub struct Broker {
     inner: Arc<Inner>,
