@@ -113,6 +113,52 @@ mod own_client {
         }
     }
 
+    /// Keep-alive on time (MQTT-3.1.2-24): a client with a 2 s keep-alive
+    /// that falls silent is cut, and its will published, 1.5 x 2 s after
+    /// its last packet, not at the next 20 s ping tick.
+    #[test]
+    fn a_silent_client_is_cut_and_its_will_sent_at_one_and_a_half_keep_alives() {
+        use std::time::Instant;
+        use wharf::protocol::mqtt::Will;
+        let b = TestBroker::start(|c| c.session.ping_interval_s = 20);
+        block_on(async {
+            let native = Client::connect(&b.ws_url(), ClientOptions::default())
+                .await
+                .unwrap();
+            let mut wills = native.subscribe("wills/#").await.unwrap();
+            let mut silent = MqttClient::connect(
+                &url(&b),
+                MqttOptions {
+                    client_id: "silent".into(),
+                    keep_alive: 2,
+                    will: Some(Will {
+                        topic: "wills/silent".into(),
+                        payload: Bytes::from_static(b"gone"),
+                        qos: 0,
+                        retain: false,
+                    }),
+                    ..MqttOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+            // Its last packet: a PINGREQ answered now; then nothing.
+            silent.ping().await.unwrap();
+            let last = Instant::now();
+            let will = wills
+                .recv_timeout(Duration::from_secs(10))
+                .await
+                .expect("the will is published");
+            let after = last.elapsed();
+            assert_eq!(will.payload, b"gone");
+            assert!(
+                after >= Duration::from_millis(2900) && after <= Duration::from_millis(3500),
+                "the will came {after:?} after the last packet (keep-alive 2 s)"
+            );
+            drop(silent);
+        });
+    }
+
     /// MQTT clients that connect to `/` (MQTT.js's default) are served
     /// when they offer the `mqtt` subprotocol; `/` is 404 to the rest.
     #[test]

@@ -42,9 +42,9 @@ impl Handler for Mqtt {
         self.session.idle_timeout()
     }
 
-    fn is_idle(&self, _last_heard: Instant) -> bool {
+    fn idle_deadline(&self, _last_heard: Instant) -> Instant {
         // Keep-alive counts MQTT packets, not WebSocket pongs.
-        self.session.is_idle()
+        self.session.idle_deadline()
     }
 
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {

@@ -48,10 +48,11 @@ pub(crate) trait Handler {
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow;
     /// How long the connection may stay silent.
     fn idle_timeout(&self) -> Duration;
-    /// Whether the connection counts as silent, given when its last bytes
-    /// arrived (an endpoint may count only its own messages).
-    fn is_idle(&self, last_heard: Instant) -> bool {
-        last_heard.elapsed() > self.idle_timeout()
+    /// When the connection counts as silent, given when its last bytes
+    /// arrived (an endpoint may count only its own messages): the read
+    /// loop closes it (1001) at that instant, whatever the ping interval.
+    fn idle_deadline(&self, last_heard: Instant) -> Instant {
+        last_heard + self.idle_timeout()
     }
     /// The read side ended (the client left, closed, or broke a rule).
     async fn end(self);
@@ -196,6 +197,12 @@ pub(crate) async fn read_loop<H: Handler>(
     let mut ping = actix_rt::time::interval(ping_interval);
     ping.tick().await;
     let mut last_heard = Instant::now();
+    // Armed at the idle deadline; when it fires, the deadline is looked up
+    // again (bytes may have come since) and the timer re-armed, so a busy
+    // connection costs no timer work per read.
+    let mut idle_at = last_heard + Duration::from_secs(365 * 24 * 3600);
+    let idle = actix_rt::time::sleep_until(idle_at.into());
+    tokio::pin!(idle);
     let mut reader = Reader {
         now: last_heard,
         handler,
@@ -230,6 +237,13 @@ pub(crate) async fn read_loop<H: Handler>(
         if reader.handler.outbound().is_closing() {
             break;
         }
+        // The deadline moves earlier when a handler's timeout shrinks (an
+        // MQTT CONNECT's keep-alive): re-arm then, never on mere traffic.
+        let due = reader.handler.idle_deadline(last_heard);
+        if due < idle_at {
+            idle_at = due;
+            idle.as_mut().reset(idle_at.into());
+        }
         tokio::select! {
             chunk = poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)) => match chunk {
                 Some(Ok(bytes)) => {
@@ -240,11 +254,16 @@ pub(crate) async fn read_loop<H: Handler>(
                 Some(Err(_)) | None => break 'conn,
             },
             _ = ping.tick() => {
-                if reader.handler.is_idle(last_heard) {
+                let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
+            }
+            _ = &mut idle => {
+                let due = reader.handler.idle_deadline(last_heard);
+                if Instant::now() >= due {
                     reader.close(1001, "idle timeout", false);
                     break 'conn;
                 }
-                let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
+                idle_at = due;
+                idle.as_mut().reset(idle_at.into());
             }
         }
     }

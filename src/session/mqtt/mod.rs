@@ -163,10 +163,11 @@ impl MqttSession {
         }
     }
 
-    /// Whether the client has sent no MQTT packet for longer than
-    /// [`MqttSession::idle_timeout`].
-    pub fn is_idle(&self) -> bool {
-        self.last_packet.elapsed() > self.idle_timeout()
+    /// When the client will have sent no MQTT packet for longer than
+    /// [`MqttSession::idle_timeout`]: the connection is closed (and its
+    /// will published) then.
+    pub fn idle_deadline(&self) -> std::time::Instant {
+        self.last_packet + self.idle_timeout()
     }
 
     /// Bytes from a WebSocket message: decodes and handles every complete
