@@ -23,17 +23,22 @@ fn broker_threads() -> Vec<String> {
         .collect()
 }
 
+/// A broker with its store in `data` and one task-queue worker.
+async fn small_wharf(data: std::path::PathBuf) -> wharf::Wharf {
+    wharf::Wharf::builder()
+        .data_dir(data)
+        .workers(1)
+        .start()
+        .await
+        .unwrap()
+}
+
 #[test]
 fn dropping_the_last_handle_stops_the_broker() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     block_on(async move {
-        let wharf = wharf::Wharf::builder()
-            .data_dir(data)
-            .workers(1)
-            .start()
-            .await
-            .unwrap();
+        let wharf = small_wharf(data).await;
         assert_eq!(wharf.config().scheduler.workers, 1);
         assert_eq!(wharf.enqueue("built", "x").await.unwrap(), 1);
         wharf.publish("a", "b").await.unwrap();
@@ -214,12 +219,7 @@ fn actors_started_inline_live_as_long_as_their_subscription() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     block_on(async move {
-        let wharf = wharf::Wharf::builder()
-            .data_dir(data)
-            .workers(1)
-            .start()
-            .await
-            .unwrap();
+        let wharf = small_wharf(data).await;
         let (heard, taken) = (
             std::sync::Arc::new(AtomicUsize::new(0)),
             std::sync::Arc::new(AtomicUsize::new(0)),

@@ -6,9 +6,13 @@ use crate::config::TopicsConfig;
 use crate::protocol::codec;
 use crate::taskq::{Scheduler, SchedulerConfig};
 
-/// A session over an in-memory broker (no store), with the scheduler
-/// that runs its topics; the scheduler must outlive the session's use.
-fn session() -> (Scheduler, Session) {
+/// What a session runs on without sockets or a store: a one-worker
+/// scheduler (which must outlive the session's use), a broker on it, an
+/// outbound queue in `format`, and the default session config. Shared by
+/// the native and MQTT session tests.
+pub(in crate::session) fn parts(
+    format: Format,
+) -> (Scheduler, Broker, std::sync::Arc<Outbound>, SessionConfig) {
     let scheduler = Scheduler::new(&SchedulerConfig {
         workers: 1,
         ..SchedulerConfig::default()
@@ -20,8 +24,14 @@ fn session() -> (Scheduler, Session) {
         config.outbound_limit,
         config.slow_consumer,
         config.write_quantum,
-        Format::Json,
+        format,
     );
+    (scheduler, broker, out, config)
+}
+
+/// A native session over [`parts`].
+fn session() -> (Scheduler, Session) {
+    let (scheduler, broker, out, config) = parts(Format::Json);
     let session = Session::new(broker, Sessions::new(), out, config);
     (scheduler, session)
 }

@@ -5,25 +5,12 @@
 use super::*;
 use crate::config::TopicsConfig;
 use crate::protocol::codec::Format;
-use crate::taskq::{Scheduler, SchedulerConfig};
+use crate::taskq::Scheduler;
 use bytes::Bytes;
 
-/// A session over an in-memory broker (no store), with the scheduler
-/// that runs its topics; the scheduler must outlive the session's use.
+/// An MQTT session over the session tests' in-memory parts.
 fn session() -> (Scheduler, MqttSession) {
-    let scheduler = Scheduler::new(&SchedulerConfig {
-        workers: 1,
-        ..SchedulerConfig::default()
-    })
-    .expect("a scheduler");
-    let broker = Broker::new(scheduler.handle());
-    let config = SessionConfig::default();
-    let out = Outbound::new(
-        config.outbound_limit,
-        config.slow_consumer,
-        config.write_quantum,
-        Format::Bincode,
-    );
+    let (scheduler, broker, out, config) = crate::session::tests::parts(Format::Bincode);
     let session = MqttSession::new(broker, Sessions::new(), out, config, MqttConfig::default());
     (scheduler, session)
 }
