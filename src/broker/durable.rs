@@ -206,10 +206,14 @@ impl Broker {
                 let meta = serde_json::to_vec(&StoredMeta {
                     bind: vec![filter.to_owned()],
                 })
-                .map_err(|e| BrokerError::Store(e.to_string()))?;
+                .map_err(|e| {
+                    BrokerError::Store(crate::store::CommitError(format!(
+                        "encoding a binding: {e}"
+                    )))
+                })?;
                 w.submit(vec![records::put_queue(&name, queue.id, &meta)])?
                     .await
-                    .map_err(|e| BrokerError::Store(e.to_string()))?;
+                    .map_err(BrokerError::Store)?;
             }
         }
         Ok(queue

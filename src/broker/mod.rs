@@ -60,9 +60,9 @@ pub enum BrokerError {
     /// The topic's task queue refused or lost the task.
     #[error(transparent)]
     Task(#[from] TaskError),
-    /// The store writer refused or failed the write (retained messages).
-    #[error("store: {0}")]
-    Store(String),
+    /// The store failed the write (its commit error kept as the source).
+    #[error(transparent)]
+    Store(#[from] crate::store::CommitError),
     /// The store writer is too far behind to take the write; try again.
     #[error(transparent)]
     StoreBusy(SubmitError),
@@ -392,9 +392,7 @@ impl Broker {
             {
                 Ok((outcome, None)) => return Ok(outcome),
                 Ok((outcome, Some(durable))) => {
-                    durable
-                        .await
-                        .map_err(|e| BrokerError::Store(e.to_string()))?;
+                    durable.await.map_err(BrokerError::Store)?;
                     return Ok(outcome);
                 }
                 // The topic was removed under us: it hands the message back.

@@ -359,7 +359,7 @@ impl Broker {
     pub async fn enqueue_durable(&self, msg: Enqueue) -> Result<u64, BrokerError> {
         let (seq, durable) = self.enqueue(msg).await?;
         if let Some(d) = durable {
-            d.await.map_err(|e| BrokerError::Store(e.to_string()))?;
+            d.await.map_err(BrokerError::Store)?;
         }
         Ok(seq)
     }
@@ -578,7 +578,7 @@ impl Broker {
             }
         }
         if let Some(d) = durable {
-            d.await.map_err(|e| BrokerError::Store(e.to_string()))?;
+            d.await.map_err(BrokerError::Store)?;
         }
         Ok(true)
     }

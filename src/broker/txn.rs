@@ -126,7 +126,7 @@ impl Broker {
         }
         if let (Some(w), false) = (&self.inner.writer, writes.is_empty()) {
             let durable = match w.submit(writes) {
-                Ok(d) => d.await.map_err(|e| BrokerError::Store(e.to_string())),
+                Ok(d) => d.await.map_err(BrokerError::Store),
                 Err(e) => Err(BrokerError::StoreBusy(e)),
             };
             if let Err(e) = durable {

@@ -63,7 +63,7 @@ impl Settler {
             .settle(&self.queue, self.sink, &self.sub, vec![self.delivery], how)
             .await?;
         if let Some(d) = durable {
-            d.await.map_err(|e| BrokerError::Store(e.to_string()))?;
+            d.await.map_err(BrokerError::Store)?;
         }
         Ok(())
     }

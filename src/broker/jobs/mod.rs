@@ -124,9 +124,9 @@ pub enum JobError {
     /// The store writer is too far behind; try again.
     #[error("the store is busy; try again")]
     StoreBusy,
-    /// The store failed the write.
-    #[error("store: {0}")]
-    Store(String),
+    /// The store failed the write (its commit error kept as the source).
+    #[error(transparent)]
+    Store(#[from] crate::store::CommitError),
     /// The jobs resource refused or lost the task.
     #[error(transparent)]
     Task(#[from] TaskError),
@@ -229,7 +229,7 @@ impl Jobs {
         }
         let (id, durable) = self.tq.submit(move |s| s.enqueue(new, now_ms())).await??;
         if let Some(d) = durable {
-            d.await.map_err(|e| JobError::Store(e.to_string()))?;
+            d.await.map_err(JobError::Store)?;
         }
         Ok(id)
     }
@@ -341,7 +341,7 @@ impl Jobs {
             .submit(move |s| s.outcome(id, worker, token, outcome, error, now_ms()))
             .await??;
         if let Some(d) = durable {
-            d.await.map_err(|e| JobError::Store(e.to_string()))?;
+            d.await.map_err(JobError::Store)?;
         }
         Ok(status)
     }
