@@ -94,25 +94,7 @@ impl Tagged for ClientFrame {
     }
 
     fn rid(&self) -> Option<u64> {
-        match self {
-            ClientFrame::Hello(_) | ClientFrame::Close(_) => None,
-            ClientFrame::Subscribe(f) => f.rid,
-            ClientFrame::Unsubscribe(f) => f.rid,
-            ClientFrame::Publish(f) => f.rid,
-            ClientFrame::Ping(f) => f.rid,
-            ClientFrame::Enqueue(f) => f.rid,
-            ClientFrame::Consume(f) => f.rid,
-            ClientFrame::Ack(f) | ClientFrame::Reject(f) => f.rid,
-            ClientFrame::Nack(f) => f.rid,
-            ClientFrame::Touch(f) => f.rid,
-            ClientFrame::JobEnqueue(f) => Some(f.rid),
-            ClientFrame::JobStatus(f) => Some(f.rid),
-            ClientFrame::WorkerRegister(f) => Some(f.rid),
-            ClientFrame::WorkerPing(f) => Some(f.rid),
-            ClientFrame::JobDequeue(f) => Some(f.rid),
-            ClientFrame::JobOutcome(f) => Some(f.rid),
-            ClientFrame::Begin(f) | ClientFrame::Commit(f) | ClientFrame::Rollback(f) => f.rid,
-        }
+        ClientFrame::rid(self)
     }
 }
 

@@ -65,6 +65,32 @@ pub enum ClientFrame {
     Rollback(Txn),
 }
 
+impl ClientFrame {
+    /// The request id the frame carries, if any: what an answer to it
+    /// (a reply or an `error`) echoes.
+    pub fn rid(&self) -> Option<u64> {
+        match self {
+            ClientFrame::Hello(_) | ClientFrame::Close(_) => None,
+            ClientFrame::Subscribe(f) => f.rid,
+            ClientFrame::Unsubscribe(f) => f.rid,
+            ClientFrame::Publish(f) => f.rid,
+            ClientFrame::Ping(f) => f.rid,
+            ClientFrame::Enqueue(f) => f.rid,
+            ClientFrame::Consume(f) => f.rid,
+            ClientFrame::Ack(f) | ClientFrame::Reject(f) => f.rid,
+            ClientFrame::Nack(f) => f.rid,
+            ClientFrame::Touch(f) => f.rid,
+            ClientFrame::JobEnqueue(f) => Some(f.rid),
+            ClientFrame::JobStatus(f) => Some(f.rid),
+            ClientFrame::WorkerRegister(f) => Some(f.rid),
+            ClientFrame::WorkerPing(f) => Some(f.rid),
+            ClientFrame::JobDequeue(f) => Some(f.rid),
+            ClientFrame::JobOutcome(f) => Some(f.rid),
+            ClientFrame::Begin(f) | ClientFrame::Commit(f) | ClientFrame::Rollback(f) => f.rid,
+        }
+    }
+}
+
 /// `begin`, `commit`, `rollback`.
 #[derive(
     Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,

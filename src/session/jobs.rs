@@ -56,24 +56,12 @@ async fn run(jobs: Jobs, frame: ClientFrame) -> Result<JsonText, JobError> {
     }
 }
 
-/// The request id of a job or worker frame.
-fn rid(frame: &ClientFrame) -> u64 {
-    match frame {
-        ClientFrame::JobEnqueue(f) => f.rid,
-        ClientFrame::JobStatus(f) => f.rid,
-        ClientFrame::WorkerRegister(f) => f.rid,
-        ClientFrame::WorkerPing(f) => f.rid,
-        ClientFrame::JobDequeue(f) => f.rid,
-        ClientFrame::JobOutcome(f) => f.rid,
-        _ => 0,
-    }
-}
-
 impl Session {
     /// Handles a job or worker frame without holding up the frames after
     /// it (past [`MAX_PENDING_CONFIRMS`] requests in flight, it waits).
     pub(super) async fn handle_job(&mut self, format: Format, frame: ClientFrame) {
-        let rid = rid(&frame);
+        // Job and worker frames always carry one.
+        let rid = frame.rid().unwrap_or(0);
         let Some(jobs) = self.jobs.clone() else {
             self.error(
                 format,
