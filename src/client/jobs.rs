@@ -140,7 +140,7 @@ impl Client {
                     id: job.to_string(),
                     worker_id: worker.to_string(),
                     token,
-                    outcome: outcome.name(),
+                    outcome: outcome.name().to_owned(),
                     error,
                     rid,
                 })
