@@ -21,26 +21,10 @@ struct RawWs {
 
 impl RawWs {
     fn connect(addr: SocketAddr, path: &str, protocol: Option<&str>) -> RawWs {
-        let mut stream = TcpStream::connect(addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let proto = protocol
+        let extra = protocol
             .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
             .unwrap_or_default();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{proto}\r\n"
-        )
-        .unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            stream.read_exact(&mut byte).unwrap();
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&head);
+        let (stream, head) = upgrade(addr, path, &extra);
         assert!(head.starts_with("HTTP/1.1 101"), "{head}");
         RawWs {
             stream,
@@ -201,7 +185,9 @@ fn deep_and_long_names_are_refused_over_the_native_protocol() {
 }
 
 /// At the widest limits a configuration allows, the deepest filters and
-/// topics are matched, unsubscribed and dropped without recursion.
+/// topics are matched, delivered and unsubscribed, and the broker goes on.
+/// (That the trie's walks do not recurse is checked by its unit test, on
+/// a small stack, at 100,000 levels.)
 #[test]
 fn the_widest_limits_do_not_crash_the_broker() {
     let b = TestBroker::start(|c| {
@@ -413,8 +399,9 @@ fn slow_request_bodies_are_cut_and_capped() {
     assert_eq!(status, 202, "{body}");
 }
 
-/// The status of a WebSocket upgrade to `path` sent with `extra` headers.
-fn upgrade_status(addr: SocketAddr, path: &str, extra: &str) -> u16 {
+/// Sends a WebSocket upgrade to `path` with `extra` headers; the stream
+/// and the response's head (empty if the server closed first).
+fn upgrade(addr: SocketAddr, path: &str, extra: &str) -> (TcpStream, String) {
     let mut t = TcpStream::connect(addr).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
@@ -431,7 +418,13 @@ fn upgrade_status(addr: SocketAddr, path: &str, extra: &str) -> u16 {
         }
         head.push(byte[0]);
     }
-    String::from_utf8_lossy(&head)
+    (t, String::from_utf8_lossy(&head).into_owned())
+}
+
+/// The status of a WebSocket upgrade to `path` sent with `extra` headers.
+fn upgrade_status(addr: SocketAddr, path: &str, extra: &str) -> u16 {
+    upgrade(addr, path, extra)
+        .1
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
