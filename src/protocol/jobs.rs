@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn outcome_names_round_trip_through_serde() {
         for o in [Outcome::Succeeded, Outcome::Failed, Outcome::TimedOut] {
-            assert_eq!(Outcome::from_name(&o.name()), Some(o));
+            assert_eq!(Outcome::from_name(o.name()), Some(o));
         }
         assert_eq!(Outcome::TimedOut.name(), "timed_out");
         assert_eq!(Outcome::from_name("done"), None);
