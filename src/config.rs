@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::taskq::SchedulerConfig;
 
+pub mod auth;
 mod queues;
 
 pub use queues::{ExpiredPolicy, QueueDecl, QueueOptions};
@@ -47,6 +48,8 @@ pub struct Config {
     pub mqtt: MqttConfig,
     /// `[log]`: what the binary logs and how.
     pub log: LogConfig,
+    /// `[auth]`: credentials, anonymous access and permissions.
+    pub auth: auth::AuthConfig,
 }
 
 /// `[server]` settings.
@@ -593,6 +596,15 @@ impl Config {
             }
             q.options(&self.queue_defaults).validate(&key, &limits)?;
         }
+        if !self.mqtt.users.is_empty() {
+            return Err(invalid(
+                "mqtt.users",
+                "plaintext passwords are no longer accepted: list each user as \
+                 [[auth.users]] with name and password_hash (print a hash with \
+                 `wharf passwd`), and give it permissions under [auth.users.allow]",
+            ));
+        }
+        self.auth.validate()?;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::Invalid {
                 key: "log.level".into(),

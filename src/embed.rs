@@ -131,6 +131,8 @@ impl Wharf {
     /// cannot start.
     pub async fn start(config: Config) -> Result<Wharf, Error> {
         config.validate()?;
+        // Key files are read before the store opens: a bad one fails fast.
+        let auth = crate::auth::Auth::new(&config.auth)?;
         let store_config = config.store.clone();
         // sled does blocking I/O: open and read it off the async thread.
         let (defaults, declared) = (config.queue_defaults.clone(), config.queues.clone());
@@ -200,6 +202,7 @@ impl Wharf {
             sessions: sessions.clone(),
             config: config.clone(),
             bodies: crate::transport::BodyReader::new(&config.server),
+            auth,
         });
         // Topics nobody uses any more are swept every idle timeout.
         let idle = Duration::from_secs(config.topics.idle_timeout_s);
@@ -243,6 +246,12 @@ impl Wharf {
                 })),
             }),
         })
+    }
+
+    /// The credential checker the routes use: an embedding app checks its
+    /// own requests' credentials with it too.
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.inner.state.auth
     }
 
     /// The broker core, for everything the convenience methods do not cover.

@@ -48,6 +48,7 @@
 // SAFETY note, model-checked by loom): everywhere else it does not compile.
 #![deny(unsafe_code)]
 
+pub mod auth;
 pub mod broker;
 #[cfg(feature = "client")]
 pub mod client;
@@ -67,7 +68,7 @@ pub use embed::{
     ActorConsumer, ActorSubscription, Delivery, JobWorkers, QueueMessage, Settler, Wharf,
     WharfBuilder,
 };
-pub use server::run;
+pub use server::{run, run_with_reload};
 
 /// README.md's code blocks, compiled as doc tests: a snippet that drifts
 /// from the API fails CI.

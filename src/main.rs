@@ -37,6 +37,17 @@ enum Command {
     },
     /// Print the default configuration (the shipped config.toml).
     Config,
+    /// Read a password (without echo) and print its argon2id hash, for
+    /// `password_hash` of an `[[auth.users]]` entry.
+    Passwd {
+        /// Read the password from standard input (one line) instead of
+        /// the terminal, for scripts.
+        #[arg(long)]
+        stdin: bool,
+    },
+    /// Print a new random API token and its SHA-256, for an
+    /// `[[auth.tokens]]` entry (the config keeps only the digest).
+    Token,
 }
 
 fn main() -> ExitCode {
@@ -51,6 +62,53 @@ fn main() -> ExitCode {
             bind,
             data_dir,
         } => serve(config, bind, data_dir),
+        Command::Passwd { stdin } => passwd(stdin),
+        Command::Token => {
+            let token = wharf::auth::new_token();
+            println!("token:        {token}");
+            println!("token_sha256: {}", wharf::auth::token_digest(&token));
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn passwd(stdin: bool) -> ExitCode {
+    let read = if stdin {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| {
+            line.truncate(line.trim_end_matches(['\r', '\n']).len());
+            line
+        })
+    } else {
+        rpassword::prompt_password("password: ").and_then(|first| {
+            let again = rpassword::prompt_password("again: ")?;
+            if first == again {
+                Ok(first)
+            } else {
+                Err(std::io::Error::other("the passwords differ"))
+            }
+        })
+    };
+    let password = match read {
+        Ok(p) if !p.is_empty() => p,
+        Ok(_) => {
+            eprintln!("wharf passwd: the password is empty");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        Err(e) => {
+            eprintln!("wharf passwd: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match wharf::auth::hash_password(password.as_bytes()) {
+        Ok(hash) => {
+            println!("{hash}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wharf passwd: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -89,10 +147,15 @@ fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathB
         // Handlers are installed before the broker starts, so a signal
         // that arrives while it starts stops it cleanly.
         let shutdown = shutdown_signal();
-        wharf::run(listener, config, shutdown).await
+        let reload = reload_signal();
+        wharf::run_with_reload(listener, config, shutdown, reload).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(wharf::Error::Config(e)) => {
+            tracing::error!("invalid configuration: {e}");
+            config_error(&e)
+        }
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("wharf: {e}");
@@ -151,6 +214,25 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
         }
         tracing::info!("signal received");
     }
+}
+
+/// A message per SIGHUP: reload what can be reloaded (JWT keys).
+fn reload_signal() -> tokio::sync::mpsc::Receiver<()> {
+    use actix_rt::signal::unix::{SignalKind, signal};
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    match signal(SignalKind::hangup()) {
+        Ok(mut hup) => {
+            actix_rt::spawn(async move {
+                while hup.recv().await.is_some() {
+                    tracing::info!("SIGHUP: reloading");
+                    // A reload already pending covers this one too.
+                    let _ = tx.try_send(());
+                }
+            });
+        }
+        Err(e) => tracing::warn!("cannot watch SIGHUP: {e}"),
+    }
+    rx
 }
 
 /// The next delivery of a watched signal; never, if it is not watched.

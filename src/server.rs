@@ -43,9 +43,38 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + 'static,
 ) -> Result<(), Error> {
+    let (_keep, reload) = tokio::sync::mpsc::channel(1);
+    run_with_reload(listener, config, shutdown, reload).await
+}
+
+/// [`run`], and each message on `reload` re-reads what can change while
+/// running (the JWKS file of `[auth.jwt]`); the binary sends one on
+/// SIGHUP. A file that does not load leaves the old keys in force, with
+/// a warning.
+///
+/// # Errors
+/// As [`run`]; also a listener on a non-loopback address with no
+/// authentication configured and `auth.anonymous` unset
+/// ([`Error::Config`], naming `auth.anonymous`).
+pub async fn run_with_reload(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + 'static,
+    mut reload: tokio::sync::mpsc::Receiver<()>,
+) -> Result<(), Error> {
+    let addr = listener.local_addr()?;
+    config.auth.check_exposure(&[addr])?;
     let wharf = Wharf::start(config).await?;
     let config = wharf.config().clone();
-    let addr = listener.local_addr()?;
+    let reloading = wharf.clone();
+    actix_rt::spawn(async move {
+        while reload.recv().await.is_some() {
+            match reloading.auth().reload() {
+                Ok(keys) => tracing::info!(keys, "authentication keys reloaded"),
+                Err(e) => tracing::warn!("authentication keys not reloaded, the old ones stay: {e}"),
+            }
+        }
+    });
     let workers = config.server.effective_http_workers();
     let routes = wharf.configure();
     let write_timeout = Duration::from_secs(config.session.write_timeout_s);

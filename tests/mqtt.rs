@@ -222,7 +222,11 @@ mod own_client {
     #[test]
     fn protocol_violations_close_only_that_connection() {
         let b = TestBroker::start(|c| {
-            c.mqtt.users.insert("sensor".into(), "s3cret".into());
+            c.auth.users.push(wharf::config::auth::UserConfig {
+                name: "sensor".into(),
+                password_hash: wharf::auth::hash_password(b"s3cret").unwrap(),
+                allow: wharf::config::auth::Permissions::everything(),
+            });
         });
         block_on(async {
             let good = MqttOptions {

@@ -67,6 +67,7 @@ impl Tagged for ClientFrame {
         "begin",
         "commit",
         "rollback",
+        "refresh",
     ];
 
     fn check_variant(op: &str, fields: Value) -> Option<Result<(), PathError>> {
@@ -89,6 +90,7 @@ impl Tagged for ClientFrame {
             "job_dequeue" => check::<jobs::JobDequeue>(fields),
             "job_outcome" => check::<jobs::JobOutcome>(fields),
             "begin" | "commit" | "rollback" => check::<frame::Txn>(fields),
+            "refresh" => check::<frame::Refresh>(fields),
             _ => None,
         }
     }
@@ -512,7 +514,7 @@ mod tests {
     fn bincode_errors_are_sentences_naming_the_op() {
         let e = bin(&[99]);
         assert_eq!(e.code, ErrorCode::UnknownOp);
-        assert_eq!(e.message, "no operation has tag 99 (tags run from 0 to 20)");
+        assert_eq!(e.message, "no operation has tag 99 (tags run from 0 to 21)");
         let e = bin(&[]);
         assert_eq!(e.code, ErrorCode::Malformed);
         assert!(e.message.contains("empty"), "{e}");

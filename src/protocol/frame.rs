@@ -63,6 +63,9 @@ pub enum ClientFrame {
     Commit(Txn),
     /// Discards what was staged; staged acks give their deliveries back.
     Rollback(Txn),
+    /// Presents a new token (a JWT about to expire) for the same
+    /// principal, so the session outlives the old one.
+    Refresh(Refresh),
 }
 
 impl ClientFrame {
@@ -87,6 +90,7 @@ impl ClientFrame {
             ClientFrame::JobDequeue(f) => Some(f.rid),
             ClientFrame::JobOutcome(f) => Some(f.rid),
             ClientFrame::Begin(f) | ClientFrame::Commit(f) | ClientFrame::Rollback(f) => f.rid,
+            ClientFrame::Refresh(f) => f.rid,
         }
     }
 }
@@ -284,6 +288,20 @@ pub struct Publish {
     pub priority: Priority,
     /// Request id: when present, the server answers with a `receipt` once
     /// the message has been handed to every current subscriber.
+    pub rid: Option<u64>,
+}
+
+/// `refresh`: a new credential for the session's principal. Answered by
+/// a `receipt` (when `rid` is given) once checked.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Refresh {
+    /// The new token (a JWT or a static token).
+    pub token: String,
+    /// Request id, echoed in the `receipt` or `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rid: Option<u64>,
 }
 
@@ -513,6 +531,12 @@ pub enum ErrorCode {
     TransactionState,
     /// The transaction holds `session.max_transaction_ops` operations.
     TransactionTooLarge,
+    /// Credentials are missing, wrong or expired.
+    Unauthorized,
+    /// The principal may not do this.
+    Forbidden,
+    /// Too many failed authentications from this address; wait.
+    TooManyFailures,
 }
 
 impl ErrorCode {
@@ -544,6 +568,9 @@ impl ErrorCode {
             ErrorCode::TooManyWorkers => "too_many_workers",
             ErrorCode::TransactionState => "transaction_state",
             ErrorCode::TransactionTooLarge => "transaction_too_large",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::TooManyFailures => "too_many_failures",
         }
     }
 }

@@ -156,6 +156,12 @@ pub fn matches(filter: &str, topic: &str) -> bool {
     if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
         return false;
     }
+    matches_levels(filter, topic)
+}
+
+/// [`matches`] level by level only, without the `$` rule: a permission
+/// of `#` grants `$` topics too (permissions are not subscriptions).
+pub fn matches_levels(filter: &str, topic: &str) -> bool {
     let mut f = filter.split('/');
     let mut t = topic.split('/');
     loop {
@@ -163,6 +169,39 @@ pub fn matches(filter: &str, topic: &str) -> bool {
             (Some("#"), _) => return true,
             (Some("+"), Some(_)) => {}
             (Some(fl), Some(tl)) if fl == tl => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Whether `allowed` covers `filter`: every topic `filter` matches,
+/// `allowed` matches too (`home/+/temp` covers `home/kitchen/temp` but
+/// not `home/#`). Both are assumed valid. Permissions check
+/// subscriptions with it.
+pub fn covers(allowed: &str, filter: &str) -> bool {
+    // A wildcard first level does not match `$` topics; a `$` literal
+    // first level in `filter` matches only those.
+    if (allowed.starts_with('+') || allowed.starts_with('#')) && filter.starts_with('$') {
+        return false;
+    }
+    covers_levels(allowed, filter)
+}
+
+/// [`covers`] level by level only, without the `$` rule (see
+/// [`matches_levels`]).
+pub fn covers_levels(allowed: &str, filter: &str) -> bool {
+    // Every topic has a first level, so `+/#` matches what `#` does.
+    if allowed == "+/#" {
+        return true;
+    }
+    let mut a = allowed.split('/');
+    let mut f = filter.split('/');
+    loop {
+        match (a.next(), f.next()) {
+            (Some("#"), _) => return true,
+            (Some("+"), Some(fl)) if fl != "#" => {}
+            (Some(al), Some(fl)) if al == fl && al != "+" => {}
             (None, None) => return true,
             _ => return false,
         }
@@ -267,6 +306,75 @@ mod tests {
         ];
         for (f, t) in no {
             assert!(!matches(f, t), "{f} should not match {t}");
+        }
+    }
+
+    /// Every topic of up to five levels over a small alphabet (with `$x`
+    /// and a level no filter names).
+    fn small_topics() -> Vec<String> {
+        let alphabet = ["a", "b", "$x", "z"];
+        let mut all: Vec<String> = alphabet.iter().map(|s| (*s).to_owned()).collect();
+        let mut last = all.clone();
+        for _ in 1..5 {
+            let next: Vec<String> = last
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |l| format!("{t}/{l}")))
+                .collect();
+            all.extend(next.iter().cloned());
+            last = next;
+        }
+        all
+    }
+
+    fn filter_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            proptest::collection::vec(prop_oneof!["a", "b", "\\$x", "\\+"], 0..3),
+            any::<bool>(),
+        )
+            .prop_map(|(mut levels, hash)| {
+                if hash || levels.is_empty() {
+                    levels.push("#".into());
+                }
+                levels.join("/")
+            })
+    }
+
+    proptest::proptest! {
+        /// `covers(a, f)` exactly when every topic `f` matches, `a` matches.
+        #[test]
+        fn covers_agrees_with_matching(a in filter_strategy(), f in filter_strategy()) {
+            let topics = small_topics();
+            let escapes = topics.iter().find(|t| matches(&f, t) && !matches(&a, t));
+            proptest::prop_assert_eq!(
+                covers(&a, &f),
+                escapes.is_none(),
+                "allowed {} filter {} escaping topic {:?}", a, f, escapes
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// The same, level by level (permissions' reading).
+        #[test]
+        fn covers_levels_agrees_with_matching_levels(a in filter_strategy(), f in filter_strategy()) {
+            let topics = small_topics();
+            let escapes = topics.iter().find(|t| matches_levels(&f, t) && !matches_levels(&a, t));
+            proptest::prop_assert_eq!(
+                covers_levels(&a, &f),
+                escapes.is_none(),
+                "allowed {} filter {} escaping topic {:?}", a, f, escapes
+            );
+        }
+    }
+
+    #[test]
+    fn covering() {
+        for (a, f) in [("home/+/temp", "home/k/temp"), ("a/#", "a"), ("#", "+/#"), ("+", "+")] {
+            assert!(covers(a, f), "{a} should cover {f}");
+        }
+        for (a, f) in [("home/+/temp", "home/#"), ("a/+", "a/#"), ("#", "$sys/#"), ("a", "+")] {
+            assert!(!covers(a, f), "{a} should not cover {f}");
         }
     }
 }

@@ -5,6 +5,7 @@
 //! this file only decodes frames and encodes replies.
 
 use super::Session;
+use crate::auth::{Principal, Right};
 use crate::broker::jobs::api::{self, parse_id, parse_outcome};
 use crate::broker::jobs::{JobError, Jobs};
 use crate::protocol::codec::Format;
@@ -13,7 +14,7 @@ use crate::protocol::jobs::{JobReply, JsonText, NewJob, Register, ReportOutcome}
 
 /// Decodes one job or worker frame, runs its operation and encodes the
 /// typed reply as the `job_reply` body (canonical JSON, as HTTP's).
-async fn run(jobs: Jobs, frame: ClientFrame) -> Result<JsonText, JobError> {
+async fn run(jobs: Jobs, frame: ClientFrame, who: Option<Principal>) -> Result<JsonText, JobError> {
     match frame {
         ClientFrame::JobEnqueue(e) => {
             let new = NewJob {
@@ -27,7 +28,8 @@ async fn run(jobs: Jobs, frame: ClientFrame) -> Result<JsonText, JobError> {
         }
         ClientFrame::JobStatus(q) => {
             let id = parse_id(&q.id, "id")?;
-            Ok(JsonText::of(&api::status(&jobs, id).await?))
+            let visible = |kind: &str| who.as_ref().is_some_and(|p| may_see_job(p, kind));
+            Ok(JsonText::of(&api::status(&jobs, id, visible).await?))
         }
         ClientFrame::WorkerRegister(r) => {
             let req = Register { kinds: r.kinds };
@@ -56,6 +58,12 @@ async fn run(jobs: Jobs, frame: ClientFrame) -> Result<JsonText, JobError> {
     }
 }
 
+/// Whether `p` may read the status of a job of `kind`: the admin, and
+/// those who may enqueue or work on the kind.
+pub(crate) fn may_see_job(p: &Principal, kind: &str) -> bool {
+    p.may(Right::Admin) || p.may(Right::EnqueueJob(kind)) || p.may(Right::WorkJob(kind))
+}
+
 impl Session {
     /// Handles a job or worker frame without holding up the frames after
     /// it (past [`MAX_PENDING_CONFIRMS`] requests in flight, it waits).
@@ -72,8 +80,9 @@ impl Session {
             return;
         };
         let out = self.out.clone();
+        let who = self.principal.clone();
         let answer = async move {
-            let reply = match run(jobs, frame).await {
+            let reply = match run(jobs, frame, who).await {
                 Ok(body) => ServerFrame::JobReply(JobReply { rid, body }),
                 Err(e) => ServerFrame::Error(ErrorFrame {
                     code: e.code(),

@@ -15,6 +15,7 @@ use crate::protocol::frame::{Priority, ServerFrame};
 
 struct Entry {
     client_id: String,
+    principal: Option<String>,
     out: Arc<Outbound>,
     since: SystemTime,
 }
@@ -26,6 +27,10 @@ pub struct SessionInfo {
     pub id: Uuid,
     /// The client's id.
     pub client_id: String,
+    /// Who it authenticated as (`anonymous` when it presented nothing;
+    /// absent until it authenticates).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// Seconds since the Unix epoch when it connected.
     pub since_unix_s: u64,
     /// Its outbound counters.
@@ -49,6 +54,7 @@ impl Sessions {
             id,
             Entry {
                 client_id,
+                principal: None,
                 out,
                 since: SystemTime::now(),
             },
@@ -58,6 +64,14 @@ impl Sessions {
     pub(crate) fn set_client_id(&self, id: Uuid, client_id: String) {
         if let Some(e) = self.map.write().get_mut(&id) {
             e.client_id = client_id;
+        }
+    }
+
+    pub(crate) fn set_principal(&self, id: Uuid, principal: &str) {
+        if let Some(e) = self.map.write().get_mut(&id) {
+            if e.principal.as_deref() != Some(principal) {
+                e.principal = Some(principal.to_owned());
+            }
         }
     }
 
@@ -79,6 +93,7 @@ impl Sessions {
         SessionInfo {
             id,
             client_id: e.client_id.clone(),
+            principal: e.principal.clone(),
             since_unix_s: e
                 .since
                 .duration_since(SystemTime::UNIX_EPOCH)

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use uuid::Uuid;
 
+pub(crate) use jobs::may_see_job;
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
     CloseRequest, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
@@ -48,7 +49,22 @@ pub enum Next {
         /// Deliver queued frames first.
         drain: bool,
     },
+    /// Close the session with `code` after what is queued (the `error`
+    /// saying why): failed or missing authentication.
+    Refused {
+        /// The WebSocket close code.
+        code: u16,
+        /// The close reason.
+        reason: &'static str,
+    },
 }
+
+/// WebSocket close code for a session that failed or lacked
+/// authentication (after an `unauthorized` error frame).
+pub const CLOSE_UNAUTHORIZED: u16 = 4401;
+/// WebSocket close code for a session whose credential expired without a
+/// `refresh`.
+pub const CLOSE_EXPIRED: u16 = 4403;
 
 /// One client's session.
 pub struct Session {
@@ -76,7 +92,22 @@ pub struct Session {
     txn: Option<txn::OpenTxn>,
     /// Frames handled so far (`hello` is only accepted as the first).
     frames: u64,
+    /// How credentials are checked (`hello.token`, `refresh`).
+    auth: crate::auth::Auth,
+    /// Who the session acts as; `None` until `hello` brings a token when
+    /// the upgrade brought none and anonymous clients are not let in.
+    principal: Option<crate::auth::Principal>,
+    /// The client's address, for counting failed authentications.
+    peer: Option<std::net::IpAddr>,
+    /// Publish permission by topic, for principals whose publish rights
+    /// are not simply `#`: a publish does not re-walk the filters.
+    may_publish: HashMap<Box<str>, bool>,
+    /// When the principal's credential expires, on the monotonic clock.
+    expires_at: Option<std::time::Instant>,
 }
+
+/// Most topics whose publish permission a session remembers.
+const MAX_PUBLISH_CACHE: usize = 1024;
 
 /// Most confirmations one session may have waiting for the disk before
 /// it stops reading frames until one completes.
@@ -99,6 +130,7 @@ impl Session {
         let id = Uuid::now_v7();
         let client_id = format!("anon-{}", id.simple());
         sessions.insert(id, client_id.clone(), out.clone());
+        let auth = crate::auth::Auth::open();
         Session {
             id,
             client_id,
@@ -113,7 +145,67 @@ impl Session {
             jobs: None,
             txn: None,
             frames: 0,
+            principal: auth.anonymous(),
+            auth,
+            peer: None,
+            may_publish: HashMap::new(),
+            expires_at: None,
         }
+    }
+
+    /// Checks credentials with `auth`; `principal` is who the upgrade's
+    /// credentials proved (or the anonymous principal, or `None`: then
+    /// `hello` must bring a token). `peer` is the client's address.
+    pub fn with_auth(
+        mut self,
+        auth: crate::auth::Auth,
+        principal: Option<crate::auth::Principal>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Self {
+        self.auth = auth;
+        self.peer = peer;
+        self.set_principal(principal);
+        self
+    }
+
+    /// Who the session acts as, once known.
+    pub fn principal(&self) -> Option<&crate::auth::Principal> {
+        self.principal.as_ref()
+    }
+
+    fn set_principal(&mut self, principal: Option<crate::auth::Principal>) {
+        if let Some(p) = &principal {
+            self.sessions.set_principal(self.id, p.name());
+        }
+        self.expires_at = principal.as_ref().and_then(|p| p.expires_at());
+        self.principal = principal;
+        self.may_publish.clear();
+    }
+
+    /// The name the client's durable subscriptions are kept under: its
+    /// client id within its principal's namespace.
+    fn durable_owner(&self) -> String {
+        match &self.principal {
+            Some(p) => p.namespace(&self.client_id),
+            None => self.client_id.clone(),
+        }
+    }
+
+    /// When the session's credential expires (a JWT's `exp`): the
+    /// connection is closed then unless a `refresh` moved it.
+    pub fn expires_at(&self) -> Option<std::time::Instant> {
+        self.expires_at
+    }
+
+    /// The credential expired: tells the client before the close.
+    pub fn expired(&self) {
+        let format = self.out.notice_format();
+        self.error(
+            format,
+            ErrorCode::Unauthorized,
+            "the session's credential expired; reconnect with a fresh token",
+            None,
+        );
     }
 
     /// Serves job and worker frames through `jobs`.
@@ -259,12 +351,27 @@ impl Session {
     pub async fn handle(&mut self, format: Format, frame: ClientFrame) -> Next {
         self.frames += 1;
         self.out.set_notice_format(format);
+        let frame = match frame {
+            ClientFrame::Hello(h) => return ops::hello(self, format, h).await,
+            ClientFrame::Refresh(r) => return ops::refresh(self, format, r).await,
+            frame => frame,
+        };
+        if !ops::permitted(self, format, &frame) {
+            return match self.principal {
+                Some(_) => Next::Continue,
+                None => Next::Refused {
+                    code: CLOSE_UNAUTHORIZED,
+                    reason: "authentication required",
+                },
+            };
+        }
         let frame = match self.stage(format, frame).await {
             txn::Staged::Done(next) => return next,
             txn::Staged::Pass(frame) => frame,
         };
         match frame {
-            ClientFrame::Hello(h) => ops::hello(self, format, h),
+            // Handled above.
+            ClientFrame::Hello(_) | ClientFrame::Refresh(_) => {}
             ClientFrame::Subscribe(s) => ops::subscribe(self, format, s).await,
             ClientFrame::Unsubscribe(u) => ops::unsubscribe(self, format, u).await,
             ClientFrame::Publish(p) => ops::publish(self, format, p).await,

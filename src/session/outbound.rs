@@ -320,6 +320,11 @@ impl Outbound {
             .store(format_byte(format), Ordering::Relaxed);
     }
 
+    /// The format the client last used: what server notices go out in.
+    pub fn notice_format(&self) -> Format {
+        format_from(self.notice_format.load(Ordering::Relaxed))
+    }
+
     /// Current counters.
     pub fn stats(&self) -> OutboundStats {
         OutboundStats {

@@ -37,7 +37,15 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(Body {
+        let mut response = HttpResponse::build(self.status);
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 9110 §11.6.1: a 401 names the schemes it accepts.
+            response.insert_header((
+                actix_web::http::header::WWW_AUTHENTICATE,
+                "Bearer realm=\"wharf\", Basic realm=\"wharf\"",
+            ));
+        }
+        response.json(Body {
             error: Inner {
                 code: self.code,
                 message: &self.message,
@@ -80,6 +88,9 @@ pub(crate) fn http_status(code: ErrorCode) -> StatusCode {
         | C::QueueFull
         | C::TooManyWorkers => StatusCode::SERVICE_UNAVAILABLE,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        C::Unauthorized => StatusCode::UNAUTHORIZED,
+        C::Forbidden => StatusCode::FORBIDDEN,
+        C::TooManyFailures => StatusCode::TOO_MANY_REQUESTS,
     }
 }
 

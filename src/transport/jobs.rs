@@ -17,6 +17,8 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use super::body::BodyReader;
+use super::credentials::Caller;
+use crate::auth::Right;
 use super::error::HttpCode;
 use super::topics::query;
 use super::{ApiError, AppState};
@@ -46,36 +48,52 @@ async fn json_body<T: serde::de::DeserializeOwned>(
 }
 
 pub(crate) async fn enqueue(
+    caller: Caller,
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let new: NewJob = json_body(&app.bodies, &mut body, None).await?;
+    caller.require(Right::EnqueueJob(&new.kind))?;
     let reply = api::enqueue(&app.jobs, new).await.map_err(job_error)?;
     Ok(HttpResponse::Created().json(reply))
 }
 
 pub(crate) async fn status(
+    caller: Caller,
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    if !caller.0.grants().any_jobs() {
+        return Err(caller.forbidden(Right::EnqueueJob("*")));
+    }
     let id = parse_id(&id, "job id").map_err(job_error)?;
-    let view = api::status(&app.jobs, id).await.map_err(job_error)?;
+    let visible = |kind: &str| crate::session::may_see_job(&caller.0, kind);
+    let view = api::status(&app.jobs, id, visible)
+        .await
+        .map_err(job_error)?;
     Ok(HttpResponse::Ok().json(view))
 }
 
 pub(crate) async fn register(
+    caller: Caller,
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let r: Register = json_body(&app.bodies, &mut body, Some(Register::default())).await?;
+    caller.require_worker()?;
+    for kind in &r.kinds {
+        caller.require(Right::WorkJob(kind))?;
+    }
     let reply = api::register(&app.jobs, r).await.map_err(job_error)?;
     Ok(HttpResponse::Created().json(reply))
 }
 
 pub(crate) async fn ping(
+    caller: Caller,
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    caller.require_worker()?;
     let id = parse_id(&id, "worker id").map_err(job_error)?;
     let reply = api::ping(&app.jobs, id).await.map_err(job_error)?;
     Ok(HttpResponse::Ok().json(reply))
@@ -89,10 +107,12 @@ struct DequeueQuery {
 }
 
 pub(crate) async fn dequeue(
+    caller: Caller,
     req: HttpRequest,
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    caller.require_worker()?;
     let id = parse_id(&id, "worker id").map_err(job_error)?;
     let q: DequeueQuery = query(&req)?;
     match api::dequeue(&app.jobs, id, q.wait_ms)
@@ -105,17 +125,23 @@ pub(crate) async fn dequeue(
 }
 
 pub(crate) async fn outcome(
+    caller: Caller,
     id: web::Path<String>,
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    caller.require_worker()?;
     let id = parse_id(&id, "job id").map_err(job_error)?;
     let b: ReportOutcome = json_body(&app.bodies, &mut body, None).await?;
     let reply = api::outcome(&app.jobs, id, b).await.map_err(job_error)?;
     Ok(HttpResponse::Ok().json(reply))
 }
 
-pub(crate) async fn info(app: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn info(
+    caller: Caller,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    caller.admin("read", "/admin/jobs")?;
     let info = app.jobs.info().await.map_err(job_error)?;
     Ok(HttpResponse::Ok().json(info))
 }

@@ -3,6 +3,7 @@
 //! ([`ApiError`]).
 
 mod body;
+mod credentials;
 mod error;
 mod health;
 mod jobs;
@@ -42,6 +43,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// How request bodies are read (size, time and concurrency bounds).
     pub bodies: BodyReader,
+    /// Who may connect and what each principal may do.
+    pub auth: crate::auth::Auth,
 }
 
 /// Mounts Wharf's routes on an actix `App` or scope. The caller must have
@@ -136,8 +139,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// `GET /admin/sessions`: every live session with its outbound counters.
-async fn list_sessions(app: web::Data<AppState>) -> actix_web::HttpResponse {
-    actix_web::HttpResponse::Ok().json(app.sessions.list())
+async fn list_sessions(
+    caller: credentials::Caller,
+    app: web::Data<AppState>,
+) -> Result<actix_web::HttpResponse, ApiError> {
+    caller.admin("read", "/admin/sessions")?;
+    Ok(actix_web::HttpResponse::Ok().json(app.sessions.list()))
 }
 
 /// The answer for paths no route matches: 404 with a JSON error body.

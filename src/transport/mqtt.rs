@@ -47,6 +47,10 @@ impl Handler for Mqtt {
         self.session.idle_deadline()
     }
 
+    fn expires_at(&self) -> Option<Instant> {
+        self.session.expires_at()
+    }
+
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {
         if kind == MessageKind::Text {
             return self.close(1003, "MQTT travels in binary frames".into());
@@ -120,6 +124,8 @@ pub(crate) async fn upgrade(
         .into());
     };
     builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, protocol));
+    // Credentials may come with the upgrade; CONNECT's password wins.
+    let principal = super::credentials::principal(&req, &app, true).await?;
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, Format::Bincode);
     // MQTT has no `dropped` notice: drops are silent (QoS 0 is at most
@@ -130,7 +136,11 @@ pub(crate) async fn upgrade(
         app.sessions.clone(),
         out.clone(),
         cfg.clone(),
-        app.config.mqtt.clone(),
+    )
+    .with_auth(
+        app.auth.clone(),
+        principal,
+        req.peer_addr().map(|a| a.ip()),
     );
     let mqtt = Mqtt {
         session,

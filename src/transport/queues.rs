@@ -8,6 +8,8 @@ use crate::protocol::frame::ErrorCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
+use super::credentials::Caller;
+use crate::auth::Right;
 use super::topics::{api_error, message_headers, query};
 use super::{ApiError, AppState};
 use crate::broker::Enqueue;
@@ -44,12 +46,21 @@ pub(crate) struct RedriveQuery {
     to: Option<String>,
 }
 
+/// Whether the caller may see a queue's counters (and that it exists):
+/// the admin, and those who may enqueue to or consume it.
+fn may_see_queue(caller: &Caller, name: &str) -> bool {
+    let p = &caller.0;
+    p.may(Right::Admin) || p.may(Right::Enqueue(name)) || p.may(Right::Consume(name))
+}
+
 pub(crate) async fn enqueue(
+    caller: Caller,
     req: HttpRequest,
     name: web::Path<String>,
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    caller.require(Right::Enqueue(&name))?;
     let q: EnqueueQuery = query(&req)?;
     let payload = app
         .bodies
@@ -72,9 +83,15 @@ pub(crate) async fn enqueue(
 }
 
 pub(crate) async fn info(
+    caller: Caller,
     name: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    // Checked before the lookup: a forbidden queue and a missing one
+    // answer the same.
+    if !may_see_queue(&caller, &name) {
+        return Err(caller.forbidden(Right::Consume(&name)));
+    }
     match app.broker.queue_info(&name).await {
         Some(info) => Ok(HttpResponse::Ok().json(info)),
         None => Err(ApiError::coded(
@@ -84,9 +101,12 @@ pub(crate) async fn info(
     }
 }
 
-pub(crate) async fn list(app: web::Data<AppState>) -> HttpResponse {
+pub(crate) async fn list(caller: Caller, app: web::Data<AppState>) -> HttpResponse {
     let mut all = Vec::new();
     for name in app.broker.queue_names() {
+        if !may_see_queue(&caller, &name) {
+            continue;
+        }
         if let Some(info) = app.broker.queue_info(&name).await {
             all.push(info);
         }
@@ -95,10 +115,12 @@ pub(crate) async fn list(app: web::Data<AppState>) -> HttpResponse {
 }
 
 pub(crate) async fn redrive(
+    caller: Caller,
     req: HttpRequest,
     name: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    caller.admin("redrive", &name)?;
     let q: RedriveQuery = query(&req)?;
     let moved = app
         .broker
@@ -109,9 +131,11 @@ pub(crate) async fn redrive(
 }
 
 pub(crate) async fn delete(
+    caller: Caller,
     name: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    caller.admin("delete queue", &name)?;
     if app.broker.delete_queue(&name).await.map_err(api_error)? {
         Ok(HttpResponse::NoContent().finish())
     } else {

@@ -5,6 +5,8 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
+use super::credentials::Caller;
+use crate::auth::Right;
 use super::error::HttpCode;
 use super::{ApiError, AppState};
 use crate::broker::{BrokerError, Publish};
@@ -66,11 +68,13 @@ pub(crate) fn api_error(e: BrokerError) -> ApiError {
 }
 
 pub(crate) async fn publish(
+    caller: Caller,
     req: HttpRequest,
     name: web::Path<String>,
     mut body: web::Payload,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    caller.require(Right::Publish(&name))?;
     let query: PublishQuery = query(&req)?;
     let payload = app
         .bodies

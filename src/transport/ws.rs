@@ -79,6 +79,9 @@ pub(crate) async fn upgrade(
     if let Some(name) = chosen {
         builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, name));
     }
+    // Credentials on the upgrade; without them (and without anonymous
+    // access) the first frame must be a hello with a token.
+    let principal = super::credentials::principal(&req, &app, true).await?;
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, format);
     let session = Session::new(
@@ -87,7 +90,12 @@ pub(crate) async fn upgrade(
         out.clone(),
         cfg.clone(),
     )
-    .with_jobs(app.jobs.clone());
+    .with_jobs(app.jobs.clone())
+    .with_auth(
+        app.auth.clone(),
+        principal,
+        req.peer_addr().map(|a| a.ip()),
+    );
     tracing::debug!(session = %session.id(), ?format, "websocket session opened");
     let native = Native {
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
@@ -112,6 +120,14 @@ impl Handler for Native {
 
     fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.cfg.idle_timeout_s)
+    }
+
+    fn expires_at(&self) -> Option<Instant> {
+        self.session.expires_at()
+    }
+
+    fn expired(&mut self) {
+        self.session.expired();
     }
 
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {
@@ -156,6 +172,15 @@ impl Handler for Native {
                         code: 1000,
                         reason: "closed by client".into(),
                         drain,
+                    });
+                    Flow::Stop
+                }
+                Next::Refused { code, reason } => {
+                    // Drain: the error saying why goes first.
+                    self.session.outbound().close(CloseRequest {
+                        code,
+                        reason: reason.into(),
+                        drain: true,
                     });
                     Flow::Stop
                 }

@@ -18,7 +18,7 @@ use futures_core::Stream;
 use crate::config::SessionConfig;
 use crate::protocol::codec::Format;
 use crate::protocol::frame::Priority;
-use crate::session::{CloseRequest, OutFrame, Outbound, OutboundStream};
+use crate::session::{CLOSE_EXPIRED, CloseRequest, OutFrame, Outbound, OutboundStream};
 
 /// Longest a draining close waits for the client to read what is queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,6 +54,15 @@ pub(crate) trait Handler {
     fn idle_deadline(&self, last_heard: Instant) -> Instant {
         last_heard + self.idle_timeout()
     }
+    /// When the connection's credential expires (a JWT's `exp`): the read
+    /// loop closes it then ([`CLOSE_EXPIRED`]), after
+    /// [`Handler::expired`]. Asked again after each message, so a
+    /// refresh moves it.
+    fn expires_at(&self) -> Option<Instant> {
+        None
+    }
+    /// The credential expired: tell the client, if the protocol can.
+    fn expired(&mut self) {}
     /// The read side ended (the client left, closed, or broke a rule).
     async fn end(self);
 }
@@ -69,6 +78,13 @@ struct Reader<H> {
 }
 
 impl<H: Handler> Reader<H> {
+    /// The next instant the loop must look at the connection: its idle
+    /// deadline or its credential's expiry, whichever is first.
+    fn deadline(&self, last_heard: Instant) -> Instant {
+        let idle = self.handler.idle_deadline(last_heard);
+        self.handler.expires_at().map_or(idle, |at| idle.min(at))
+    }
+
     fn close(&self, code: u16, reason: impl Into<String>, drain: bool) {
         self.handler.outbound().close(CloseRequest {
             code,
@@ -239,7 +255,7 @@ pub(crate) async fn read_loop<H: Handler>(
         }
         // The deadline moves earlier when a handler's timeout shrinks (an
         // MQTT CONNECT's keep-alive): re-arm then, never on mere traffic.
-        let due = reader.handler.idle_deadline(last_heard);
+        let due = reader.deadline(last_heard);
         if due < idle_at {
             idle_at = due;
             idle.as_mut().reset(idle_at.into());
@@ -257,12 +273,17 @@ pub(crate) async fn read_loop<H: Handler>(
                 let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
             }
             _ = &mut idle => {
-                let due = reader.handler.idle_deadline(last_heard);
-                if Instant::now() >= due {
+                let now = Instant::now();
+                if reader.handler.expires_at().is_some_and(|at| now >= at) {
+                    reader.handler.expired();
+                    reader.close(CLOSE_EXPIRED, "credentials expired", true);
+                    break 'conn;
+                }
+                if now >= reader.handler.idle_deadline(last_heard) {
                     reader.close(1001, "idle timeout", false);
                     break 'conn;
                 }
-                idle_at = due;
+                idle_at = reader.deadline(last_heard);
                 idle.as_mut().reset(idle_at.into());
             }
         }

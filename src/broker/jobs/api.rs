@@ -43,12 +43,22 @@ pub async fn enqueue(jobs: &Jobs, new: NewJob) -> Result<Enqueued, JobError> {
     })
 }
 
-/// A job's record, without its worker and token.
+/// A job's record, without its worker and token, if the caller may see
+/// jobs of its kind (`visible`); a job it may not see answers as a
+/// missing one does, so ids of others' jobs reveal nothing.
 ///
 /// # Errors
-/// As [`Jobs::status`].
-pub async fn status(jobs: &Jobs, id: Uuid) -> Result<JobView, JobError> {
-    jobs.status(id).await
+/// As [`Jobs::status`]; [`JobError::UnknownJob`] for an invisible kind.
+pub async fn status(
+    jobs: &Jobs,
+    id: Uuid,
+    visible: impl Fn(&str) -> bool,
+) -> Result<JobView, JobError> {
+    let view = jobs.status(id).await?;
+    if !visible(&view.kind) {
+        return Err(JobError::UnknownJob);
+    }
+    Ok(view)
 }
 
 /// Registers a worker.

@@ -24,6 +24,7 @@ pub use sink::MqttSink;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -31,8 +32,9 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::{Outbound, Sessions};
+use crate::auth::{Auth, AuthError, Credential, Principal, Right};
 use crate::broker::{Broker, Publish, Settlement, Sink, Subscription, next_sink_id};
-use crate::config::{MqttConfig, SessionConfig};
+use crate::config::SessionConfig;
 use crate::protocol::frame::{Headers, Priority};
 use crate::protocol::mqtt::{self, Connect, MqttError, Packet, SUBACK_FAILURE, connack};
 use sink::{OutState, Pending};
@@ -95,7 +97,6 @@ pub struct MqttSession {
     sessions: Sessions,
     sink: Arc<MqttSink>,
     cfg: SessionConfig,
-    mqtt: MqttConfig,
     buf: BytesMut,
     connected: Option<Connected>,
     /// Set by DISCONNECT: no will.
@@ -103,7 +104,21 @@ pub struct MqttSession {
     /// When the last MQTT packet arrived (keep-alive counts packets, not
     /// WebSocket pongs).
     last_packet: std::time::Instant,
+    /// How CONNECT's credentials are checked.
+    auth: Auth,
+    /// Who the upgrade's credentials proved, if any; after CONNECT, who
+    /// the session acts as.
+    principal: Option<Principal>,
+    /// The client's address, for counting failed authentications.
+    peer: Option<IpAddr>,
+    /// Publish permission by topic (see the native session's).
+    may_publish: HashMap<Box<str>, bool>,
+    /// When the principal's credential expires.
+    expires_at: Option<std::time::Instant>,
 }
+
+/// Most topics whose publish permission a session remembers.
+const MAX_PUBLISH_CACHE: usize = 1024;
 
 struct Connected {
     /// The client id as durable subscription names carry it.
@@ -126,7 +141,6 @@ impl MqttSession {
         sessions: Sessions,
         out: Arc<Outbound>,
         cfg: SessionConfig,
-        mqtt: MqttConfig,
     ) -> Self {
         let sink = Arc::new(MqttSink {
             id: next_sink_id(),
@@ -140,12 +154,51 @@ impl MqttSession {
             sessions,
             sink,
             cfg,
-            mqtt,
             buf: BytesMut::new(),
             connected: None,
             graceful: false,
             last_packet: std::time::Instant::now(),
+            auth: Auth::open(),
+            principal: None,
+            peer: None,
+            may_publish: HashMap::new(),
+            expires_at: None,
         }
+    }
+
+    /// Checks CONNECT credentials with `auth`; `principal` is who the
+    /// WebSocket upgrade's credentials proved, used when CONNECT carries
+    /// no password. `peer` is the client's address.
+    pub fn with_auth(mut self, auth: Auth, principal: Option<Principal>, peer: Option<IpAddr>) -> Self {
+        self.auth = auth;
+        self.principal = principal;
+        self.peer = peer;
+        self
+    }
+
+    /// When the session's credential expires: the connection is closed
+    /// then (and the will published).
+    pub fn expires_at(&self) -> Option<std::time::Instant> {
+        self.expires_at
+    }
+
+    /// Whether the session's principal may publish to `topic` (cached).
+    fn may_publish(&mut self, topic: &str) -> bool {
+        let Some(p) = &self.principal else {
+            return false;
+        };
+        if !p.grants().publish_walks() {
+            return true;
+        }
+        if let Some(ok) = self.may_publish.get(topic) {
+            return *ok;
+        }
+        let ok = p.may(Right::Publish(topic));
+        if self.may_publish.len() >= MAX_PUBLISH_CACHE {
+            self.may_publish.clear();
+        }
+        self.may_publish.insert(topic.into(), ok);
+        ok
     }
 
     /// The connection's outbound queue.
@@ -315,38 +368,55 @@ impl MqttSession {
                 "an empty client id needs a clean session",
             );
         }
-        if !self.mqtt.users.is_empty() {
-            let ok = match (&c.username, &c.password) {
-                (Some(u), Some(p)) => self
-                    .mqtt
-                    .users
-                    .get(u)
-                    .is_some_and(|want| want.as_bytes() == &p[..]),
-                _ => false,
-            };
-            if !ok {
-                return refuse(
-                    &self.sink,
-                    connack::BAD_CREDENTIALS,
-                    "bad user name or password",
-                );
+        let principal = match (&c.password, &self.principal) {
+            (Some(password), _) => {
+                let user = c.username.as_deref().unwrap_or("");
+                self.auth
+                    .authenticate(Credential::Password { user, password }, self.peer)
+                    .await
             }
-        }
+            (None, Some(p)) => Ok(p.clone()),
+            (None, None) => self.auth.without_credentials(),
+        };
+        let principal = match principal {
+            Ok(p) => p,
+            Err(e) => {
+                let code = match e {
+                    AuthError::Bad => connack::BAD_CREDENTIALS,
+                    AuthError::Busy => connack::UNAVAILABLE,
+                    AuthError::Missing | AuthError::TooManyFailures => connack::NOT_AUTHORIZED,
+                };
+                return refuse(&self.sink, code, &e.to_string());
+            }
+        };
         if let Some(w) = &c.will {
             if self.broker.topic_limits().check_topic(&w.topic).is_err()
                 || w.payload.len() > self.cfg.max_payload
             {
                 return Err(violation("CONNECT with an invalid will"));
             }
+            if !principal.may(Right::Publish(&w.topic)) {
+                return refuse(
+                    &self.sink,
+                    connack::NOT_AUTHORIZED,
+                    &format!("{:?} may not publish its will to {:?}", principal.name(), w.topic),
+                );
+            }
         }
+        self.expires_at = principal.expires_at();
         let client_id = if c.client_id.is_empty() {
             format!("anon-{}", self.id.simple())
         } else {
             c.client_id.clone()
         };
-        // A client id connects once: an older connection is taken over.
+        // A client id connects once per principal: an older connection
+        // of the same principal is taken over (another principal's is a
+        // different session).
         let key = format!("mqtt:{client_id}");
         for old in self.sessions.find_by_client(&key) {
+            if old.principal.as_deref() != Some(principal.name()) {
+                continue;
+            }
             self.sessions.close(
                 old.id,
                 1000,
@@ -355,7 +425,9 @@ impl MqttSession {
             );
         }
         self.sessions.insert(self.id, key, self.sink.out.clone());
-        let durable_client = durable_client(&client_id);
+        self.sessions.set_principal(self.id, principal.name());
+        let durable_client = principal.namespace(&durable_client(&client_id));
+        self.principal = Some(principal);
         let existing = self.broker.durable_subscriptions(&durable_client);
         let mut conn = Connected {
             durable_client: durable_client.clone(),
@@ -438,6 +510,21 @@ impl MqttSession {
                 reason: format!("payload over the {}-byte limit", self.cfg.max_payload),
             });
         }
+        if !self.may_publish(&p.topic) {
+            // 3.1.1 has no refusal: the packet is acknowledged as usual
+            // and dropped, with a log line.
+            tracing::info!(
+                principal = self.principal.as_ref().map(|p| p.name()),
+                topic = %p.topic,
+                "MQTT publish refused: not allowed"
+            );
+            match (p.qos, p.pid) {
+                (1, Some(pid)) => self.sink.push(&Packet::PubAck(pid)),
+                (2, Some(pid)) => self.sink.push(&Packet::PubRec(pid)),
+                _ => {}
+            }
+            return Ok(());
+        }
         if p.qos == 2 {
             let pid = p.pid.unwrap_or(0);
             let fresh = match self.connected.as_mut() {
@@ -488,6 +575,18 @@ impl MqttSession {
 
     async fn subscribe(&mut self, filter: String, qos: u8) -> u8 {
         if self.broker.topic_limits().check_filter(&filter).is_err() {
+            return SUBACK_FAILURE;
+        }
+        if !self
+            .principal
+            .as_ref()
+            .is_some_and(|p| p.may(Right::Subscribe(&filter)))
+        {
+            tracing::info!(
+                principal = self.principal.as_ref().map(|p| p.name()),
+                %filter,
+                "MQTT subscription refused: not allowed"
+            );
             return SUBACK_FAILURE;
         }
         let qos = qos.min(2);

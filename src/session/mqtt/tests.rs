@@ -11,7 +11,7 @@ use bytes::Bytes;
 /// An MQTT session over the session tests' in-memory parts.
 fn session() -> (Scheduler, MqttSession) {
     let (scheduler, broker, out, config) = crate::session::tests::parts(Format::Bincode);
-    let session = MqttSession::new(broker, Sessions::new(), out, config, MqttConfig::default());
+    let session = MqttSession::new(broker, Sessions::new(), out, config);
     (scheduler, session)
 }
 

@@ -1,12 +1,26 @@
-//! `hello`: the client names itself and learns the session's limits.
+//! `hello` and `refresh`: the client names itself, presents its
+//! credential, and learns the session's limits; later it may present a
+//! fresh credential for the same principal.
 
+use crate::auth::{AuthError, Credential};
 use crate::protocol::codec::Format;
-use crate::protocol::frame::{ErrorCode, Hello, Limits, PROTOCOL_VERSION, ServerFrame, Welcome};
-use crate::session::Session;
+use crate::protocol::frame::{
+    ErrorCode, Hello, Limits, PROTOCOL_VERSION, Refresh, ServerFrame, Welcome,
+};
+use crate::session::{CLOSE_UNAUTHORIZED, Next, Session};
 
-/// Answers `hello` with `welcome`, or refuses a late hello or another
-/// protocol version.
-pub(in crate::session) fn hello(session: &mut Session, format: Format, h: Hello) {
+/// The error code an authentication failure is answered with.
+fn auth_code(e: &AuthError) -> ErrorCode {
+    match e {
+        AuthError::TooManyFailures => ErrorCode::TooManyFailures,
+        AuthError::Busy => ErrorCode::Overloaded,
+        AuthError::Missing | AuthError::Bad => ErrorCode::Unauthorized,
+    }
+}
+
+/// Answers `hello` with `welcome`, or refuses a late hello, another
+/// protocol version, or a bad token (then the session closes).
+pub(in crate::session) async fn hello(session: &mut Session, format: Format, h: Hello) -> Next {
     if session.frames > 1 {
         session.error(
             format,
@@ -14,7 +28,7 @@ pub(in crate::session) fn hello(session: &mut Session, format: Format, h: Hello)
             "hello must be the first frame",
             None,
         );
-        return;
+        return Next::Continue;
     }
     if h.version != PROTOCOL_VERSION {
         session.error(
@@ -26,7 +40,25 @@ pub(in crate::session) fn hello(session: &mut Session, format: Format, h: Hello)
             ),
             None,
         );
-        return;
+        return Next::Continue;
+    }
+    let principal = match (&h.token, &session.principal) {
+        (Some(token), _) => session
+            .auth
+            .authenticate(Credential::Token(token), session.peer)
+            .await,
+        (None, Some(p)) => Ok(p.clone()),
+        (None, None) => Err(AuthError::Missing),
+    };
+    match principal {
+        Ok(p) => session.set_principal(Some(p)),
+        Err(e) => {
+            session.error(format, auth_code(&e), e.to_string(), None);
+            return Next::Refused {
+                code: CLOSE_UNAUTHORIZED,
+                reason: "authentication failed",
+            };
+        }
     }
     if let Some(client_id) = h.client_id {
         session.named = true;
@@ -49,4 +81,48 @@ pub(in crate::session) fn hello(session: &mut Session, format: Format, h: Hello)
             },
         }),
     );
+    Next::Continue
+}
+
+/// Takes a fresh credential for the same principal (its permissions and
+/// expiry replace the old ones); a credential for another principal, or
+/// a bad one, is refused and the session keeps the old.
+pub(in crate::session) async fn refresh(
+    session: &mut Session,
+    format: Format,
+    r: Refresh,
+) -> Next {
+    let Some(current) = session.principal.clone() else {
+        session.error(
+            format,
+            ErrorCode::Unauthorized,
+            "refresh needs an authenticated session: send hello with a token",
+            r.rid,
+        );
+        return Next::Refused {
+            code: CLOSE_UNAUTHORIZED,
+            reason: "authentication required",
+        };
+    };
+    match session
+        .auth
+        .authenticate(Credential::Token(&r.token), session.peer)
+        .await
+    {
+        Ok(p) if p.name() == current.name() => {
+            session.set_principal(Some(p));
+            session.receipt(format, r.rid);
+        }
+        Ok(p) => session.error(
+            format,
+            ErrorCode::Forbidden,
+            format!(
+                "the token is for {:?}, not this session's principal",
+                p.name()
+            ),
+            r.rid,
+        ),
+        Err(e) => session.error(format, auth_code(&e), e.to_string(), r.rid),
+    }
+    Next::Continue
 }

@@ -54,7 +54,8 @@ async fn subscribe_durable(session: &mut Session, format: Format, s: Subscribe) 
         );
         return;
     }
-    let name = match durable_queue_name(&session.client_id, &s.id) {
+    let owner = session.durable_owner();
+    let name = match durable_queue_name(&owner, &s.id) {
         Ok(n) => n,
         Err(e) => return session.error(format, ErrorCode::InvalidField, e.to_string(), s.rid),
     };
@@ -68,7 +69,7 @@ async fn subscribe_durable(session: &mut Session, format: Format, s: Subscribe) 
     let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);
     match session
         .broker
-        .subscribe_durable(&session.client_id, &s.filter, consumer.clone(), prefetch)
+        .subscribe_durable(&owner, &s.filter, consumer.clone(), prefetch)
         .await
     {
         Ok(()) => {
@@ -88,7 +89,7 @@ pub(in crate::session) async fn unsubscribe(session: &mut Session, format: Forma
             // it.
             session
                 .broker
-                .unsubscribe_durable(&session.client_id, &u.id, session.out.id())
+                .unsubscribe_durable(&session.durable_owner(), &u.id, session.out.id())
                 .await
                 .map(|_| ())
         } else {

@@ -1,0 +1,481 @@
+//! Authentication and permissions: who a client is ([`Principal`]) and
+//! what it may do ([`Grants`]). Every endpoint turns what the client
+//! presented into a [`Credential`], asks [`Auth::authenticate`] (or takes
+//! [`Auth::anonymous`] when it presented nothing), and checks each
+//! operation with [`Principal::may`]. Nothing here touches a socket.
+//!
+//! Credentials: users with argon2id password hashes (verified on the
+//! blocking pool, a few at a time, and remembered for a while so a
+//! reconnecting device does not pay the hash again), static tokens known
+//! by their SHA-256, and JWTs ([`jwt`]). Failed attempts are counted per
+//! source address ([`Failures`]).
+
+mod failures;
+mod grants;
+pub mod jwt;
+
+pub use failures::Failures;
+pub use grants::{Grants, Right};
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+use crate::config::ConfigError;
+use crate::config::auth::{AuthConfig, Permissions};
+
+/// How a principal proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// Nothing: anonymous access was allowed.
+    Anonymous,
+    /// A user name and password.
+    Password,
+    /// A static API token.
+    Token,
+    /// A JSON Web Token.
+    Jwt,
+}
+
+impl Via {
+    /// The name in logs and `/admin/sessions`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Anonymous => "anonymous",
+            Via::Password => "password",
+            Via::Token => "token",
+            Via::Jwt => "jwt",
+        }
+    }
+}
+
+/// Who a connection or request acts as, with what it may do. Cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct Principal(Arc<PrincipalInner>);
+
+#[derive(Debug)]
+struct PrincipalInner {
+    name: String,
+    via: Via,
+    grants: Grants,
+    /// When a JWT's `exp` passes.
+    expires: Option<SystemTime>,
+}
+
+impl Principal {
+    fn new(name: &str, via: Via, grants: Grants, expires: Option<SystemTime>) -> Principal {
+        Principal(Arc::new(PrincipalInner {
+            name: name.to_owned(),
+            via,
+            grants,
+            expires,
+        }))
+    }
+
+    /// A principal with every right, for embedded callers and tests.
+    pub fn superuser(name: &str) -> Principal {
+        Principal::new(
+            name,
+            Via::Anonymous,
+            Grants::new(&Permissions::everything(), name),
+            None,
+        )
+    }
+
+    /// The user, token or JWT subject name (`anonymous` for anonymous
+    /// clients).
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// How it authenticated.
+    pub fn via(&self) -> Via {
+        self.0.via
+    }
+
+    /// Whether it may do `right`.
+    pub fn may(&self, right: Right<'_>) -> bool {
+        self.0.grants.may(right)
+    }
+
+    /// Its compiled permissions.
+    pub fn grants(&self) -> &Grants {
+        &self.0.grants
+    }
+
+    /// When its credential stops being valid (a JWT's `exp`).
+    pub fn expires(&self) -> Option<SystemTime> {
+        self.0.expires
+    }
+
+    /// The name under which a client's lasting state (durable
+    /// subscriptions, MQTT persistent sessions) is kept: the client id
+    /// for anonymous clients, and `~principal~client` for others, so two
+    /// principals using the same client id never share or take over
+    /// each other's state.
+    pub fn namespace(&self, client: &str) -> String {
+        if self.0.via == Via::Anonymous {
+            return match client.strip_prefix('~') {
+                // Cannot be mistaken for a principal's namespace.
+                Some(rest) => format!("%7E{rest}"),
+                None => client.to_owned(),
+            };
+        }
+        let mut s = String::with_capacity(self.0.name.len() + client.len() + 2);
+        s.push('~');
+        for c in self.0.name.chars() {
+            match c {
+                '%' => s.push_str("%25"),
+                '~' => s.push_str("%7E"),
+                '/' => s.push_str("%2F"),
+                '+' => s.push_str("%2B"),
+                '#' => s.push_str("%23"),
+                '\0' => s.push_str("%00"),
+                c => s.push(c),
+            }
+        }
+        s.push('~');
+        s.push_str(client);
+        s
+    }
+
+    /// The instant of [`Principal::expires`] on the monotonic clock.
+    pub fn expires_at(&self) -> Option<Instant> {
+        let exp = self.0.expires?;
+        let left = exp.duration_since(SystemTime::now()).unwrap_or_default();
+        Some(Instant::now() + left)
+    }
+}
+
+/// What a client presented.
+#[derive(Debug, Clone, Copy)]
+pub enum Credential<'a> {
+    /// A bearer token: a static token or a JWT.
+    Token(&'a str),
+    /// A user name and password (MQTT CONNECT, HTTP Basic). When no user
+    /// has the name, the password is tried as a token.
+    Password {
+        /// The user name.
+        user: &'a str,
+        /// The password.
+        password: &'a [u8],
+    },
+}
+
+/// Why authentication failed. The message says what a client may know;
+/// details go to the log only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No credentials, and anonymous clients are not allowed.
+    #[error("credentials are required")]
+    Missing,
+    /// The credentials are wrong, expired or unknown.
+    #[error("bad credentials")]
+    Bad,
+    /// This address failed too often; it must wait.
+    #[error("too many failed authentications from this address; try again later")]
+    TooManyFailures,
+    /// Password checks are all busy.
+    #[error("authentication is busy; try again")]
+    Busy,
+}
+
+/// Most argon2 verifications running at once: each takes ~20 MiB and a
+/// core for tens of milliseconds.
+const MAX_HASHING: usize = 2;
+/// Longest a password check waits for a turn.
+const HASH_WAIT: Duration = Duration::from_secs(5);
+/// How long a verified user name and password are remembered.
+const VERIFIED_TTL: Duration = Duration::from_secs(300);
+/// Most remembered verifications.
+const MAX_VERIFIED: usize = 4096;
+
+struct User {
+    phc: String,
+    principal: Principal,
+}
+
+struct Inner {
+    anonymous: Option<Principal>,
+    users: HashMap<String, User>,
+    tokens: HashMap<[u8; 32], Principal>,
+    jwt: Option<jwt::Verifier>,
+    failures: Failures,
+    hashing: tokio::sync::Semaphore,
+    /// (user, SHA-256 of the password) verified, and when.
+    verified: Mutex<HashMap<(String, [u8; 32]), Instant>>,
+}
+
+/// The verifier every endpoint shares. Cheap to clone.
+#[derive(Clone)]
+pub struct Auth(Arc<Inner>);
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("anonymous", &self.0.anonymous.is_some())
+            .field("users", &self.0.users.len())
+            .field("tokens", &self.0.tokens.len())
+            .field("jwt", &self.0.jwt.is_some())
+            .finish()
+    }
+}
+
+impl Auth {
+    /// Builds the verifier from a validated `[auth]` (reading JWT key
+    /// files). Anonymous clients are let in when `anonymous` says so, or,
+    /// unset, when no credential is configured (the listeners having been
+    /// checked with [`AuthConfig::check_exposure`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a key file that cannot be read or used.
+    pub fn new(cfg: &AuthConfig) -> Result<Auth, ConfigError> {
+        let anonymous = cfg.anonymous.unwrap_or(!cfg.has_credentials()).then(|| {
+            Principal::new(
+                "anonymous",
+                Via::Anonymous,
+                Grants::new(&cfg.anonymous_permissions, "anonymous"),
+                None,
+            )
+        });
+        let users = cfg
+            .users
+            .iter()
+            .map(|u| {
+                let user = User {
+                    phc: u.password_hash.clone(),
+                    principal: Principal::new(
+                        &u.name,
+                        Via::Password,
+                        Grants::new(&u.allow, &u.name),
+                        None,
+                    ),
+                };
+                (u.name.clone(), user)
+            })
+            .collect();
+        let mut tokens = HashMap::new();
+        for (i, t) in cfg.tokens.iter().enumerate() {
+            let digest = hex32(&t.token_sha256).ok_or_else(|| ConfigError::Invalid {
+                key: format!("auth.tokens[{i}].token_sha256"),
+                reason: "must be 64 hex digits".into(),
+            })?;
+            let p = Principal::new(&t.name, Via::Token, Grants::new(&t.allow, &t.name), None);
+            tokens.insert(digest, p);
+        }
+        let jwt = if cfg.jwt.enabled() {
+            Some(jwt::Verifier::new(&cfg.jwt)?)
+        } else {
+            None
+        };
+        Ok(Auth(Arc::new(Inner {
+            anonymous,
+            users,
+            tokens,
+            jwt,
+            failures: Failures::new(
+                cfg.max_failures,
+                Duration::from_secs(cfg.failure_window_s),
+            ),
+            hashing: tokio::sync::Semaphore::new(MAX_HASHING),
+            verified: Mutex::new(HashMap::new()),
+        })))
+    }
+
+    /// Anonymous access on a loopback-only broker with no `[auth]`: every
+    /// right, as before authentication existed. For tests and embedding.
+    pub fn open() -> Auth {
+        match Auth::new(&AuthConfig::default()) {
+            Ok(auth) => auth,
+            // The default has no key files to read.
+            Err(e) => unreachable!("the default [auth] is valid: {e}"),
+        }
+    }
+
+    /// The anonymous principal, when anonymous clients are let in.
+    pub fn anonymous(&self) -> Option<Principal> {
+        self.0.anonymous.clone()
+    }
+
+    /// Whether clients must present credentials.
+    pub fn required(&self) -> bool {
+        self.0.anonymous.is_none()
+    }
+
+    /// Who presented nothing: the anonymous principal, or
+    /// [`AuthError::Missing`].
+    ///
+    /// # Errors
+    /// [`AuthError::Missing`] when anonymous clients are not let in.
+    pub fn without_credentials(&self) -> Result<Principal, AuthError> {
+        self.anonymous().ok_or(AuthError::Missing)
+    }
+
+    /// Re-reads the JWKS file (on SIGHUP), keeping the old keys if the
+    /// new file is bad. Returns how many keys are in force.
+    ///
+    /// # Errors
+    /// Why the file was not taken.
+    pub fn reload(&self) -> Result<usize, String> {
+        match &self.0.jwt {
+            Some(v) => v.reload(),
+            None => Ok(0),
+        }
+    }
+
+    /// Who `credential` proves the client to be. `peer` is the source
+    /// address, for counting failures; failures are logged with it.
+    ///
+    /// # Errors
+    /// [`AuthError::Bad`] for wrong credentials,
+    /// [`AuthError::TooManyFailures`] while `peer` is blocked,
+    /// [`AuthError::Busy`] when password checks are saturated.
+    pub async fn authenticate(
+        &self,
+        credential: Credential<'_>,
+        peer: Option<IpAddr>,
+    ) -> Result<Principal, AuthError> {
+        if peer.is_some_and(|ip| self.0.failures.blocked(ip)) {
+            tracing::warn!(target: "wharf::auth", peer = ?peer, "authentication refused: too many failures");
+            return Err(AuthError::TooManyFailures);
+        }
+        let (user, result) = match credential {
+            Credential::Token(t) => ("", self.token(t)),
+            Credential::Password { user, password } => (user, self.password(user, password).await),
+        };
+        match result {
+            Ok(p) => Ok(p),
+            Err((AuthError::Busy, why)) => {
+                tracing::warn!(target: "wharf::auth", peer = ?peer, user, "authentication not attempted: {why}");
+                Err(AuthError::Busy)
+            }
+            Err((e, why)) => {
+                let failures = peer.map_or(0, |ip| self.0.failures.record(ip));
+                tracing::warn!(target: "wharf::auth", peer = ?peer, user, failures, "authentication failed: {why}");
+                Err(e)
+            }
+        }
+    }
+
+    fn token(&self, token: &str) -> Result<Principal, (AuthError, String)> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(p) = self.0.tokens.get(&digest) {
+            return Ok(p.clone());
+        }
+        match &self.0.jwt {
+            Some(v) if token.matches('.').count() == 2 => v
+                .verify(token)
+                .map(|c| Principal::new(&c.subject, Via::Jwt, c.grants, c.expires))
+                .map_err(|why| (AuthError::Bad, format!("JWT refused: {why}"))),
+            _ => Err((AuthError::Bad, "unknown token".into())),
+        }
+    }
+
+    async fn password(&self, user: &str, password: &[u8]) -> Result<Principal, (AuthError, String)> {
+        let Some(u) = self.0.users.get(user) else {
+            // Not a user: the password may be a token or a JWT (MQTT
+            // clients can only send tokens this way).
+            return match std::str::from_utf8(password) {
+                Ok(t) => self.token(t),
+                Err(_) => Err((AuthError::Bad, format!("unknown user {user:?}"))),
+            };
+        };
+        let digest: [u8; 32] = Sha256::digest(password).into();
+        let key = (user.to_owned(), digest);
+        {
+            let verified = self.0.verified.lock();
+            if verified.get(&key).is_some_and(|t| t.elapsed() < VERIFIED_TTL) {
+                return Ok(u.principal.clone());
+            }
+        }
+        let permit = tokio::time::timeout(HASH_WAIT, self.0.hashing.acquire())
+            .await
+            .map_err(|_| (AuthError::Busy, "password checks are saturated".to_owned()))?
+            .map_err(|_| (AuthError::Busy, "shutting down".to_owned()))?;
+        let phc = u.phc.clone();
+        let pw = password.to_vec();
+        let ok = actix_web::rt::task::spawn_blocking(move || verify_password(&phc, &pw))
+            .await
+            .unwrap_or(false);
+        drop(permit);
+        if !ok {
+            return Err((AuthError::Bad, format!("wrong password for user {user:?}")));
+        }
+        let mut verified = self.0.verified.lock();
+        if verified.len() >= MAX_VERIFIED {
+            verified.retain(|_, t| t.elapsed() < VERIFIED_TTL);
+            if verified.len() >= MAX_VERIFIED {
+                verified.clear();
+            }
+        }
+        verified.insert(key, Instant::now());
+        Ok(u.principal.clone())
+    }
+}
+
+/// Whether `password` matches the PHC string `phc`.
+fn verify_password(phc: &str, password: &[u8]) -> bool {
+    use argon2::PasswordVerifier;
+    match argon2::PasswordHash::new(phc) {
+        Ok(hash) => argon2::Argon2::default()
+            .verify_password(password, &hash)
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// An argon2id PHC string for `password` with a fresh salt: what
+/// `wharf passwd` prints for `[[auth.users]] password_hash`.
+///
+/// # Errors
+/// If hashing fails (it does not with the default parameters).
+pub fn hash_password(password: &[u8]) -> Result<String, String> {
+    use argon2::PasswordHasher;
+    use argon2::password_hash::SaltString;
+    use argon2::password_hash::rand_core::OsRng;
+    let salt = SaltString::generate(&mut OsRng);
+    argon2::Argon2::default()
+        .hash_password(password, &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// A new random API token: 32 bytes from the OS, base64url.
+pub fn new_token() -> String {
+    use argon2::password_hash::rand_core::{OsRng, RngCore};
+    use base64::Engine as _;
+    let mut bytes = [0u8; 32];
+    OsRng.fill_bytes(&mut bytes);
+    format!(
+        "wharf_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// The SHA-256 of `token` in hex: what `[[auth.tokens]] token_sha256`
+/// holds.
+pub fn token_digest(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn hex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;
