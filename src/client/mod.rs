@@ -63,6 +63,9 @@ pub struct ClientOptions {
     pub subscription_buffer: usize,
     /// Largest frame accepted from the server.
     pub max_frame: usize,
+    /// The credential sent in `hello` (an API token or a JWT), when the
+    /// broker requires one.
+    pub token: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -73,6 +76,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(10),
             subscription_buffer: 4096,
             max_frame: 16 << 20,
+            token: None,
         }
     }
 }
@@ -227,7 +231,7 @@ impl Client {
         actix_rt::spawn(run(framed, rx, options.format, err_tx, dropped.clone()));
         let frame = ClientFrame::Hello(Hello {
             client_id: options.client_id.clone(),
-            token: None,
+            token: options.token.clone(),
             version: crate::protocol::frame::PROTOCOL_VERSION,
         });
         commands
@@ -460,6 +464,22 @@ impl Client {
         self.request(ClientFrame::Ping(Ping { rid: Some(rid) }), Some(rid))
             .await
             .map(|_| ())
+    }
+
+    /// Presents a fresh token (a JWT about to expire) for the session's
+    /// principal; the session then lasts until the new token expires.
+    ///
+    /// # Errors
+    /// [`ClientError::Server`] with `unauthorized` (a bad token) or
+    /// `forbidden` (another principal's), a timeout or a closed
+    /// connection.
+    pub async fn refresh(&self, token: &str) -> Result<(), ClientError> {
+        let rid = self.next_id();
+        let frame = ClientFrame::Refresh(crate::protocol::frame::Refresh {
+            token: token.to_owned(),
+            rid: Some(rid),
+        });
+        self.request(frame, Some(rid)).await.map(|_| ())
     }
 
     /// Closes the session; with `drain`, the server first delivers what it
