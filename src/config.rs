@@ -206,8 +206,8 @@ impl Default for TopicsConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MqttConfig {
-    /// User names and passwords MQTT clients must present in CONNECT;
-    /// empty: anyone may connect (with or without credentials).
+    /// The plaintext user table of earlier versions: refused (with a
+    /// message saying how to move each user to `[[auth.users]]`).
     pub users: std::collections::BTreeMap<String, String>,
 }
 
