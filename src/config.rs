@@ -81,6 +81,26 @@ pub struct ServerConfig {
     /// WebSockets to the broker, besides the broker's own; `"*"` allows
     /// every origin. Upgrades from browsers on other origins get 403.
     pub allowed_origins: Vec<String>,
+    /// `[server.tls]`: serve https and wss instead of http and ws.
+    pub tls: TlsConfig,
+}
+
+/// `[server.tls]`: the listener's certificate. Both paths empty: plain
+/// HTTP; both set: TLS only (rustls, TLS 1.2 and 1.3).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file with the certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM file with the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+impl TlsConfig {
+    /// Whether TLS is configured.
+    pub fn enabled(&self) -> bool {
+        !self.cert.as_os_str().is_empty() || !self.key.as_os_str().is_empty()
+    }
 }
 
 impl Default for ServerConfig {
@@ -94,6 +114,7 @@ impl Default for ServerConfig {
             max_body_reads: 256,
             huge_pages: false,
             allowed_origins: Vec::new(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -460,6 +481,13 @@ impl Config {
             return Err(invalid(
                 "server.body_timeout_s",
                 "must be between 1 and 3600",
+            ));
+        }
+        let tls = &self.server.tls;
+        if tls.enabled() && (tls.cert.as_os_str().is_empty() || tls.key.as_os_str().is_empty()) {
+            return Err(invalid(
+                "server.tls",
+                "needs both cert and key (PEM files), or neither",
             ));
         }
         if self.server.max_body_reads == 0 {

@@ -61,6 +61,7 @@ pub mod session;
 pub mod store;
 #[allow(unsafe_code)]
 pub mod taskq;
+pub mod tls;
 pub mod transport;
 
 pub use config::Config;

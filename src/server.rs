@@ -64,6 +64,12 @@ pub async fn run_with_reload(
 ) -> Result<(), Error> {
     let addr = listener.local_addr()?;
     config.auth.check_exposure(&[addr])?;
+    // Read before the store opens: a bad certificate fails fast.
+    let tls = if config.server.tls.enabled() {
+        Some(crate::tls::server_config(&config.server.tls)?)
+    } else {
+        None
+    };
     let wharf = Wharf::start(config).await?;
     let config = wharf.config().clone();
     let reloading = wharf.clone();
@@ -84,7 +90,11 @@ pub async fn run_with_reload(
             .default_service(web::to(transport::not_found))
     })
     .on_connect(move |conn, _| {
-        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+        let tcp = conn
+            .downcast_ref::<actix_web::rt::net::TcpStream>()
+            .or_else(|| conn.downcast_ref::<Tls>().map(|t| t.get_ref().0));
+        if let Some(tcp) = tcp {
             // Writes are batched (many frames per write), so Nagle's
             // algorithm only adds delay: with delayed ACKs it stalls small
             // writes by up to 40 ms.
@@ -100,13 +110,18 @@ pub async fn run_with_reload(
     .workers(workers)
     .max_connections(config.server.max_connections)
     .shutdown_timeout(config.server.shutdown_timeout_s)
-    .disable_signals()
-    .listen(listener)?
+    .disable_signals();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let server = match tls {
+        Some(tls) => server.listen_rustls_0_23(listener, tls)?,
+        None => server.listen(listener)?,
+    }
     .run();
     tracing::info!(
         %addr,
         store = %config.store.data_dir.display(),
         http_workers = workers,
+        scheme,
         "listening on {addr}"
     );
 

@@ -1,6 +1,6 @@
 //! The client side of the WebSocket opening handshake (RFC 6455 §4.1) over
-//! a plain TCP stream with TCP_NODELAY set, and the framed connection it
-//! yields. Hand-written because awc offers no way to set TCP_NODELAY, and
+//! a TCP stream with TCP_NODELAY set (`ws://`), or TLS over it (`wss://`,
+//! rustls), and the framed connection it yields. Hand-written because awc offers no way to set TCP_NODELAY, and
 //! Nagle's algorithm with delayed ACKs stalls small writes by up to 40 ms.
 
 use actix_codec::{Framed, FramedParts};
@@ -17,19 +17,69 @@ use super::ClientError;
 const MAX_RESPONSE: usize = 16 * 1024;
 
 /// A connected WebSocket, framed with actix-http's codec in client mode.
-pub(crate) type Connection = Framed<TcpStream, Codec>;
+pub(crate) type Connection = Framed<Stream, Codec>;
 
-/// `ws://host:port/path` split into the address to dial, the Host header
-/// and the request path.
-fn parse(url: &str) -> Result<(String, String), ClientError> {
-    let rest = if let Some(rest) = url.strip_prefix("ws://") {
-        rest
-    } else if url.starts_with("wss://") {
-        return Err(ClientError::Connect(
-            "wss:// is not supported by this client; put TLS in front with a proxy".into(),
-        ));
+/// The byte stream under a connection: plain TCP or TLS over it.
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// `ws://host:port/path` (or `wss://`) split into whether it is TLS, the
+/// address to dial, the Host header and the request path.
+fn parse(url: &str) -> Result<(bool, String, String), ClientError> {
+    let (tls, rest) = if let Some(rest) = url.strip_prefix("ws://") {
+        (false, rest)
+    } else if let Some(rest) = url.strip_prefix("wss://") {
+        (true, rest)
     } else {
-        return Err(ClientError::Connect(format!("not a ws:// URL: {url}")));
+        return Err(ClientError::Connect(format!("not a ws:// or wss:// URL: {url}")));
     };
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -38,28 +88,53 @@ fn parse(url: &str) -> Result<(String, String), ClientError> {
     if host.is_empty() {
         return Err(ClientError::Connect(format!("no host in {url}")));
     }
-    Ok((host.to_owned(), path.to_owned()))
+    Ok((tls, host.to_owned(), path.to_owned()))
 }
 
 /// Connects, performs the handshake offering `protocol`, and returns the
 /// framed connection.
+/// `wss://` URLs need `tls` (the CA to trust: [`crate::tls::client_config`]).
 pub(crate) async fn connect(
     url: &str,
     protocol: &str,
     max_frame: usize,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
 ) -> Result<Connection, ClientError> {
-    let (host, path) = parse(url)?;
+    let (secure, host, path) = parse(url)?;
     let addr = if host.contains(':') {
         host.clone()
+    } else if secure {
+        format!("{host}:443")
     } else {
         format!("{host}:80")
     };
-    let mut stream = TcpStream::connect(&addr)
+    let tcp = TcpStream::connect(&addr)
         .await
         .map_err(|e| ClientError::Connect(format!("{addr}: {e}")))?;
-    stream
-        .set_nodelay(true)
+    tcp.set_nodelay(true)
         .map_err(|e| ClientError::Connect(e.to_string()))?;
+    let mut stream = if secure {
+        let Some(config) = tls else {
+            return Err(ClientError::Connect(
+                "wss:// needs the CA to trust: set the options' tls (wharf::tls::client_config)"
+                    .into(),
+            ));
+        };
+        let name = match host.strip_prefix('[') {
+            // An IPv6 literal, `[::1]:8443`.
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => host.split(':').next().unwrap_or_default(),
+        };
+        let server = rustls_pki_types::ServerName::try_from(name.to_owned())
+            .map_err(|e| ClientError::Connect(format!("{name}: {e}")))?;
+        let tls = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(server, tcp)
+            .await
+            .map_err(|e| ClientError::Connect(format!("TLS with {addr}: {e}")))?;
+        Stream::Tls(Box::new(tls))
+    } else {
+        Stream::Plain(tcp)
+    };
     let key = BASE64.encode(uuid::Uuid::now_v7().as_bytes());
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -119,10 +194,10 @@ mod tests {
     fn urls() {
         assert_eq!(
             parse("ws://127.0.0.1:7878/ws").unwrap(),
-            ("127.0.0.1:7878".into(), "/ws".into())
+            (false, "127.0.0.1:7878".into(), "/ws".into())
         );
-        assert_eq!(parse("ws://h:1").unwrap(), ("h:1".into(), "/".into()));
-        assert!(parse("wss://h/ws").is_err());
+        assert_eq!(parse("ws://h:1").unwrap(), (false, "h:1".into(), "/".into()));
+        assert_eq!(parse("wss://h/ws").unwrap(), (true, "h".into(), "/ws".into()));
         assert!(parse("http://h/ws").is_err());
         assert!(parse("ws:///ws").is_err());
     }

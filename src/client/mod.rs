@@ -66,6 +66,8 @@ pub struct ClientOptions {
     /// The credential sent in `hello` (an API token or a JWT), when the
     /// broker requires one.
     pub token: Option<String>,
+    /// What to trust for `wss://` URLs (`wharf::tls::client_config(ca)`).
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ClientOptions {
@@ -77,6 +79,7 @@ impl Default for ClientOptions {
             subscription_buffer: 4096,
             max_frame: 16 << 20,
             token: None,
+            tls: None,
         }
     }
 }
@@ -220,7 +223,7 @@ impl Client {
             Format::Json => "wharf.json",
             Format::Bincode => "wharf.bin",
         };
-        let connect = handshake::connect(url, protocol, options.max_frame);
+        let connect = handshake::connect(url, protocol, options.max_frame, options.tls.as_ref());
         let framed = actix_rt::time::timeout(options.timeout, connect)
             .await
             .map_err(|_| ClientError::Timeout(options.timeout))??;

@@ -45,6 +45,8 @@ pub struct MqttOptions {
     pub timeout: Duration,
     /// Protocol level sent in CONNECT (4: MQTT 3.1.1).
     pub level: u8,
+    /// What to trust for `wss://` URLs (`wharf::tls::client_config(ca)`).
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for MqttOptions {
@@ -57,6 +59,7 @@ impl Default for MqttOptions {
             credentials: None,
             timeout: Duration::from_secs(10),
             level: 4,
+            tls: None,
         }
     }
 }
@@ -69,7 +72,7 @@ impl MqttClient {
     /// A failed connection, a refusing CONNACK (its code in the message),
     /// or a timeout.
     pub async fn connect(url: &str, o: MqttOptions) -> Result<MqttClient, ClientError> {
-        let conn = actix_rt::time::timeout(o.timeout, handshake::connect(url, "mqtt", 16 << 20))
+        let conn = actix_rt::time::timeout(o.timeout, handshake::connect(url, "mqtt", 16 << 20, o.tls.as_ref()))
             .await
             .map_err(|_| ClientError::Timeout(o.timeout))??;
         let mut c = MqttClient {
