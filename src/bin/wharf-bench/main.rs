@@ -95,6 +95,13 @@ struct Args {
     /// Jobs per jobs scenario (0 skips them).
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
+    /// A token (service token or JWT) every client presents: in hello,
+    /// and as the MQTT password.
+    #[arg(long)]
+    token: Option<String>,
+    /// A PEM CA certificate to trust for wss:// URLs.
+    #[arg(long, value_name = "PEM")]
+    ca: Option<PathBuf>,
 }
 
 /// CPU seconds (user + system) of a process, from /proc.
@@ -145,7 +152,21 @@ fn options(args: &Args) -> ClientOptions {
         },
         timeout: Duration::from_secs(30),
         subscription_buffer: 65_536,
+        token: args.token.clone(),
+        tls: trust(args),
         ..ClientOptions::default()
+    }
+}
+
+/// The TLS trust `--ca` asks for.
+pub(crate) fn trust(args: &Args) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+    let ca = args.ca.as_ref()?;
+    match wharf::tls::client_config(ca) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("wharf-bench: --ca: {e}");
+            std::process::exit(2);
+        }
     }
 }
 

@@ -9,10 +9,12 @@ use wharf::client::mqtt::{MqttClient, MqttOptions};
 
 use super::{Args, Cpu, Row};
 
-fn opts(id: String) -> MqttOptions {
+fn opts(args: &Args, id: String) -> MqttOptions {
     MqttOptions {
         client_id: id,
         timeout: Duration::from_secs(30),
+        credentials: args.token.clone().map(|t| ("bench".to_owned(), t)),
+        tls: super::trust(args),
         ..MqttOptions::default()
     }
 }
@@ -39,12 +41,13 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
         .map(|t| {
             let mine = subs / threads + usize::from(t < subs % threads);
             let (url, topic, ready) = (url.to_owned(), topic.clone(), ready_tx.clone());
+            let args = args.clone();
             std::thread::spawn(move || {
                 actix_rt::System::new().block_on(async move {
                     let mut clients = Vec::with_capacity(mine);
                     for i in 0..mine {
                         let mut c =
-                            MqttClient::connect(&url, opts(format!("bench-s{t}-{i}-{qos}")))
+                            MqttClient::connect(&url, opts(&args, format!("bench-s{t}-{i}-{qos}")))
                                 .await
                                 .expect("subscriber connects");
                         c.subscribe(&topic, qos).await.expect("subscribe");
@@ -72,9 +75,10 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
     let payload = Bytes::from(vec![0x5au8; args.size]);
     let url_p = url.to_owned();
     let topic_p = topic.clone();
+    let args_p = args.clone();
     std::thread::spawn(move || {
         actix_rt::System::new().block_on(async move {
-            let mut p = MqttClient::connect(&url_p, opts(format!("bench-p-{qos}-{subs}")))
+            let mut p = MqttClient::connect(&url_p, opts(&args_p, format!("bench-p-{qos}-{subs}")))
                 .await
                 .expect("publisher connects");
             let batch: Vec<Bytes> = (0..256).map(|_| payload.clone()).collect();
