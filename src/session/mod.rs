@@ -101,7 +101,7 @@ pub struct Session {
     peer: Option<std::net::IpAddr>,
     /// Publish permission by topic, for principals whose publish rights
     /// are not simply `#`: a publish does not re-walk the filters.
-    may_publish: HashMap<Box<str>, bool>,
+    may_publish: HashMap<Box<str>, bool, foldhash::fast::RandomState>,
     /// When the principal's credential expires, on the monotonic clock.
     expires_at: Option<std::time::Instant>,
 }
@@ -148,7 +148,7 @@ impl Session {
             principal: auth.anonymous(),
             auth,
             peer: None,
-            may_publish: HashMap::new(),
+            may_publish: HashMap::default(),
             expires_at: None,
         }
     }

@@ -112,7 +112,7 @@ pub struct MqttSession {
     /// The client's address, for counting failed authentications.
     peer: Option<IpAddr>,
     /// Publish permission by topic (see the native session's).
-    may_publish: HashMap<Box<str>, bool>,
+    may_publish: HashMap<Box<str>, bool, foldhash::fast::RandomState>,
     /// When the principal's credential expires.
     expires_at: Option<std::time::Instant>,
 }
@@ -161,7 +161,7 @@ impl MqttSession {
             auth: Auth::open(),
             principal: None,
             peer: None,
-            may_publish: HashMap::new(),
+            may_publish: HashMap::default(),
             expires_at: None,
         }
     }
