@@ -130,6 +130,10 @@ fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathB
     if let Err(e) = config.validate() {
         return config_error(&e);
     }
+    // Before binding: an open listener is refused without ever listening.
+    if let Err(e) = config.auth.check_exposure(&[config.server.bind]) {
+        return config_error(&e);
+    }
     init_logging(&config);
     if !config.server.huge_pages {
         disable_huge_pages();

@@ -4,38 +4,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{TestBroker, block_on};
+use common::{TestBroker, block_on, make_certs};
 use wharf::client::mqtt::{MqttClient, MqttOptions};
 use wharf::client::{Client, ClientOptions};
 
 const T: Duration = Duration::from_secs(10);
-
-/// A CA and a certificate for 127.0.0.1 and localhost signed by it, as
-/// PEM files in `dir`: (ca, cert, key).
-fn make_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "Wharf test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
-    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&paths.0, ca.pem()).unwrap();
-    std::fs::write(&paths.1, leaf.pem()).unwrap();
-    std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
-    paths
-}
 
 fn tls_broker(cert: &Path, key: &Path) -> TestBroker {
     let (cert, key) = (cert.to_owned(), key.to_owned());

@@ -1,10 +1,13 @@
 // MQTT interoperability with MQTT.js (npm "mqtt" 5.x) over WebSocket.
 // Run by tests/mqtt.rs against a broker it started: node mqtt_js.mjs PORT
+// [secure CA JWT] (wss:// with the test CA, a password user and a JWT).
 // Exits 0 on success; every wait is bounded.
+import fs from "node:fs";
 import mqtt from "mqtt";
 
 const port = process.argv[2];
 const url = `ws://127.0.0.1:${port}/mqtt`;
+const wss = `wss://127.0.0.1:${port}/mqtt`;
 const T = 10000;
 
 function fail(why) {
@@ -29,6 +32,47 @@ function next(c, timeout = T) {
       resolve({ topic, payload, packet });
     });
   });
+}
+
+// The CONNACK code a connection is refused with (0 if accepted).
+function refusal(clientId, extra) {
+  return new Promise((resolve) => {
+    const c = mqtt.connect(wss, { clientId, protocolVersion: 4, reconnectPeriod: 0, connectTimeout: T, ...extra });
+    c.once("connect", () => { c.end(); resolve(0); });
+    c.once("error", (e) => { c.end(true); resolve(e.code); });
+  });
+}
+
+async function secure(ca, jwt) {
+  const tls = { ca: fs.readFileSync(ca) };
+  if ((await refusal("js-bad", { ...tls, username: "alice", password: "nope" })) !== 4) fail("wrong password: not CONNACK 4");
+  if ((await refusal("js-none", tls)) !== 5) fail("no credentials: not CONNACK 5");
+  const connectTo = (clientId, extra) => new Promise((resolve, reject) => {
+    const c = mqtt.connect(wss, { clientId, protocolVersion: 4, reconnectPeriod: 0, connectTimeout: T, ...tls, ...extra });
+    c.once("connect", () => resolve(c));
+    c.once("error", reject);
+  });
+  const alice = await connectTo("js-alice", { username: "alice", password: "wonderland" });
+  const granted = await alice.subscribeAsync("secure/alice/#", { qos: 1 });
+  if (granted[0].qos !== 1) fail(`alice's own filter: ${JSON.stringify(granted)}`);
+  // MQTT.js rejects a subscription the SUBACK refuses (0x80).
+  const refused = await alice.subscribeAsync("secure/#", { qos: 1 }).then(
+    (g) => `granted ${JSON.stringify(g)}`,
+    (e) => (e.message.includes("Subscribe error") ? "refused" : e.message),
+  );
+  if (refused !== "refused") fail(`an uncovered filter: ${refused}`);
+  const device = await connectTo("js-jwt", { username: "ignored", password: jwt });
+  await device.subscribeAsync("jwt/#", { qos: 1 });
+  const got = next(device);
+  await device.publishAsync("jwt/x", Buffer.from("token"), { qos: 1 });
+  if ((await got).payload.toString() !== "token") fail("JWT round trip");
+  for (const x of [alice, device]) await x.endAsync();
+  console.log("mqtt.js secure ok");
+  process.exit(0);
+}
+
+if (process.argv[3] === "secure") {
+  await secure(process.argv[4], process.argv[5]).catch((e) => fail(e.message));
 }
 
 try {

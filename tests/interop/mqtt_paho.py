@@ -14,7 +14,7 @@ SCENARIO = sys.argv[2]
 T = 10.0
 
 
-def client(cid, clean=True, will=None):
+def client(cid, clean=True, will=None, ca=None, login=None):
     c = mqtt.Client(
         mqtt.CallbackAPIVersion.VERSION2,
         client_id=cid,
@@ -23,6 +23,10 @@ def client(cid, clean=True, will=None):
         protocol=mqtt.MQTTv311,
     )
     c.ws_set_options(path="/mqtt")
+    if ca:
+        c.tls_set(ca_certs=ca)
+    if login:
+        c.username_pw_set(*login)
     if will:
         c.will_set(*will)
     c.inbox = queue.Queue()
@@ -173,7 +177,50 @@ def persistent_session_part2():
     c3.disconnect()
 
 
+def connect_code(c):
+    """Connects and returns the CONNACK's code (0 accepted); MQTT 3.1.1
+    codes 4 and 5 come back as Paho's reason codes 134 and 135."""
+    c.connect("127.0.0.1", PORT, keepalive=30)
+    c.loop_start()
+    try:
+        _, rc = c.connected.get(timeout=T)
+    finally:
+        c.loop_stop()
+    return rc.value
+
+
+def secure():
+    """wss:// with the test CA (argv[3]); a password user alice/wonderland
+    who may publish and subscribe under secure/alice/; a JWT (argv[4])
+    as the password, subscribing under jwt/."""
+    ca, jwt = sys.argv[3], sys.argv[4]
+    code = connect_code(client("paho-bad", ca=ca, login=("alice", "nope")))
+    assert code in (4, 134), f"wrong password: CONNACK {code}"
+    code = connect_code(client("paho-none", ca=ca))
+    assert code in (5, 135), f"no credentials: CONNACK {code}"
+    alice = client("paho-alice", ca=ca, login=("alice", "wonderland"))
+    start(alice)
+    sub(alice, "secure/alice/#", 1)
+    # A filter her permissions do not cover: refused in the SUBACK.
+    r, mid = alice.subscribe("secure/#", 1)
+    got, rcs = alice.subscribed.get(timeout=T)
+    assert got == mid and rcs[0].is_failure, rcs
+    info = alice.publish("secure/alice/t", b"pw", qos=1)
+    info.wait_for_publish(timeout=T)
+    assert recv(alice).payload == b"pw"
+    device = client("paho-jwt", ca=ca, login=("ignored", jwt))
+    start(device)
+    sub(device, "jwt/#", 1)
+    info = device.publish("jwt/a", b"token", qos=1)
+    info.wait_for_publish(timeout=T)
+    assert recv(device).payload == b"token"
+    for c in (alice, device):
+        c.disconnect()
+        c.loop_stop()
+
+
 SCENARIOS = {
+    "secure": secure,
     "qos": qos_round_trips,
     "wildcards": wildcards_and_dollar_topics,
     "retained": retained,
