@@ -731,6 +731,21 @@ mod tests {
             ("[session]\nmax_payload = 99999999\n", "session.max_payload"),
             ("[session]\nidle_timeout_s = 5\n", "session.idle_timeout_s"),
             ("[session]\nmax_frame = 10\n", "session.max_frame"),
+            ("[mqtt.users]\nsensor = \"s3cret\"\n", "mqtt.users"),
+            ("[auth]\nfailure_window_s = 0\n", "auth.failure_window_s"),
+            (
+                "[[auth.tokens]]\nname = \"x\"\ntoken_sha256 = \"zz\"\n",
+                "auth.tokens[0].token_sha256",
+            ),
+            (
+                "[[auth.users]]\nname = \"x\"\npassword_hash = \"plain\"\n",
+                "auth.users[0].password_hash",
+            ),
+            (
+                "[auth.anonymous_permissions]\npublish = [\"a/#/b\"]\n",
+                "auth.anonymous_permissions.publish[0]",
+            ),
+            ("[server.tls]\ncert = \"c.pem\"\n", "server.tls"),
         ];
         for (toml, key) in cases {
             let config = Config::from_toml(toml).unwrap();
