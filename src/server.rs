@@ -77,7 +77,9 @@ pub async fn run_with_reload(
         while reload.recv().await.is_some() {
             match reloading.auth().reload() {
                 Ok(keys) => tracing::info!(keys, "authentication keys reloaded"),
-                Err(e) => tracing::warn!("authentication keys not reloaded, the old ones stay: {e}"),
+                Err(e) => {
+                    tracing::warn!("authentication keys not reloaded, the old ones stay: {e}")
+                }
             }
         }
     });

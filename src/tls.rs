@@ -47,7 +47,12 @@ pub fn server_config(tls: &TlsConfig) -> Result<rustls::ServerConfig, ConfigErro
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| invalid("server.tls", format!("the key does not fit the certificate: {e}")))?;
+        .map_err(|e| {
+            invalid(
+                "server.tls",
+                format!("the key does not fit the certificate: {e}"),
+            )
+        })?;
     // WebSockets need HTTP/1.1.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)

@@ -171,7 +171,10 @@ fn binary_refuses_an_open_non_loopback_listener() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("auth.anonymous"), "{stderr}");
-    assert!(!tmp.path().join("d").exists(), "refused before opening the store");
+    assert!(
+        !tmp.path().join("d").exists(),
+        "refused before opening the store"
+    );
 }
 
 /// `wharf passwd --stdin` prints an argon2id hash that verifies the

@@ -50,7 +50,10 @@ fn native_and_mqtt_clients_over_wss() {
             .await
             .unwrap();
         let got = sub.recv_timeout(T).await.expect("the MQTT publish");
-        assert_eq!((got.topic.as_str(), &got.payload[..]), ("secure/a", &b"over tls"[..]));
+        assert_eq!(
+            (got.topic.as_str(), &got.payload[..]),
+            ("secure/a", &b"over tls"[..])
+        );
         assert_eq!(m.subscribe("secure/#", 0).await.unwrap(), 0);
         c.publish_confirmed("secure/b", b"native".to_vec())
             .await

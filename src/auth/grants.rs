@@ -72,11 +72,19 @@ impl Rule {
 
     // Permissions match level by level: `#` grants `$` topics too.
     fn allows(&self, name: &str) -> bool {
-        self.all || self.filters.iter().any(|f| routing::matches_levels(f, name))
+        self.all
+            || self
+                .filters
+                .iter()
+                .any(|f| routing::matches_levels(f, name))
     }
 
     fn covers(&self, filter: &str) -> bool {
-        self.all || self.filters.iter().any(|f| routing::covers_levels(f, filter))
+        self.all
+            || self
+                .filters
+                .iter()
+                .any(|f| routing::covers_levels(f, filter))
     }
 
     fn is_empty(&self) -> bool {

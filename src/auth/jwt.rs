@@ -157,7 +157,10 @@ impl Verifier {
         Err(last)
     }
 
-    fn claims(&self, mut claims: serde_json::Map<String, serde_json::Value>) -> Result<Claims, String> {
+    fn claims(
+        &self,
+        mut claims: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Claims, String> {
         let subject = match claims.get("sub") {
             Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
             _ => return Err("sub must be a non-empty string".into()),
@@ -168,14 +171,15 @@ impl Verifier {
             .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s));
         let permissions: Permissions = match claims.remove(&self.cfg.claim) {
             None => Permissions::default(),
-            Some(v) => serde_json::from_value(v)
-                .map_err(|e| format!("claim {:?}: {e}", self.cfg.claim))?,
+            Some(v) => {
+                serde_json::from_value(v).map_err(|e| format!("claim {:?}: {e}", self.cfg.claim))?
+            }
         };
         permissions
             .validate(&self.cfg.claim)
             .map_err(|e| e.to_string())?;
-        let grants = Grants::new(&permissions, &subject)
-            .capped(Grants::new(&self.cfg.ceiling, &subject));
+        let grants =
+            Grants::new(&permissions, &subject).capped(Grants::new(&self.cfg.ceiling, &subject));
         Ok(Claims {
             subject,
             grants,
@@ -196,9 +200,7 @@ fn config_key(algorithm: Algorithm, secret: &str, pem: &Path) -> Result<Decoding
     let key = match algorithm {
         A::HS256 | A::HS384 | A::HS512 => {
             if secret.len() < 32 {
-                return Err(format!(
-                    "{algorithm:?} needs a secret of at least 32 bytes"
-                ));
+                return Err(format!("{algorithm:?} needs a secret of at least 32 bytes"));
             }
             return Ok(DecodingKey::from_secret(secret.as_bytes()));
         }
@@ -211,7 +213,12 @@ fn config_key(algorithm: Algorithm, secret: &str, pem: &Path) -> Result<Decoding
     if !secret.is_empty() {
         return Err(format!("{algorithm:?} takes public_key_file, not secret"));
     }
-    key.map_err(|e| format!("{}: not a usable {algorithm:?} public key: {e}", pem.display()))
+    key.map_err(|e| {
+        format!(
+            "{}: not a usable {algorithm:?} public key: {e}",
+            pem.display()
+        )
+    })
 }
 
 /// The keys of a JWKS file; each must say its algorithm (`alg`) or have
@@ -219,8 +226,8 @@ fn config_key(algorithm: Algorithm, secret: &str, pem: &Path) -> Result<Decoding
 /// EdDSA).
 fn read_jwks(path: &Path) -> Result<Vec<Key>, String> {
     use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let set: JwkSet =
         serde_json::from_str(&text).map_err(|e| format!("{}: not a JWKS: {e}", path.display()))?;
     let mut keys = Vec::with_capacity(set.keys.len());

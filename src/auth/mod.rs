@@ -278,10 +278,7 @@ impl Auth {
             users,
             tokens,
             jwt,
-            failures: Failures::new(
-                cfg.max_failures,
-                Duration::from_secs(cfg.failure_window_s),
-            ),
+            failures: Failures::new(cfg.max_failures, Duration::from_secs(cfg.failure_window_s)),
             hashing: tokio::sync::Semaphore::new(MAX_HASHING),
             verified: Mutex::new(HashMap::new()),
         })))
@@ -376,7 +373,11 @@ impl Auth {
         }
     }
 
-    async fn password(&self, user: &str, password: &[u8]) -> Result<Principal, (AuthError, String)> {
+    async fn password(
+        &self,
+        user: &str,
+        password: &[u8],
+    ) -> Result<Principal, (AuthError, String)> {
         let Some(u) = self.0.users.get(user) else {
             // Not a user: the password may be a token or a JWT (MQTT
             // clients can only send tokens this way).
@@ -389,7 +390,10 @@ impl Auth {
         let key = (user.to_owned(), digest);
         {
             let verified = self.0.verified.lock();
-            if verified.get(&key).is_some_and(|t| t.elapsed() < VERIFIED_TTL) {
+            if verified
+                .get(&key)
+                .is_some_and(|t| t.elapsed() < VERIFIED_TTL)
+            {
                 return Ok(u.principal.clone());
             }
         }

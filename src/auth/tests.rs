@@ -10,11 +10,16 @@ use crate::config::auth::{JwtConfig, JwtKeyConfig, TokenConfig, UserConfig};
 const SECRET: &str = "0123456789abcdef0123456789abcdef-test";
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jwt").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/jwt")
+        .join(name)
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 fn jwt_config() -> JwtConfig {
@@ -109,7 +114,12 @@ async fn token(auth: &Auth, t: &str) -> Result<Principal, AuthError> {
 #[actix_rt::test]
 async fn every_algorithm_verifies_and_grants_its_claim() {
     let auth = auth();
-    for alg in [Algorithm::HS256, Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA] {
+    for alg in [
+        Algorithm::HS256,
+        Algorithm::RS256,
+        Algorithm::ES256,
+        Algorithm::EdDSA,
+    ] {
         let p = token(&auth, &sign(alg, &claims(json!({})))).await;
         let p = p.unwrap_or_else(|e| panic!("{alg:?}: {e}"));
         assert_eq!(p.name(), "dev-1");
@@ -126,15 +136,36 @@ async fn every_algorithm_verifies_and_grants_its_claim() {
 async fn bad_jwts_are_refused() {
     let auth = auth();
     let cases = [
-        ("expired", sign(Algorithm::HS256, &claims(json!({"exp": now() - 60})))),
-        ("not yet valid", sign(Algorithm::HS256, &claims(json!({"nbf": now() + 600})))),
-        ("wrong issuer", sign(Algorithm::HS256, &claims(json!({"iss": "evil"})))),
-        ("wrong audience", sign(Algorithm::HS256, &claims(json!({"aud": "other"})))),
-        ("no exp", sign(Algorithm::HS256, &claims(json!({"exp": null})))),
-        ("no sub", sign(Algorithm::HS256, &claims(json!({"sub": null})))),
+        (
+            "expired",
+            sign(Algorithm::HS256, &claims(json!({"exp": now() - 60}))),
+        ),
+        (
+            "not yet valid",
+            sign(Algorithm::HS256, &claims(json!({"nbf": now() + 600}))),
+        ),
+        (
+            "wrong issuer",
+            sign(Algorithm::HS256, &claims(json!({"iss": "evil"}))),
+        ),
+        (
+            "wrong audience",
+            sign(Algorithm::HS256, &claims(json!({"aud": "other"}))),
+        ),
+        (
+            "no exp",
+            sign(Algorithm::HS256, &claims(json!({"exp": null}))),
+        ),
+        (
+            "no sub",
+            sign(Algorithm::HS256, &claims(json!({"sub": null}))),
+        ),
         (
             "bad permissions claim",
-            sign(Algorithm::HS256, &claims(json!({"wharf": {"publish": "x"}}))),
+            sign(
+                Algorithm::HS256,
+                &claims(json!({"wharf": {"publish": "x"}})),
+            ),
         ),
     ];
     for (why, t) in cases {
@@ -174,8 +205,15 @@ async fn bad_jwts_are_refused() {
         &EncodingKey::from_secret(&pem),
     )
     .unwrap();
-    assert_eq!(token(&rsa_only, &confused).await.unwrap_err(), AuthError::Bad);
-    assert!(token(&rsa_only, &sign(Algorithm::RS256, &claims(json!({})))).await.is_ok());
+    assert_eq!(
+        token(&rsa_only, &confused).await.unwrap_err(),
+        AuthError::Bad
+    );
+    assert!(
+        token(&rsa_only, &sign(Algorithm::RS256, &claims(json!({}))))
+            .await
+            .is_ok()
+    );
 }
 
 #[actix_rt::test]
@@ -205,37 +243,65 @@ async fn ceiling_caps_what_a_token_claims() {
 async fn passwords_tokens_and_failures() {
     let auth = auth();
     let pw = |user: &'static str, password: &'static [u8]| Credential::Password { user, password };
-    let alice = auth.authenticate(pw("alice", b"wonderland"), None).await.unwrap();
+    let alice = auth
+        .authenticate(pw("alice", b"wonderland"), None)
+        .await
+        .unwrap();
     assert_eq!((alice.name(), alice.via()), ("alice", Via::Password));
     assert!(alice.may(Right::Publish("home/alice/lamp")));
     assert!(!alice.may(Right::Publish("home/bob/lamp")));
     // Remembered: the second check does not hash (and still answers).
-    assert!(auth.authenticate(pw("alice", b"wonderland"), None).await.is_ok());
+    assert!(
+        auth.authenticate(pw("alice", b"wonderland"), None)
+            .await
+            .is_ok()
+    );
     assert_eq!(
-        auth.authenticate(pw("alice", b"nope"), None).await.unwrap_err(),
+        auth.authenticate(pw("alice", b"nope"), None)
+            .await
+            .unwrap_err(),
         AuthError::Bad
     );
     let svc = token(&auth, "svc-token").await.unwrap();
     assert!(svc.may(Right::Enqueue("orders")));
     // A token in the password field, whatever the user name.
-    let svc2 = auth.authenticate(pw("anything", b"svc-token"), None).await.unwrap();
+    let svc2 = auth
+        .authenticate(pw("anything", b"svc-token"), None)
+        .await
+        .unwrap();
     assert_eq!(svc2.name(), "svc");
     assert_eq!(token(&auth, "wrong").await.unwrap_err(), AuthError::Bad);
 
     let ip: IpAddr = [192, 0, 2, 7].into();
     for _ in 0..3 {
-        let e = auth.authenticate(Credential::Token("wrong"), Some(ip)).await;
+        let e = auth
+            .authenticate(Credential::Token("wrong"), Some(ip))
+            .await;
         assert_eq!(e.unwrap_err(), AuthError::Bad);
     }
-    let e = auth.authenticate(Credential::Token("svc-token"), Some(ip)).await;
-    assert_eq!(e.unwrap_err(), AuthError::TooManyFailures, "blocked even with a good token");
-    assert!(auth.authenticate(Credential::Token("svc-token"), None).await.is_ok());
+    let e = auth
+        .authenticate(Credential::Token("svc-token"), Some(ip))
+        .await;
+    assert_eq!(
+        e.unwrap_err(),
+        AuthError::TooManyFailures,
+        "blocked even with a good token"
+    );
+    assert!(
+        auth.authenticate(Credential::Token("svc-token"), None)
+            .await
+            .is_ok()
+    );
     assert!(auth.required(), "credentials configured: no anonymous");
 }
 
 #[test]
 fn anonymous_follows_the_config() {
-    assert!(Auth::open().anonymous().is_some_and(|p| p.may(Right::Admin)));
+    assert!(
+        Auth::open()
+            .anonymous()
+            .is_some_and(|p| p.may(Right::Admin))
+    );
     let off = AuthConfig {
         anonymous: Some(false),
         ..AuthConfig::default()

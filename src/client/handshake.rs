@@ -79,7 +79,9 @@ fn parse(url: &str) -> Result<(bool, String, String), ClientError> {
     } else if let Some(rest) = url.strip_prefix("wss://") {
         (true, rest)
     } else {
-        return Err(ClientError::Connect(format!("not a ws:// or wss:// URL: {url}")));
+        return Err(ClientError::Connect(format!(
+            "not a ws:// or wss:// URL: {url}"
+        )));
     };
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -196,8 +198,14 @@ mod tests {
             parse("ws://127.0.0.1:7878/ws").unwrap(),
             (false, "127.0.0.1:7878".into(), "/ws".into())
         );
-        assert_eq!(parse("ws://h:1").unwrap(), (false, "h:1".into(), "/".into()));
-        assert_eq!(parse("wss://h/ws").unwrap(), (true, "h".into(), "/ws".into()));
+        assert_eq!(
+            parse("ws://h:1").unwrap(),
+            (false, "h:1".into(), "/".into())
+        );
+        assert_eq!(
+            parse("wss://h/ws").unwrap(),
+            (true, "h".into(), "/ws".into())
+        );
         assert!(parse("http://h/ws").is_err());
         assert!(parse("ws:///ws").is_err());
     }

@@ -72,9 +72,12 @@ impl MqttClient {
     /// A failed connection, a refusing CONNACK (its code in the message),
     /// or a timeout.
     pub async fn connect(url: &str, o: MqttOptions) -> Result<MqttClient, ClientError> {
-        let conn = actix_rt::time::timeout(o.timeout, handshake::connect(url, "mqtt", 16 << 20, o.tls.as_ref()))
-            .await
-            .map_err(|_| ClientError::Timeout(o.timeout))??;
+        let conn = actix_rt::time::timeout(
+            o.timeout,
+            handshake::connect(url, "mqtt", 16 << 20, o.tls.as_ref()),
+        )
+        .await
+        .map_err(|_| ClientError::Timeout(o.timeout))??;
         let mut c = MqttClient {
             conn,
             buf: BytesMut::new(),

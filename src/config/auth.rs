@@ -307,10 +307,7 @@ impl AuthConfig {
             ));
         }
         if self.jwt.claim.is_empty() {
-            return Err(invalid(
-                "auth.jwt.claim".into(),
-                "must not be empty".into(),
-            ));
+            return Err(invalid("auth.jwt.claim".into(), "must not be empty".into()));
         }
         if self.failure_window_s == 0 || self.failure_window_s > 86_400 {
             return Err(invalid(

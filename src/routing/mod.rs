@@ -370,10 +370,20 @@ mod tests {
 
     #[test]
     fn covering() {
-        for (a, f) in [("home/+/temp", "home/k/temp"), ("a/#", "a"), ("#", "+/#"), ("+", "+")] {
+        for (a, f) in [
+            ("home/+/temp", "home/k/temp"),
+            ("a/#", "a"),
+            ("#", "+/#"),
+            ("+", "+"),
+        ] {
             assert!(covers(a, f), "{a} should cover {f}");
         }
-        for (a, f) in [("home/+/temp", "home/#"), ("a/+", "a/#"), ("#", "$sys/#"), ("a", "+")] {
+        for (a, f) in [
+            ("home/+/temp", "home/#"),
+            ("a/+", "a/#"),
+            ("#", "$sys/#"),
+            ("a", "+"),
+        ] {
             assert!(!covers(a, f), "{a} should not cover {f}");
         }
     }

@@ -18,10 +18,10 @@ use serde::Deserialize;
 
 use super::body::BodyReader;
 use super::credentials::Caller;
-use crate::auth::Right;
 use super::error::HttpCode;
 use super::topics::query;
 use super::{ApiError, AppState};
+use crate::auth::Right;
 use crate::broker::jobs::JobError;
 use crate::broker::jobs::api::{self, parse_id};
 use crate::protocol::jobs::{NewJob, Register, ReportOutcome};

@@ -137,11 +137,7 @@ pub(crate) async fn upgrade(
         out.clone(),
         cfg.clone(),
     )
-    .with_auth(
-        app.auth.clone(),
-        principal,
-        req.peer_addr().map(|a| a.ip()),
-    );
+    .with_auth(app.auth.clone(), principal, req.peer_addr().map(|a| a.ip()));
     let mqtt = Mqtt {
         session,
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),

@@ -9,9 +9,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
 use super::credentials::Caller;
-use crate::auth::Right;
 use super::topics::{api_error, message_headers, query};
 use super::{ApiError, AppState};
+use crate::auth::Right;
 use crate::broker::Enqueue;
 
 #[derive(Deserialize)]

@@ -6,9 +6,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
 use super::credentials::Caller;
-use crate::auth::Right;
 use super::error::HttpCode;
 use super::{ApiError, AppState};
+use crate::auth::Right;
 use crate::broker::{BrokerError, Publish};
 use crate::protocol::frame::{Headers, Priority};
 

@@ -91,11 +91,7 @@ pub(crate) async fn upgrade(
         cfg.clone(),
     )
     .with_jobs(app.jobs.clone())
-    .with_auth(
-        app.auth.clone(),
-        principal,
-        req.peer_addr().map(|a| a.ip()),
-    );
+    .with_auth(app.auth.clone(), principal, req.peer_addr().map(|a| a.ip()));
     tracing::debug!(session = %session.id(), ?format, "websocket session opened");
     let native = Native {
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),

@@ -310,7 +310,9 @@ impl Drop for ChildBroker {
 
 /// A CA and a certificate for 127.0.0.1 and localhost signed by it, as
 /// PEM files in `dir`: (ca, cert, key).
-pub fn make_certs(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+pub fn make_certs(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -324,10 +326,13 @@ pub fn make_certs(dir: &std::path::Path) -> (std::path::PathBuf, std::path::Path
         .unwrap()
         .signed_by(&leaf_key, &ca, &ca_key)
         .unwrap();
-    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
     std::fs::write(&paths.0, ca.pem()).unwrap();
     std::fs::write(&paths.1, leaf.pem()).unwrap();
     std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
     paths
 }
-

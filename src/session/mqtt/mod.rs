@@ -23,8 +23,8 @@ mod tests;
 pub use sink::MqttSink;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -136,12 +136,7 @@ struct Connected {
 
 impl MqttSession {
     /// A session writing to `out`.
-    pub fn new(
-        broker: Broker,
-        sessions: Sessions,
-        out: Arc<Outbound>,
-        cfg: SessionConfig,
-    ) -> Self {
+    pub fn new(broker: Broker, sessions: Sessions, out: Arc<Outbound>, cfg: SessionConfig) -> Self {
         let sink = Arc::new(MqttSink {
             id: next_sink_id(),
             out,
@@ -169,7 +164,12 @@ impl MqttSession {
     /// Checks CONNECT credentials with `auth`; `principal` is who the
     /// WebSocket upgrade's credentials proved, used when CONNECT carries
     /// no password. `peer` is the client's address.
-    pub fn with_auth(mut self, auth: Auth, principal: Option<Principal>, peer: Option<IpAddr>) -> Self {
+    pub fn with_auth(
+        mut self,
+        auth: Auth,
+        principal: Option<Principal>,
+        peer: Option<IpAddr>,
+    ) -> Self {
         self.auth = auth;
         self.principal = principal;
         self.peer = peer;
@@ -399,7 +399,11 @@ impl MqttSession {
                 return refuse(
                     &self.sink,
                     connack::NOT_AUTHORIZED,
-                    &format!("{:?} may not publish its will to {:?}", principal.name(), w.topic),
+                    &format!(
+                        "{:?} may not publish its will to {:?}",
+                        principal.name(),
+                        w.topic
+                    ),
                 );
             }
         }

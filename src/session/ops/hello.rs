@@ -43,10 +43,12 @@ pub(in crate::session) async fn hello(session: &mut Session, format: Format, h: 
         return Next::Continue;
     }
     let principal = match (&h.token, &session.principal) {
-        (Some(token), _) => session
-            .auth
-            .authenticate(Credential::Token(token), session.peer)
-            .await,
+        (Some(token), _) => {
+            session
+                .auth
+                .authenticate(Credential::Token(token), session.peer)
+                .await
+        }
         (None, Some(p)) => Ok(p.clone()),
         (None, None) => Err(AuthError::Missing),
     };
@@ -87,11 +89,7 @@ pub(in crate::session) async fn hello(session: &mut Session, format: Format, h: 
 /// Takes a fresh credential for the same principal (its permissions and
 /// expiry replace the old ones); a credential for another principal, or
 /// a bad one, is refused and the session keeps the old.
-pub(in crate::session) async fn refresh(
-    session: &mut Session,
-    format: Format,
-    r: Refresh,
-) -> Next {
+pub(in crate::session) async fn refresh(session: &mut Session, format: Format, r: Refresh) -> Next {
     let Some(current) = session.principal.clone() else {
         session.error(
             format,

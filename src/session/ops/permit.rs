@@ -10,7 +10,11 @@ use crate::session::{MAX_PUBLISH_CACHE, Session};
 /// Whether the session's principal may run `frame`; if not, the client
 /// has been told (`forbidden`, or `unauthorized` when the session has
 /// not authenticated, which then closes).
-pub(in crate::session) fn permitted(session: &mut Session, format: Format, frame: &ClientFrame) -> bool {
+pub(in crate::session) fn permitted(
+    session: &mut Session,
+    format: Format,
+    frame: &ClientFrame,
+) -> bool {
     let Some(p) = session.principal.clone() else {
         session.error(
             format,
@@ -21,7 +25,9 @@ pub(in crate::session) fn permitted(session: &mut Session, format: Format, frame
         return false;
     };
     let denied: Option<Right<'_>> = match frame {
-        ClientFrame::Publish(f) => (!may_publish(session, &p, &f.topic)).then_some(Right::Publish(&f.topic)),
+        ClientFrame::Publish(f) => {
+            (!may_publish(session, &p, &f.topic)).then_some(Right::Publish(&f.topic))
+        }
         ClientFrame::Subscribe(f) => {
             if !p.may(Right::Subscribe(&f.filter)) {
                 Some(Right::Subscribe(&f.filter))
