@@ -262,3 +262,86 @@ fn binary_reports_a_port_in_use_and_exits_nonzero() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot bind"));
 }
+
+/// An HTTP request with an `Authorization: Bearer` header: the status.
+fn bearer_status(addr: SocketAddr, method: &str, path: &str, token: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Authorization: Bearer {token}\r\nContent-Length: 1\r\n\r\nx"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap()
+}
+
+/// SIGHUP re-reads the JWKS file: a token signed with a key the file
+/// did not hold is refused, then accepted once the file has it and the
+/// binary got SIGHUP; a broken file keeps the keys in force.
+#[test]
+fn binary_reloads_jwt_keys_on_sighup() {
+    use base64::Engine as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = "sighup-secret-0123456789abcdef-0123456";
+    let k = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+    let jwk = |kid: &str| format!(r#"{{"kty":"oct","alg":"HS256","kid":"{kid}","k":"{k}"}}"#);
+    let jwks = tmp.path().join("jwks.json");
+    std::fs::write(&jwks, format!(r#"{{"keys":[{}]}}"#, jwk("old"))).unwrap();
+    let config = tmp.path().join("wharf.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\ndata_dir = {:?}\n[auth.jwt]\njwks_file = {:?}\n",
+            tmp.path().join("data"),
+            jwks
+        ),
+    )
+    .unwrap();
+    let mut broker = ChildBroker::spawn(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let addr = broker.address();
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("new".into());
+    let token = jsonwebtoken::encode(
+        &header,
+        &serde_json::json!({"sub": "svc", "exp": exp, "wharf": {"publish": ["#"]}}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap();
+    assert_eq!(bearer_status(addr, "POST", "/topics/t", &token), 401);
+    std::fs::write(&jwks, "{ broken").unwrap();
+    broker.signal("HUP");
+    let (log, seen) = broker.read_until("not reloaded", Duration::from_secs(10));
+    assert!(seen, "{log}");
+    std::fs::write(
+        &jwks,
+        format!(r#"{{"keys":[{},{}]}}"#, jwk("old"), jwk("new")),
+    )
+    .unwrap();
+    broker.signal("HUP");
+    let (log, seen) = broker.read_until("authentication keys reloaded", Duration::from_secs(10));
+    assert!(seen, "{log}");
+    assert_eq!(bearer_status(addr, "POST", "/topics/t", &token), 202);
+    broker.signal("TERM");
+    assert_eq!(broker.wait_exit(Duration::from_secs(20)).code(), Some(0));
+}
