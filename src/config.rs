@@ -224,12 +224,58 @@ impl Default for TopicsConfig {
 }
 
 /// `[mqtt]` settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MqttConfig {
+    /// Address of the MQTT-over-TCP listener (1883); empty = none.
+    pub tcp_bind: String,
+    /// Address of the MQTT-over-TLS listener (8883), used when
+    /// `[server.tls]` is set; empty = none.
+    pub tls_bind: String,
     /// The plaintext user table of earlier versions: refused (with a
     /// message saying how to move each user to `[[auth.users]]`).
     pub users: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            tcp_bind: "127.0.0.1:1883".into(),
+            tls_bind: "127.0.0.1:8883".into(),
+            users: Default::default(),
+        }
+    }
+}
+
+impl MqttConfig {
+    /// The TCP listener's address, if any.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `mqtt.tcp_bind`.
+    pub fn tcp_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        parse_bind("mqtt.tcp_bind", &self.tcp_bind)
+    }
+
+    /// The TLS listener's address, if any (only with `[server.tls]`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `mqtt.tls_bind`.
+    pub fn tls_addr(&self, tls: &TlsConfig) -> Result<Option<SocketAddr>, ConfigError> {
+        if !tls.enabled() {
+            return Ok(None);
+        }
+        parse_bind("mqtt.tls_bind", &self.tls_bind)
+    }
+}
+
+fn parse_bind(key: &str, value: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|_| ConfigError::Invalid {
+        key: key.into(),
+        reason: format!("{value:?} is not an address (IP:port), nor empty"),
+    })
 }
 
 /// `[jobs]` settings.
@@ -624,6 +670,8 @@ impl Config {
             }
             q.options(&self.queue_defaults).validate(&key, &limits)?;
         }
+        self.mqtt.tcp_addr()?;
+        self.mqtt.tls_addr(&self.server.tls)?;
         if !self.mqtt.users.is_empty() {
             return Err(invalid(
                 "mqtt.users",

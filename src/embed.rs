@@ -248,6 +248,12 @@ impl Wharf {
         })
     }
 
+    /// What the routes share, for the server's other listeners (MQTT over
+    /// TCP).
+    pub(crate) fn app_state(&self) -> AppState {
+        self.inner.state.get_ref().clone()
+    }
+
     /// The credential checker the routes use: an embedding app checks its
     /// own requests' credentials with it too.
     pub fn auth(&self) -> &crate::auth::Auth {

@@ -69,7 +69,7 @@ pub use embed::{
     ActorConsumer, ActorSubscription, Delivery, JobWorkers, QueueMessage, Settler, Wharf,
     WharfBuilder,
 };
-pub use server::{run, run_with_reload};
+pub use server::{Listeners, run, run_with_reload, serve};
 
 /// README.md's code blocks, compiled as doc tests: a snippet that drifts
 /// from the API fails CI.
@@ -102,6 +102,17 @@ pub enum Error {
     /// The embedded job workers' thread is not running.
     #[error("the job worker thread is not running")]
     WorkerThread,
+    /// A listener could not be bound.
+    #[error("cannot bind {key} = {addr}: {source}")]
+    Bind {
+        /// The configuration key naming the address.
+        key: &'static str,
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// Binding, accepting or serving failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -34,6 +34,10 @@ enum Command {
         /// Data directory, overriding `store.data_dir`.
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
+        /// MQTT-over-TCP address, overriding `mqtt.tcp_bind` ("" for
+        /// none; port 0: any free port).
+        #[arg(long, value_name = "ADDR")]
+        mqtt_bind: Option<String>,
     },
     /// Print the default configuration (the shipped config.toml).
     Config,
@@ -61,7 +65,8 @@ fn main() -> ExitCode {
             config,
             bind,
             data_dir,
-        } => serve(config, bind, data_dir),
+            mqtt_bind,
+        } => serve(config, bind, data_dir, mqtt_bind),
         Command::Passwd { stdin } => passwd(stdin),
         Command::Token => {
             let token = wharf::auth::new_token();
@@ -112,7 +117,12 @@ fn passwd(stdin: bool) -> ExitCode {
     }
 }
 
-fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathBuf>) -> ExitCode {
+fn serve(
+    path: Option<PathBuf>,
+    bind: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    mqtt_bind: Option<String>,
+) -> ExitCode {
     let loaded = match &path {
         Some(path) => Config::from_file(path),
         None => Config::embedded(),
@@ -127,11 +137,23 @@ fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathB
     if let Some(dir) = data_dir {
         config.store.data_dir = dir;
     }
+    if let Some(addr) = mqtt_bind {
+        config.mqtt.tcp_bind = addr;
+    }
     if let Err(e) = config.validate() {
         return config_error(&e);
     }
     // Before binding: an open listener is refused without ever listening.
-    if let Err(e) = config.auth.check_exposure(&[config.server.bind]) {
+    let mut addrs = vec![config.server.bind];
+    let mqtt_addrs = config
+        .mqtt
+        .tcp_addr()
+        .and_then(|tcp| Ok((tcp, config.mqtt.tls_addr(&config.server.tls)?)));
+    match mqtt_addrs {
+        Ok((tcp, tls)) => addrs.extend(tcp.into_iter().chain(tls)),
+        Err(e) => return config_error(&e),
+    }
+    if let Err(e) = config.auth.check_exposure(&addrs) {
         return config_error(&e);
     }
     init_logging(&config);
@@ -147,12 +169,20 @@ fn serve(path: Option<PathBuf>, bind: Option<SocketAddr>, data_dir: Option<PathB
             return ExitCode::FAILURE;
         }
     };
+    let listeners = match wharf::Listeners::bind_mqtt(listener, &config) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("wharf: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = actix_rt::System::new().block_on(async move {
         // Handlers are installed before the broker starts, so a signal
         // that arrives while it starts stops it cleanly.
         let shutdown = shutdown_signal();
         let reload = reload_signal();
-        wharf::run_with_reload(listener, config, shutdown, reload).await
+        wharf::serve(listeners, config, shutdown, reload).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,9 +1,10 @@
 //! Running the broker as a server: start a [`Wharf`], serve its routes on
-//! a listener the caller bound, and shut down in order when the caller's
-//! shutdown future completes.
+//! a listener the caller bound (and MQTT over TCP and TLS on theirs), and
+//! shut down in order when the caller's shutdown future completes.
 
 use std::future::Future;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
@@ -52,18 +53,90 @@ pub async fn run(
 /// SIGHUP. A file that does not load leaves the old keys in force, with
 /// a warning.
 ///
+/// The MQTT listeners `[mqtt] tcp_bind` and `tls_bind` name are bound
+/// here (see [`Listeners::bind_mqtt`]).
+///
 /// # Errors
 /// As [`run`]; also a listener on a non-loopback address with no
 /// authentication configured and `auth.anonymous` unset
-/// ([`Error::Config`], naming `auth.anonymous`).
+/// ([`Error::Config`], naming `auth.anonymous`), or an MQTT address that
+/// cannot be bound ([`Error::Bind`], naming its key).
 pub async fn run_with_reload(
     listener: TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + 'static,
+    reload: tokio::sync::mpsc::Receiver<()>,
+) -> Result<(), Error> {
+    let listeners = Listeners::bind_mqtt(listener, &config)?;
+    serve(listeners, config, shutdown, reload).await
+}
+
+/// The sockets a broker serves, bound by the caller: HTTP and WebSocket,
+/// and optionally MQTT over TCP and over TLS.
+#[derive(Debug)]
+pub struct Listeners {
+    /// HTTP, WebSocket (`/ws`, `/mqtt`); https and wss with `[server.tls]`.
+    pub http: TcpListener,
+    /// MQTT over TCP (`[mqtt] tcp_bind`).
+    pub mqtt: Option<TcpListener>,
+    /// MQTT over TLS (`[mqtt] tls_bind`); needs `[server.tls]`.
+    pub mqtt_tls: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// `http`, and the MQTT listeners `config` asks for, bound now.
+    ///
+    /// # Errors
+    /// An address that does not parse ([`Error::Config`]) or cannot be
+    /// bound ([`Error::Bind`]), naming its key.
+    pub fn bind_mqtt(http: TcpListener, config: &Config) -> Result<Listeners, Error> {
+        let bind = |key: &'static str, addr: Option<SocketAddr>| -> Result<_, Error> {
+            addr.map(|addr| {
+                TcpListener::bind(addr).map_err(|source| Error::Bind { key, addr, source })
+            })
+            .transpose()
+        };
+        Ok(Listeners {
+            http,
+            mqtt: bind("mqtt.tcp_bind", config.mqtt.tcp_addr()?)?,
+            mqtt_tls: bind("mqtt.tls_bind", config.mqtt.tls_addr(&config.server.tls)?)?,
+        })
+    }
+
+    fn addrs(&self) -> std::io::Result<Vec<SocketAddr>> {
+        let mut all = vec![self.http.local_addr()?];
+        for l in [&self.mqtt, &self.mqtt_tls].into_iter().flatten() {
+            all.push(l.local_addr()?);
+        }
+        Ok(all)
+    }
+}
+
+/// [`run_with_reload`] on listeners the caller bound (to pick free ports
+/// for every one of them, say).
+///
+/// # Errors
+/// As [`run_with_reload`]; an MQTT TLS listener without `[server.tls]` is
+/// [`Error::Config`].
+pub async fn serve(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()> + 'static,
     mut reload: tokio::sync::mpsc::Receiver<()>,
 ) -> Result<(), Error> {
-    let addr = listener.local_addr()?;
-    config.auth.check_exposure(&[addr])?;
+    let addr = listeners.http.local_addr()?;
+    config.auth.check_exposure(&listeners.addrs()?)?;
+    if listeners.mqtt_tls.is_some() && !config.server.tls.enabled() {
+        return Err(Error::Config(crate::config::ConfigError::Invalid {
+            key: "mqtt.tls_bind".into(),
+            reason: "an MQTT TLS listener needs [server.tls] cert and key".into(),
+        }));
+    }
+    let Listeners {
+        http: listener,
+        mqtt,
+        mqtt_tls,
+    } = listeners;
     // Read before the store opens: a bad certificate fails fast.
     let tls = if config.server.tls.enabled() {
         Some(crate::tls::server_config(&config.server.tls)?)
@@ -97,16 +170,7 @@ pub async fn run_with_reload(
             .downcast_ref::<actix_web::rt::net::TcpStream>()
             .or_else(|| conn.downcast_ref::<Tls>().map(|t| t.get_ref().0));
         if let Some(tcp) = tcp {
-            // Writes are batched (many frames per write), so Nagle's
-            // algorithm only adds delay: with delayed ACKs it stalls small
-            // writes by up to 40 ms.
-            let _ = tcp.set_nodelay(true);
-            // A peer that stops acknowledging (dead, or a zero window) is
-            // dropped by the kernel: actix has no write timeout for a
-            // streaming response, so nothing else would end it.
-            if write_timeout > Duration::ZERO {
-                let _ = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(write_timeout));
-            }
+            tune(tcp, write_timeout);
         }
     })
     .workers(workers)
@@ -114,6 +178,12 @@ pub async fn run_with_reload(
     .shutdown_timeout(config.server.shutdown_timeout_s)
     .disable_signals();
     let scheme = if tls.is_some() { "https" } else { "http" };
+    let mqtt_server = mqtt_server(
+        &wharf,
+        mqtt,
+        mqtt_tls.map(|l| (l, tls.clone())),
+        workers,
+    )?;
     let server = match tls {
         Some(tls) => server.listen_rustls_0_23(listener, tls)?,
         None => server.listen(listener)?,
@@ -129,6 +199,8 @@ pub async fn run_with_reload(
 
     let handle = server.handle();
     let sessions = wharf.sessions().clone();
+    let mqtt_handle = mqtt_server.as_ref().map(actix_server::Server::handle);
+    let mqtt_done = mqtt_server.map(actix_rt::spawn);
     actix_rt::spawn(async move {
         shutdown.await;
         tracing::info!(
@@ -138,12 +210,101 @@ pub async fn run_with_reload(
         // Sessions get their queued messages and a 1001 close frame; the
         // graceful stop below waits for them up to the shutdown timeout.
         sessions.close_all(1001, "server shutting down", true);
+        if let Some(mqtt) = mqtt_handle {
+            mqtt.stop(true).await;
+        }
         handle.stop(true).await;
     });
     let served = server.await;
+    if let Some(done) = mqtt_done {
+        let _ = done.await;
+    }
     let stopped = wharf.shutdown().await;
     served?;
     stopped?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Socket options every connection gets.
+fn tune(tcp: &actix_web::rt::net::TcpStream, write_timeout: Duration) {
+    // Writes are batched (many frames per write), so Nagle's algorithm
+    // only adds delay: with delayed ACKs it stalls small writes by up to
+    // 40 ms.
+    let _ = tcp.set_nodelay(true);
+    // A peer that stops acknowledging (dead, or a zero window) is dropped
+    // by the kernel: actix has no write timeout for a streaming response,
+    // so nothing else would end it.
+    if write_timeout > Duration::ZERO {
+        let _ = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(write_timeout));
+    }
+}
+
+/// The MQTT-over-TCP and MQTT-over-TLS listeners as one actix server
+/// (its own worker threads, as many as HTTP has), if either is wanted.
+fn mqtt_server(
+    wharf: &Wharf,
+    tcp: Option<TcpListener>,
+    tls: Option<(TcpListener, Option<rustls::ServerConfig>)>,
+    workers: usize,
+) -> Result<Option<actix_server::Server>, Error> {
+    use actix_service::fn_service;
+    if tcp.is_none() && tls.is_none() {
+        return Ok(None);
+    }
+    let config = wharf.config().clone();
+    let write_timeout = Duration::from_secs(config.session.write_timeout_s);
+    let mut builder = actix_server::Server::build()
+        .workers(workers)
+        .max_concurrent_connections(config.server.max_connections)
+        .shutdown_timeout(config.server.shutdown_timeout_s)
+        .disable_signals();
+    if let Some(listener) = tcp {
+        let addr = listener.local_addr()?;
+        let state = wharf.app_state();
+        builder = builder.listen("mqtt", listener, move || {
+            let state = state.clone();
+            fn_service(move |io: actix_rt::net::TcpStream| {
+                let state = state.clone();
+                async move {
+                    tune(&io, write_timeout);
+                    let peer = io.peer_addr().ok().map(|a| a.ip());
+                    transport::mqtt_tcp::serve(io, peer, state).await;
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            })
+        })?;
+        tracing::info!(%addr, "MQTT listening on {addr}");
+    }
+    if let Some((listener, Some(mut tls))) = tls {
+        let addr = listener.local_addr()?;
+        // Not HTTP: no ALPN protocol is offered.
+        tls.alpn_protocols.clear();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let state = wharf.app_state();
+        builder = builder.listen("mqtt-tls", listener, move || {
+            let (state, acceptor) = (state.clone(), acceptor.clone());
+            fn_service(move |io: actix_rt::net::TcpStream| {
+                let (state, acceptor) = (state.clone(), acceptor.clone());
+                async move {
+                    tune(&io, write_timeout);
+                    let peer = io.peer_addr().ok().map(|a| a.ip());
+                    let handshake = acceptor.accept(io);
+                    match actix_rt::time::timeout(
+                        transport::mqtt_tcp::TLS_HANDSHAKE_TIMEOUT,
+                        handshake,
+                    )
+                    .await
+                    {
+                        Ok(Ok(stream)) => transport::mqtt_tcp::serve(stream, peer, state).await,
+                        Ok(Err(e)) => tracing::info!(?peer, "MQTT TLS handshake failed: {e}"),
+                        Err(_) => tracing::info!(?peer, "MQTT TLS handshake timed out"),
+                    }
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            })
+        })?;
+        tracing::info!(%addr, "MQTT over TLS listening on {addr}");
+    }
+    Ok(Some(builder.run()))
 }

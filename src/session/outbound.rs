@@ -144,6 +144,10 @@ pub struct Outbound {
     dropped: AtomicU64,
     /// Whether `dropped` notices are written (native protocol only).
     notices: std::sync::atomic::AtomicBool,
+    /// Raw framing (MQTT over TCP): data frames are written as their bytes
+    /// alone, WebSocket control frames (pings, pongs, the close) not at
+    /// all.
+    raw: std::sync::atomic::AtomicBool,
 }
 
 impl Outbound {
@@ -159,6 +163,7 @@ impl Outbound {
             queued: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             notices: std::sync::atomic::AtomicBool::new(true),
+            raw: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -309,6 +314,12 @@ impl Outbound {
         st.close.is_some() || st.finished
     }
 
+    /// Writes frames without WebSocket framing, for a protocol carried on
+    /// a plain byte stream (MQTT over TCP); call before the writer starts.
+    pub fn set_raw(&self) {
+        self.raw.store(true, Ordering::Relaxed);
+    }
+
     /// Stops `dropped` notices: for protocols that have none (MQTT).
     pub fn disable_notices(&self) {
         self.notices.store(false, Ordering::Relaxed);
@@ -367,6 +378,7 @@ impl Outbound {
     /// close frame was written (the stream then ends), `Pending` with the
     /// waker registered when there is nothing to write.
     fn drain_into(&self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<bool> {
+        let raw = self.raw.load(Ordering::Relaxed);
         let mut st = self.state.lock();
         if st.finished {
             return Poll::Ready(true);
@@ -389,7 +401,7 @@ impl Outbound {
             });
             let bytes = codec::encode_server(format, &notice);
             let f = OutFrame::data(format, Bytes::new(), bytes.into());
-            wsframe::write(buf, f.opcode, &[&f.head, &f.body]);
+            write_frame(buf, &f, raw);
             st.dropped_unreported = 0;
             written += 1;
         }
@@ -405,19 +417,32 @@ impl Outbound {
                 },
             };
             st.bytes -= f.size();
-            wsframe::write(buf, f.opcode, &[&f.head, &f.body]);
+            write_frame(buf, &f, raw);
             written += 1;
         }
         if written > 0 {
             return Poll::Ready(false);
         }
         if let Some(close) = &st.close {
-            wsframe::write_close(buf, close.code, &close.reason);
+            if !raw {
+                wsframe::write_close(buf, close.code, &close.reason);
+            }
             st.finished = true;
             return Poll::Ready(true);
         }
         st.waker = Some(cx.waker().clone());
         Poll::Pending
+    }
+}
+
+/// Lays one frame into the write buffer: as a WebSocket frame, or (raw)
+/// its bytes alone, control frames left out.
+fn write_frame(buf: &mut BytesMut, f: &OutFrame, raw: bool) {
+    if !raw {
+        wsframe::write(buf, f.opcode, &[&f.head, &f.body]);
+    } else if f.opcode == wsframe::TEXT || f.opcode == wsframe::BINARY {
+        buf.extend_from_slice(&f.head);
+        buf.extend_from_slice(&f.body);
     }
 }
 

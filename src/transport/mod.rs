@@ -8,6 +8,7 @@ mod error;
 mod health;
 mod jobs;
 mod mqtt;
+pub(crate) mod mqtt_tcp;
 mod origin;
 mod queues;
 mod topics;

@@ -141,6 +141,8 @@ impl TestBroker {
         config.server.http_workers = 2;
         config.scheduler.workers = 2;
         config.server.shutdown_timeout_s = 2;
+        // No MQTT TCP listener on 1883 unless a test asks (with port 0).
+        config.mqtt.tcp_bind = String::new();
         tune(&mut config);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -204,8 +206,13 @@ pub struct ChildBroker {
 
 impl ChildBroker {
     pub fn spawn(args: &[&str]) -> ChildBroker {
+        let mut args = args.to_vec();
+        // Never the shared 1883: any free port, unless the test chose.
+        if args.first() == Some(&"serve") && !args.contains(&"--mqtt-bind") {
+            args.extend(["--mqtt-bind", "127.0.0.1:0"]);
+        }
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
-            .args(args)
+            .args(&args)
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -1,0 +1,140 @@
+//! MQTT over a plain byte stream: TCP (`[mqtt] tcp_bind`, 1883) or TLS
+//! over it (`[mqtt] tls_bind`, 8883). The same [`MqttSession`] as
+//! `/mqtt`, with the same limits, keep-alive, authentication (CONNECT's
+//! credentials only: there is no upgrade request) and persistence; only
+//! the framing differs: the outbound queue writes raw bytes
+//! ([`Outbound::set_raw`]) and the reader hands whatever arrived to the
+//! session, which reassembles packets across reads.
+
+use std::future::poll_fn;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use futures_core::Stream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::AppState;
+use super::wsloop::outbound;
+use crate::protocol::codec::Format;
+use crate::session::mqtt::MqttSession;
+use crate::session::{CloseRequest, Outbound, OutboundStream, RateLimiter, Verdict};
+
+/// Longest the writer may take to send what is queued once the
+/// connection ends.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a TLS handshake may take.
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes read at a time.
+const READ_CHUNK: usize = 4096;
+
+/// Serves one MQTT connection on `stream` until it ends.
+pub(crate) async fn serve<S>(stream: S, peer: Option<IpAddr>, app: AppState)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let cfg = app.config.session.clone();
+    let out = outbound(&cfg, Format::Bincode);
+    out.disable_notices();
+    out.set_raw();
+    let mut session = MqttSession::new(
+        app.broker.clone(),
+        app.sessions.clone(),
+        out.clone(),
+        cfg.clone(),
+    )
+    .with_auth(app.auth.clone(), None, peer);
+    let (mut rd, wr) = tokio::io::split(stream);
+    let writer = actix_rt::spawn(write_loop(out.clone(), wr));
+    let mut rate = RateLimiter::new(cfg.rate_per_s, cfg.rate_burst);
+    let mut buf = BytesMut::new();
+    // One timer, armed at the earlier of the keep-alive deadline and the
+    // credential's expiry, moved only when that comes earlier (as in the
+    // WebSocket read loop): traffic costs no timer work.
+    let mut due = deadline(&session);
+    let timer = actix_rt::time::sleep_until(due.into());
+    tokio::pin!(timer);
+    loop {
+        if out.is_closing() {
+            break;
+        }
+        let next = deadline(&session);
+        if next < due {
+            due = next;
+            timer.as_mut().reset(due.into());
+        }
+        buf.reserve(READ_CHUNK);
+        tokio::select! {
+            read = rd.read_buf(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if let Verdict::Close = rate.check(Instant::now()) {
+                        close(&out, 1008, "rate limit exceeded".into());
+                        break;
+                    }
+                    let chunk = buf.split().freeze();
+                    if let Err(c) = session.data(&chunk).await {
+                        close(&out, c.code, c.reason);
+                        break;
+                    }
+                }
+            },
+            _ = &mut timer => {
+                let now = Instant::now();
+                if session.expires_at().is_some_and(|at| now >= at) {
+                    close(&out, crate::session::CLOSE_EXPIRED, "credentials expired".into());
+                    break;
+                }
+                if now >= session.idle_deadline() {
+                    close(&out, 1001, "keep-alive timeout".into());
+                    break;
+                }
+                due = deadline(&session);
+                timer.as_mut().reset(due.into());
+            }
+        }
+    }
+    out.close(CloseRequest {
+        code: 1000,
+        reason: String::new(),
+        drain: true,
+    });
+    session.end().await;
+    // A client that stopped reading must not hold the connection.
+    let abort = writer.abort_handle();
+    if actix_rt::time::timeout(DRAIN_TIMEOUT, writer).await.is_err() {
+        out.abort(1001, "close drain timed out");
+        abort.abort();
+    }
+}
+
+/// When the connection must be looked at: its keep-alive deadline or its
+/// credential's expiry, whichever is first.
+fn deadline(session: &MqttSession) -> Instant {
+    let idle = session.idle_deadline();
+    session.expires_at().map_or(idle, |at| idle.min(at))
+}
+
+fn close(out: &Outbound, code: u16, reason: String) {
+    if code != 1000 {
+        tracing::info!(code, "closing an MQTT TCP connection: {reason}");
+    }
+    out.close(CloseRequest {
+        code,
+        reason,
+        drain: true,
+    });
+}
+
+/// Writes the outbound queue to the socket until it is finished.
+async fn write_loop<W: AsyncWrite + Unpin>(out: Arc<Outbound>, mut wr: W) {
+    let mut batches = OutboundStream::new(out);
+    while let Some(Ok(bytes)) = poll_fn(|cx| std::pin::Pin::new(&mut batches).poll_next(cx)).await
+    {
+        if wr.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
