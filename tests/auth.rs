@@ -5,9 +5,10 @@
 //! credentials), JWT expiry and refresh, anonymous access, and MQTT client
 //! ids per principal.
 //!
-//! The `#[ignore]`d tests at the end reproduce bugs found while writing
-//! these: they assert what the permission model calls for and fail today
-//! (`cargo nextest run --test auth --run-ignored only`).
+//! The tests at the end reproduce bugs found while writing these (a
+//! fractional `exp`, a worker for every kind, MQTT persistent sessions
+//! and the consume right, resumed subscriptions): they failed before the
+//! fixes.
 
 mod common;
 
@@ -1195,7 +1196,6 @@ fn an_mqtt_client_id_is_taken_over_only_by_the_same_principal() {
 /// (it rounds it), but src/auth/jwt.rs reads it with `as_u64`, gets
 /// `None`, and the session never expires.
 #[test]
-#[ignore = "src bug: a fractional `exp` is validated but never enforced (src/auth/jwt.rs)"]
 fn a_jwt_with_a_fractional_exp_still_expires_the_session() {
     let b = jwt_broker();
     let exp = unix_now() + 2;
@@ -1223,7 +1223,6 @@ fn a_jwt_with_a_fractional_exp_still_expires_the_session() {
 /// the kinds listed: svc, whose work_jobs is `["email"]`, registers for
 /// every kind and is handed an `sms` job.
 #[test]
-#[ignore = "src bug: registering a worker with no kinds bypasses work_jobs"]
 fn a_worker_for_every_kind_needs_every_kind() {
     let b = auth_broker();
     let url = b.ws_url();
@@ -1265,7 +1264,6 @@ fn a_worker_for_every_kind_needs_every_kind() {
 /// (queues), which need the consume right on the native protocol; MQTT
 /// only checks subscribe (src/session/mqtt/mod.rs, `subscribe`).
 #[test]
-#[ignore = "src bug: MQTT persistent sessions subscribe durably without the consume right"]
 fn an_mqtt_persistent_subscription_needs_the_consume_right() {
     let b = auth_broker();
     let creds = Credentials::new();
@@ -1293,7 +1291,6 @@ fn an_mqtt_persistent_subscription_needs_the_consume_right() {
 /// the same `sub` whose rights no longer include `cmd/#` still receives
 /// what `cmd/#` collected.
 #[test]
-#[ignore = "src bug: resumed MQTT subscriptions are not re-checked against the principal's rights"]
 fn a_resumed_mqtt_session_gets_only_what_its_rights_allow() {
     let b = auth_broker();
     let creds = Credentials::new();

@@ -21,6 +21,8 @@ pub enum Right<'a> {
     EnqueueJob(&'a str),
     /// Work on jobs of this kind.
     WorkJob(&'a str),
+    /// Work on jobs of every kind (a worker registered with no kinds).
+    WorkAllJobs,
     /// Admin routes, deletion, purge, redrive.
     Admin,
 }
@@ -34,7 +36,7 @@ impl Right<'_> {
             Right::Enqueue(_) => "enqueue",
             Right::Consume(_) | Right::ConsumeFilter(_) => "consume",
             Right::EnqueueJob(_) => "enqueue_jobs",
-            Right::WorkJob(_) => "work_jobs",
+            Right::WorkJob(_) | Right::WorkAllJobs => "work_jobs",
             Right::Admin => "admin",
         }
     }
@@ -50,6 +52,7 @@ impl Right<'_> {
             | Right::EnqueueJob(s)
             | Right::WorkJob(s) => Some(s),
             Right::Admin => None,
+            Right::WorkAllJobs => Some("#"),
         }
     }
 }
@@ -144,6 +147,7 @@ impl Grants {
             Right::ConsumeFilter(f) => self.consume.covers(f),
             Right::EnqueueJob(k) => self.enqueue_jobs.allows(k),
             Right::WorkJob(k) => self.work_jobs.allows(k),
+            Right::WorkAllJobs => self.work_jobs.covers("#"),
             Right::Admin => self.admin,
         };
         own && self.ceiling.as_ref().is_none_or(|c| c.may(right))

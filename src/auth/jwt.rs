@@ -165,10 +165,13 @@ impl Verifier {
             Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
             _ => return Err("sub must be a non-empty string".into()),
         };
+        // The crate accepts a fractional `exp` (a NumericDate may have
+        // one): read it as a float, or it would never be enforced.
         let expires = claims
             .get("exp")
-            .and_then(serde_json::Value::as_u64)
-            .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+            .and_then(serde_json::Value::as_f64)
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs_f64(s.min(1e12)));
         let permissions: Permissions = match claims.remove(&self.cfg.claim) {
             None => Permissions::default(),
             Some(v) => {

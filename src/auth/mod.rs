@@ -93,6 +93,18 @@ impl Principal {
         &self.0.name
     }
 
+    /// Who it is, all told: the name and how it authenticated
+    /// (`password:alice`, `token:billing`, `jwt:device-17`, or
+    /// `anonymous`), so a JWT whose `sub` happens to equal a token's name
+    /// is not that token's principal. Takeover, `refresh` and lasting
+    /// state compare this.
+    pub fn id(&self) -> String {
+        match self.0.via {
+            Via::Anonymous => "anonymous".to_owned(),
+            via => format!("{}:{}", via.as_str(), self.0.name),
+        }
+    }
+
     /// How it authenticated.
     pub fn via(&self) -> Via {
         self.0.via
@@ -115,9 +127,9 @@ impl Principal {
 
     /// The name under which a client's lasting state (durable
     /// subscriptions, MQTT persistent sessions) is kept: the client id
-    /// for anonymous clients, and `~principal~client` for others, so two
-    /// principals using the same client id never share or take over
-    /// each other's state.
+    /// for anonymous clients, and `~id~client` for others (`id` as
+    /// [`Principal::id`]), so two principals using the same client id
+    /// never share or take over each other's state.
     pub fn namespace(&self, client: &str) -> String {
         if self.0.via == Via::Anonymous {
             return match client.strip_prefix('~') {
@@ -126,9 +138,10 @@ impl Principal {
                 None => client.to_owned(),
             };
         }
-        let mut s = String::with_capacity(self.0.name.len() + client.len() + 2);
+        let id = self.id();
+        let mut s = String::with_capacity(id.len() + client.len() + 2);
         s.push('~');
-        for c in self.0.name.chars() {
+        for c in id.chars() {
             match c {
                 '%' => s.push_str("%25"),
                 '~' => s.push_str("%7E"),

@@ -175,7 +175,7 @@ impl Session {
 
     fn set_principal(&mut self, principal: Option<crate::auth::Principal>) {
         if let Some(p) = &principal {
-            self.sessions.set_principal(self.id, p.name());
+            self.sessions.set_principal(self.id, &p.id());
         }
         self.expires_at = principal.as_ref().and_then(|p| p.expires_at());
         self.principal = principal;

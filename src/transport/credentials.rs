@@ -142,7 +142,7 @@ impl Caller {
     /// with the principal (an audit line).
     pub(crate) fn admin(&self, action: &str, object: &str) -> Result<(), ApiError> {
         self.require(Right::Admin)?;
-        tracing::info!(target: "wharf::audit", principal = self.0.name(), action, object, "admin action");
+        tracing::info!(target: "wharf::audit", principal = %self.0.id(), action, object, "admin action");
         Ok(())
     }
 }

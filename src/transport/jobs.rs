@@ -81,6 +81,10 @@ pub(crate) async fn register(
 ) -> Result<HttpResponse, ApiError> {
     let r: Register = json_body(&app.bodies, &mut body, Some(Register::default())).await?;
     caller.require_worker()?;
+    if r.kinds.is_empty() {
+        // No kinds: every kind.
+        caller.require(Right::WorkAllJobs)?;
+    }
     for kind in &r.kinds {
         caller.require(Right::WorkJob(kind))?;
     }

@@ -72,6 +72,12 @@ fn durable_client(client_id: &str) -> String {
     s
 }
 
+/// Whether `p` may hold a durable subscription to `filter` (a persistent
+/// session's): subscribe and consume rights covering it.
+fn may_hold_durable(p: &Principal, filter: &str) -> bool {
+    p.may(Right::Subscribe(filter)) && p.may(Right::ConsumeFilter(filter))
+}
+
 /// A durable subscription's id for `filter` at `qos`.
 fn durable_id(filter: &str, qos: u8) -> String {
     // FNV-1a: stable across builds and platforms.
@@ -418,7 +424,7 @@ impl MqttSession {
         // different session).
         let key = format!("mqtt:{client_id}");
         for old in self.sessions.find_by_client(&key) {
-            if old.principal.as_deref() != Some(principal.name()) {
+            if old.principal.as_deref() != Some(principal.id().as_str()) {
                 continue;
             }
             self.sessions.close(
@@ -429,9 +435,9 @@ impl MqttSession {
             );
         }
         self.sessions.insert(self.id, key, self.sink.out.clone());
-        self.sessions.set_principal(self.id, principal.name());
+        self.sessions.set_principal(self.id, &principal.id());
         let durable_client = principal.namespace(&durable_client(&client_id));
-        self.principal = Some(principal);
+        self.principal = Some(principal.clone());
         let existing = self.broker.durable_subscriptions(&durable_client);
         let mut conn = Connected {
             durable_client: durable_client.clone(),
@@ -467,6 +473,22 @@ impl MqttSession {
                 let Some(filter) = filters.into_iter().next() else {
                     continue;
                 };
+                // Rights may have narrowed since the subscription was
+                // made (a new token, a new config): what the principal
+                // may no longer hold ends here.
+                if !may_hold_durable(&principal, &filter) {
+                    tracing::info!(
+                        principal = %principal.id(),
+                        %filter,
+                        "a kept MQTT subscription ended: the principal may no longer hold it"
+                    );
+                    let sink = self.sink.id;
+                    let _ = self
+                        .broker
+                        .unsubscribe_durable(&durable_client, &id, sink)
+                        .await;
+                    continue;
+                }
                 match self.consume_durable(&durable_client, &id, &filter).await {
                     Ok(entry) => {
                         conn.durable.insert(filter, entry);
@@ -518,7 +540,7 @@ impl MqttSession {
             // 3.1.1 has no refusal: the packet is acknowledged as usual
             // and dropped, with a log line.
             tracing::info!(
-                principal = self.principal.as_ref().map(|p| p.name()),
+                principal = self.principal.as_ref().map(|p| p.id()),
                 topic = %p.topic,
                 "MQTT publish refused: not allowed"
             );
@@ -587,7 +609,7 @@ impl MqttSession {
             .is_some_and(|p| p.may(Right::Subscribe(&filter)))
         {
             tracing::info!(
-                principal = self.principal.as_ref().map(|p| p.name()),
+                principal = self.principal.as_ref().map(|p| p.id()),
                 %filter,
                 "MQTT subscription refused: not allowed"
             );
@@ -598,6 +620,20 @@ impl MqttSession {
             return SUBACK_FAILURE;
         };
         if !conn.clean {
+            // A persistent session's subscription is a durable one: it
+            // needs the consume right too, as a native one does.
+            if !self
+                .principal
+                .as_ref()
+                .is_some_and(|p| may_hold_durable(p, &filter))
+            {
+                tracing::info!(
+                    principal = self.principal.as_ref().map(|p| p.id()),
+                    %filter,
+                    "MQTT persistent subscription refused: no consume right"
+                );
+                return SUBACK_FAILURE;
+            }
             return self.subscribe_durable(filter, qos).await;
         }
         self.unsubscribe(&filter).await;

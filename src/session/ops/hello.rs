@@ -107,7 +107,7 @@ pub(in crate::session) async fn refresh(session: &mut Session, format: Format, r
         .authenticate(Credential::Token(&r.token), session.peer)
         .await
     {
-        Ok(p) if p.name() == current.name() => {
+        Ok(p) if p.id() == current.id() => {
             session.set_principal(Some(p));
             session.receipt(format, r.rid);
         }
@@ -116,7 +116,7 @@ pub(in crate::session) async fn refresh(session: &mut Session, format: Format, r
             ErrorCode::Forbidden,
             format!(
                 "the token is for {:?}, not this session's principal",
-                p.name()
+                p.id()
             ),
             r.rid,
         ),

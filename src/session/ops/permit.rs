@@ -40,6 +40,8 @@ pub(in crate::session) fn permitted(
         ClientFrame::Enqueue(f) => check(&p, Right::Enqueue(&f.queue)),
         ClientFrame::Consume(f) => check(&p, Right::Consume(&f.queue)),
         ClientFrame::JobEnqueue(f) => check(&p, Right::EnqueueJob(&f.kind)),
+        // No kinds: every kind.
+        ClientFrame::WorkerRegister(f) if f.kinds.is_empty() => check(&p, Right::WorkAllJobs),
         ClientFrame::WorkerRegister(f) => f
             .kinds
             .iter()
