@@ -178,12 +178,7 @@ pub async fn serve(
     .shutdown_timeout(config.server.shutdown_timeout_s)
     .disable_signals();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let mqtt_server = mqtt_server(
-        &wharf,
-        mqtt,
-        mqtt_tls.map(|l| (l, tls.clone())),
-        workers,
-    )?;
+    let mqtt_server = mqtt_server(&wharf, mqtt, mqtt_tls.map(|l| (l, tls.clone())), workers)?;
     let server = match tls {
         Some(tls) => server.listen_rustls_0_23(listener, tls)?,
         None => server.listen(listener)?,

@@ -358,14 +358,21 @@ fn jwks_file_loads_and_reloads() {
 async fn a_jwt_sub_equal_to_a_token_name_is_another_principal() {
     let auth = auth();
     let svc = token(&auth, "svc-token").await.unwrap();
-    let jwt = token(&auth, &sign(Algorithm::HS256, &claims(json!({"sub": "svc"}))))
-        .await
-        .unwrap();
+    let jwt = token(
+        &auth,
+        &sign(Algorithm::HS256, &claims(json!({"sub": "svc"}))),
+    )
+    .await
+    .unwrap();
     assert_eq!((svc.name(), jwt.name()), ("svc", "svc"));
     assert_ne!(svc.id(), jwt.id());
     assert_ne!(svc.namespace("c1"), jwt.namespace("c1"));
     assert_eq!(svc.namespace("c1"), "~token:svc~c1");
     let anon = Auth::open().anonymous().unwrap();
     assert_eq!(anon.namespace("c1"), "c1");
-    assert_eq!(anon.namespace("~token:svc~c1"), "%7Etoken:svc~c1", "no spoofing");
+    assert_eq!(
+        anon.namespace("~token:svc~c1"),
+        "%7Etoken:svc~c1",
+        "no spoofing"
+    );
 }

@@ -141,9 +141,13 @@ fn malformed(what: &'static str) -> MqttError {
 /// # Errors
 /// [`MqttError`]: the stream cannot continue.
 pub fn decode(buf: &mut BytesMut, max_packet: usize) -> Result<Option<Packet>, MqttError> {
-    if buf.is_empty() {
+    let Some(&first) = buf.first() else {
         return Ok(None);
-    }
+    };
+    // Refuse a bad first byte at once rather than waiting for the body
+    // its length announces: on a raw TCP stream, bytes that are not MQTT
+    // (an HTTP request, say) would otherwise hold the connection open.
+    check_first(first)?;
     let mut len: usize = 0;
     let mut shift = 0;
     let mut header = 1;
@@ -213,6 +217,25 @@ impl Reader {
         } else {
             Err(malformed("trailing bytes"))
         }
+    }
+}
+
+/// Whether a fixed header's first byte is a packet type with the flags
+/// MQTT 3.1.1 requires of it (§2.2.2).
+fn check_first(first: u8) -> Result<(), MqttError> {
+    let flags = first & 0x0f;
+    let ok = match first >> 4 {
+        // PUBLISH: any flags but QoS 3.
+        3 => (flags >> 1) & 3 != 3,
+        // PUBREL, SUBSCRIBE, UNSUBSCRIBE.
+        6 | 8 | 10 => flags == 0b0010,
+        1 | 2 | 4 | 5 | 7 | 9 | 11 | 12 | 13 | 14 => flags == 0,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(MqttError::BadHeader(first))
     }
 }
 

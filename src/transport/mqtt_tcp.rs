@@ -103,7 +103,10 @@ where
     session.end().await;
     // A client that stopped reading must not hold the connection.
     let abort = writer.abort_handle();
-    if actix_rt::time::timeout(DRAIN_TIMEOUT, writer).await.is_err() {
+    if actix_rt::time::timeout(DRAIN_TIMEOUT, writer)
+        .await
+        .is_err()
+    {
         out.abort(1001, "close drain timed out");
         abort.abort();
     }
@@ -130,8 +133,7 @@ fn close(out: &Outbound, code: u16, reason: String) {
 /// Writes the outbound queue to the socket until it is finished.
 async fn write_loop<W: AsyncWrite + Unpin>(out: Arc<Outbound>, mut wr: W) {
     let mut batches = OutboundStream::new(out);
-    while let Some(Ok(bytes)) = poll_fn(|cx| std::pin::Pin::new(&mut batches).poll_next(cx)).await
-    {
+    while let Some(Ok(bytes)) = poll_fn(|cx| std::pin::Pin::new(&mut batches).poll_next(cx)).await {
         if wr.write_all(&bytes).await.is_err() {
             return;
         }

@@ -111,6 +111,10 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) ->
 /// waited for) on drop.
 pub struct TestBroker {
     pub addr: std::net::SocketAddr,
+    /// The MQTT-over-TCP listener, when started with [`TestBroker::start_tcp`].
+    pub mqtt_addr: Option<std::net::SocketAddr>,
+    /// The MQTT-over-TLS listener, when `[server.tls]` was set too.
+    pub mqtt_tls_addr: Option<std::net::SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<thread::JoinHandle<Result<(), wharf::Error>>>,
     _dir: tempfile::TempDir,
@@ -122,17 +126,26 @@ impl TestBroker {
     pub fn start(tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        Self::start_with(dir, &data, tune)
+        Self::start_with(dir, &data, false, tune)
+    }
+
+    /// Like [`TestBroker::start`], also serving MQTT over TCP (and over
+    /// TLS when `tune` sets `[server.tls]`) on free loopback ports.
+    pub fn start_tcp(tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        Self::start_with(dir, &data, true, tune)
     }
 
     /// Starts with its store in `data` (to test restarts).
     pub fn start_in(data: &std::path::Path, tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
-        Self::start_with(tempfile::tempdir().unwrap(), data, tune)
+        Self::start_with(tempfile::tempdir().unwrap(), data, false, tune)
     }
 
     fn start_with(
         dir: tempfile::TempDir,
         data: &std::path::Path,
+        tcp: bool,
         tune: impl FnOnce(&mut wharf::Config),
     ) -> TestBroker {
         let mut config = wharf::Config::default();
@@ -146,14 +159,30 @@ impl TestBroker {
         tune(&mut config);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listeners = wharf::Listeners {
+            http: listener,
+            mqtt: tcp.then(free),
+            mqtt_tls: (tcp && config.server.tls.enabled()).then(free),
+        };
+        let local = |l: &Option<std::net::TcpListener>| l.as_ref().map(|l| l.local_addr().unwrap());
+        let (mqtt_addr, mqtt_tls_addr) = (local(&listeners.mqtt), local(&listeners.mqtt_tls));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = thread::spawn(move || {
-            actix_rt::System::new().block_on(wharf::run(listener, config, async {
-                let _ = stopped.await;
-            }))
+            let (_keep, reload) = tokio::sync::mpsc::channel(1);
+            actix_rt::System::new().block_on(wharf::serve(
+                listeners,
+                config,
+                async {
+                    let _ = stopped.await;
+                },
+                reload,
+            ))
         });
         TestBroker {
             addr,
+            mqtt_addr,
+            mqtt_tls_addr,
             stop: Some(stop),
             thread: Some(thread),
             _dir: dir,

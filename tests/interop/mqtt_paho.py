@@ -14,15 +14,16 @@ SCENARIO = sys.argv[2]
 T = 10.0
 
 
-def client(cid, clean=True, will=None, ca=None, login=None):
+def client(cid, clean=True, will=None, ca=None, login=None, transport="websockets"):
     c = mqtt.Client(
         mqtt.CallbackAPIVersion.VERSION2,
         client_id=cid,
-        transport="websockets",
+        transport=transport,
         clean_session=clean,
         protocol=mqtt.MQTTv311,
     )
-    c.ws_set_options(path="/mqtt")
+    if transport == "websockets":
+        c.ws_set_options(path="/mqtt")
     if ca:
         c.tls_set(ca_certs=ca)
     if login:
@@ -219,7 +220,25 @@ def secure():
         c.loop_stop()
 
 
+def tcp():
+    """MQTT over plain TCP (PORT is the TCP listener's): QoS 0, 1 and 2."""
+    a, b = client("tcp-a", transport="tcp"), client("tcp-b", transport="tcp")
+    start(a)
+    start(b)
+    sub(b, "interop/tcp/+", 2)
+    for qos in (0, 1, 2):
+        info = a.publish(f"interop/tcp/{qos}", f"tcp-{qos}".encode(), qos=qos)
+        info.wait_for_publish(timeout=T)
+        assert info.is_published(), f"QoS {qos} publish not acknowledged"
+        m = recv(b)
+        assert (m.topic, m.payload, m.qos) == (f"interop/tcp/{qos}", f"tcp-{qos}".encode(), qos)
+    for c in (a, b):
+        c.disconnect()
+        c.loop_stop()
+
+
 SCENARIOS = {
+    "tcp": tcp,
     "secure": secure,
     "qos": qos_round_trips,
     "wildcards": wildcards_and_dollar_topics,

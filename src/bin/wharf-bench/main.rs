@@ -529,7 +529,14 @@ fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned,
     std::fs::create_dir_all(dir).expect("bench dir");
     std::fs::write(&config, format!("{BENCH_CONFIG}{extra}")).expect("bench config");
     let mut child = Command::new(&exe)
-        .args(["serve", "--bind", "127.0.0.1:0", "--mqtt-bind", "", "--config"])
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--mqtt-bind",
+            "",
+            "--config",
+        ])
         .arg(&config)
         .arg("--data-dir")
         .arg(dir.join("data"))
