@@ -269,7 +269,7 @@ fn mqtt_server(
                 }
             })
         })?;
-        tracing::info!(%addr, "MQTT listening on {addr}");
+        tracing::info!(%addr, "serving MQTT over TCP at {addr}");
     }
     if let Some((listener, Some(mut tls))) = tls {
         let addr = listener.local_addr()?;
@@ -299,7 +299,7 @@ fn mqtt_server(
                 }
             })
         })?;
-        tracing::info!(%addr, "MQTT over TLS listening on {addr}");
+        tracing::info!(%addr, "serving MQTT over TLS at {addr}");
     }
     Ok(Some(builder.run()))
 }
