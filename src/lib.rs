@@ -54,6 +54,7 @@ pub mod broker;
 pub mod client;
 pub mod config;
 mod embed;
+pub mod metrics;
 pub mod protocol;
 pub mod routing;
 mod server;

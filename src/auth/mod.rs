@@ -219,6 +219,10 @@ struct Inner {
     tokens: HashMap<[u8; 32], Principal>,
     jwt: Option<jwt::Verifier>,
     failures: Failures,
+    /// Failed authentications, for metrics.
+    failed: crate::metrics::Counter,
+    /// Attempts refused because the address was blocked, for metrics.
+    blocked: crate::metrics::Counter,
     hashing: tokio::sync::Semaphore,
     /// (user, SHA-256 of the password) verified, and when.
     verified: Mutex<HashMap<(String, [u8; 32]), Instant>>,
@@ -292,6 +296,8 @@ impl Auth {
             tokens,
             jwt,
             failures: Failures::new(cfg.max_failures, Duration::from_secs(cfg.failure_window_s)),
+            failed: crate::metrics::Counter::default(),
+            blocked: crate::metrics::Counter::default(),
             hashing: tokio::sync::Semaphore::new(MAX_HASHING),
             verified: Mutex::new(HashMap::new()),
         })))
@@ -326,6 +332,16 @@ impl Auth {
         self.anonymous().ok_or(AuthError::Missing)
     }
 
+    /// Failed authentications so far (metrics).
+    pub fn failures_total(&self) -> u64 {
+        self.0.failed.get()
+    }
+
+    /// Attempts refused because their address was blocked (metrics).
+    pub fn blocked_total(&self) -> u64 {
+        self.0.blocked.get()
+    }
+
     /// Re-reads the JWKS file (on SIGHUP), keeping the old keys if the
     /// new file is bad. Returns how many keys are in force.
     ///
@@ -351,6 +367,7 @@ impl Auth {
         peer: Option<IpAddr>,
     ) -> Result<Principal, AuthError> {
         if peer.is_some_and(|ip| self.0.failures.blocked(ip)) {
+            self.0.blocked.add(1);
             tracing::warn!(target: "wharf::auth", peer = ?peer, "authentication refused: too many failures");
             return Err(AuthError::TooManyFailures);
         }
@@ -365,6 +382,7 @@ impl Auth {
                 Err(AuthError::Busy)
             }
             Err((e, why)) => {
+                self.0.failed.add(1);
                 let failures = peer.map_or(0, |ip| self.0.failures.record(ip));
                 tracing::warn!(target: "wharf::auth", peer = ?peer, user, failures, "authentication failed: {why}");
                 Err(e)

@@ -188,6 +188,8 @@ struct Inner {
     limits: TopicLimits,
     /// Queues by name, with their options.
     queues: RwLock<queues::QueueRegistry>,
+    /// What the hot paths count (`GET /metrics`).
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 #[derive(Default)]
@@ -241,6 +243,7 @@ impl Broker {
                 max_topics: topics.max_topics,
                 limits: topics.limits(),
                 queues: RwLock::new(queues::QueueRegistry::default()),
+                metrics: Arc::default(),
             }),
         }
     }
@@ -381,6 +384,8 @@ impl Broker {
         let mut message = Some((payload, headers));
         for _ in 0..GONE_RETRIES {
             let Some(topic) = self.topic(&name, retain, true)? else {
+                // No topic and no subscriber: nothing to keep.
+                self.inner.metrics.publish(0, 0);
                 return Ok(PublishOutcome::default());
             };
             let Some((payload, headers)) = message.take() else {
@@ -390,9 +395,17 @@ impl Broker {
                 .submit(move |t| t.publish(payload, headers, priority, retain, qos))
                 .await?
             {
-                Ok((outcome, None)) => return Ok(outcome),
+                Ok((outcome, None)) => {
+                    self.inner
+                        .metrics
+                        .publish(outcome.delivered, outcome.dropped);
+                    return Ok(outcome);
+                }
                 Ok((outcome, Some(durable))) => {
                     durable.await.map_err(BrokerError::Store)?;
+                    self.inner
+                        .metrics
+                        .publish(outcome.delivered, outcome.dropped);
                     return Ok(outcome);
                 }
                 // The topic was removed under us: it hands the message back.
@@ -524,7 +537,17 @@ impl Broker {
         removed
     }
 
-    /// Current counts.
+    /// The counters the hot paths add to, shared with the transports.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.inner.metrics
+    }
+
+    /// The task-queue scheduler's counters.
+    pub fn scheduler_stats(&self) -> crate::taskq::SchedulerStats {
+        self.inner.scheduler.stats()
+    }
+
+    /// Current counts: topics and wildcard subscriptions.
     pub fn stats(&self) -> BrokerStats {
         let reg = self.read();
         BrokerStats {

@@ -533,6 +533,8 @@ pub struct OutboundStream {
     out: Arc<Outbound>,
     buf: BytesMut,
     done: bool,
+    /// Where written bytes are counted, if anywhere.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl OutboundStream {
@@ -543,7 +545,14 @@ impl OutboundStream {
             // Grown on first write: an idle connection holds no write buffer.
             buf: BytesMut::new(),
             done: false,
+            metrics: None,
         }
+    }
+
+    /// Counts the bytes it writes in `metrics` (`wharf_sent_bytes`).
+    pub fn counted(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -562,6 +571,9 @@ impl futures_core::Stream for OutboundStream {
                 if this.buf.is_empty() {
                     Poll::Ready(None)
                 } else {
+                    if let Some(m) = &this.metrics {
+                        m.bytes_out.add(this.buf.len() as u64);
+                    }
                     Poll::Ready(Some(Ok(this.buf.split().freeze())))
                 }
             }

@@ -127,6 +127,8 @@ pub(crate) struct PoolShared {
     pub(crate) quantum: usize,
     pub(crate) max_depth: usize,
     pub(crate) counters: PoolCounters,
+    /// Worker threads started.
+    pub(crate) workers: usize,
 }
 
 impl PoolShared {
@@ -168,6 +170,18 @@ pub struct SchedulerHandle {
     pub(crate) shared: Arc<PoolShared>,
 }
 
+impl SchedulerHandle {
+    /// The scheduler's counters (for metrics, from wherever resources are
+    /// made).
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            handoffs: self.shared.counters.handoffs.load(Ordering::Relaxed),
+            requeues: self.shared.counters.requeues.load(Ordering::Relaxed),
+            workers: self.shared.workers,
+        }
+    }
+}
+
 impl std::fmt::Debug for SchedulerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SchedulerHandle").finish_non_exhaustive()
@@ -203,6 +217,7 @@ impl Scheduler {
             quantum: config.quantum,
             max_depth: config.max_depth,
             counters: PoolCounters::default(),
+            workers,
         });
         let mut scheduler = Scheduler {
             handle: SchedulerHandle { shared },
@@ -235,11 +250,7 @@ impl Scheduler {
 
     /// Current counters.
     pub fn stats(&self) -> SchedulerStats {
-        SchedulerStats {
-            handoffs: self.handle.shared.counters.handoffs.load(Ordering::Relaxed),
-            requeues: self.handle.shared.counters.requeues.load(Ordering::Relaxed),
-            workers: self.workers,
-        }
+        self.handle.stats()
     }
 
     /// Closes the run queue and waits up to `timeout` for the workers to

@@ -7,6 +7,7 @@ mod credentials;
 mod error;
 mod health;
 mod jobs;
+mod metrics;
 mod mqtt;
 pub(crate) mod mqtt_tcp;
 mod origin;
@@ -69,6 +70,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/mqtt")
             .route(web::get().to(mqtt::upgrade))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/metrics")
+            .route(web::get().to(metrics::get))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

@@ -14,6 +14,7 @@ use super::error::HttpCode;
 use super::ws::{handshake_error, offered_subprotocols};
 use super::wsloop::{Flow, Handler, MessageKind, outbound, serve};
 use super::{ApiError, AppState};
+use crate::metrics::{Metrics, Protocol};
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
 use crate::session::{CloseRequest, Outbound, RateLimiter, Verdict};
@@ -31,6 +32,7 @@ fn negotiate(headers: &header::HeaderMap) -> Option<&'static str> {
 struct Mqtt {
     session: MqttSession,
     rate: RateLimiter,
+    metrics: Arc<Metrics>,
 }
 
 impl Handler for Mqtt {
@@ -51,13 +53,19 @@ impl Handler for Mqtt {
         self.session.expires_at()
     }
 
+    fn received(&self, bytes: usize) {
+        self.metrics.bytes_in.add(Protocol::MqttWs, bytes as u64);
+    }
+
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {
         if kind == MessageKind::Text {
             return self.close(1003, "MQTT travels in binary frames".into());
         }
+        self.metrics.frames_in.add(Protocol::MqttWs, 1);
         // Frames past the rate are let through (dropping bytes would break
         // the packet stream); far past it the connection is closed.
         if let Verdict::Close = self.rate.check(now) {
+            self.metrics.rate_limited.add(1);
             return self.close(1008, "rate limit exceeded".into());
         }
         match self.session.data(&bytes).await {
@@ -138,9 +146,12 @@ pub(crate) async fn upgrade(
         cfg.clone(),
     )
     .with_auth(app.auth.clone(), principal, req.peer_addr().map(|a| a.ip()));
+    let metrics = app.broker.metrics().clone();
+    metrics.connections.add(Protocol::MqttWs, 1);
     let mqtt = Mqtt {
         session,
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
+        metrics: metrics.clone(),
     };
-    serve(builder, payload, mqtt, &cfg)
+    serve(builder, payload, mqtt, &cfg, metrics)
 }

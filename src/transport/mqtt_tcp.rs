@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::AppState;
 use super::wsloop::outbound;
+use crate::metrics::Protocol;
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
 use crate::session::{CloseRequest, Outbound, OutboundStream, RateLimiter, Verdict};
@@ -45,8 +46,10 @@ where
         cfg.clone(),
     )
     .with_auth(app.auth.clone(), None, peer);
+    let metrics = app.broker.metrics().clone();
+    metrics.connections.add(Protocol::MqttTcp, 1);
     let (mut rd, wr) = tokio::io::split(stream);
-    let writer = actix_rt::spawn(write_loop(out.clone(), wr));
+    let writer = actix_rt::spawn(write_loop(out.clone(), wr, metrics.clone()));
     let mut rate = RateLimiter::new(cfg.rate_per_s, cfg.rate_burst);
     let mut buf = BytesMut::new();
     // One timer, armed at the earlier of the keep-alive deadline and the
@@ -68,8 +71,11 @@ where
         tokio::select! {
             read = rd.read_buf(&mut buf) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {
+                Ok(n) => {
+                    metrics.frames_in.add(Protocol::MqttTcp, 1);
+                    metrics.bytes_in.add(Protocol::MqttTcp, n as u64);
                     if let Verdict::Close = rate.check(Instant::now()) {
+                        metrics.rate_limited.add(1);
                         close(&out, 1008, "rate limit exceeded".into());
                         break;
                     }
@@ -131,8 +137,12 @@ fn close(out: &Outbound, code: u16, reason: String) {
 }
 
 /// Writes the outbound queue to the socket until it is finished.
-async fn write_loop<W: AsyncWrite + Unpin>(out: Arc<Outbound>, mut wr: W) {
-    let mut batches = OutboundStream::new(out);
+async fn write_loop<W: AsyncWrite + Unpin>(
+    out: Arc<Outbound>,
+    mut wr: W,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
+    let mut batches = OutboundStream::new(out).counted(metrics);
     while let Some(Ok(bytes)) = poll_fn(|cx| std::pin::Pin::new(&mut batches).poll_next(cx)).await {
         if wr.write_all(&bytes).await.is_err() {
             return;

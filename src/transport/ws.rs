@@ -22,6 +22,7 @@ use super::error::HttpCode;
 use super::wsloop::{Flow, Handler, MessageKind, outbound, serve};
 use super::{ApiError, AppState};
 use crate::config::SessionConfig;
+use crate::metrics::{Metrics, Protocol};
 use crate::protocol::codec::{Format, decode_client};
 use crate::protocol::frame::ErrorCode;
 use crate::session::{CloseRequest, Next, Outbound, RateLimiter, Session, Verdict};
@@ -93,12 +94,15 @@ pub(crate) async fn upgrade(
     .with_jobs(app.jobs.clone())
     .with_auth(app.auth.clone(), principal, req.peer_addr().map(|a| a.ip()));
     tracing::debug!(session = %session.id(), ?format, "websocket session opened");
+    let metrics = app.broker.metrics().clone();
+    metrics.connections.add(Protocol::Native, 1);
     let native = Native {
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
         session,
         cfg: cfg.clone(),
+        metrics: metrics.clone(),
     };
-    serve(builder, payload, native, &cfg)
+    serve(builder, payload, native, &cfg, metrics)
 }
 
 /// The native protocol's side of a connection: rate limit, decode,
@@ -107,6 +111,7 @@ struct Native {
     session: Session,
     cfg: SessionConfig,
     rate: RateLimiter,
+    metrics: Arc<Metrics>,
 }
 
 impl Handler for Native {
@@ -122,6 +127,10 @@ impl Handler for Native {
         self.session.expires_at()
     }
 
+    fn received(&self, bytes: usize) {
+        self.metrics.bytes_in.add(Protocol::Native, bytes as u64);
+    }
+
     fn expired(&mut self) {
         self.session.expired();
     }
@@ -132,9 +141,11 @@ impl Handler for Native {
             MessageKind::Text => Format::Json,
             MessageKind::Binary => Format::Bincode,
         };
+        self.metrics.frames_in.add(Protocol::Native, 1);
         match self.rate.check(now) {
             Verdict::Allow => {}
             Verdict::Refuse => {
+                self.metrics.rate_limited.add(1);
                 self.session.error(
                     format,
                     ErrorCode::RateLimited,
@@ -147,6 +158,7 @@ impl Handler for Native {
                 return Flow::Go;
             }
             Verdict::Close => {
+                self.metrics.rate_limited.add(1);
                 // Drain, so the rate_limited errors reach the client first.
                 self.session.outbound().close(CloseRequest {
                     code: 1008,

@@ -63,6 +63,8 @@ pub(crate) trait Handler {
     }
     /// The credential expired: tell the client, if the protocol can.
     fn expired(&mut self) {}
+    /// Bytes arrived (counted per protocol).
+    fn received(&self, _bytes: usize) {}
     /// The read side ended (the client left, closed, or broke a rule).
     async fn end(self);
 }
@@ -192,11 +194,13 @@ pub(crate) fn serve<H: Handler + 'static>(
     payload: web::Payload,
     handler: H,
     cfg: &SessionConfig,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<HttpResponse, actix_web::Error> {
     let out = handler.outbound().clone();
     let ping = Duration::from_secs(cfg.ping_interval_s);
     actix_web::rt::spawn(read_loop(payload, handler, cfg.max_frame, ping));
-    let response = builder.message_body(BodyStream::new(OutboundStream::new(out)))?;
+    let writer = OutboundStream::new(out).counted(metrics);
+    let response = builder.message_body(BodyStream::new(writer))?;
     Ok(HttpResponse::from(response).map_into_boxed_body())
 }
 
@@ -263,6 +267,7 @@ pub(crate) async fn read_loop<H: Handler>(
         tokio::select! {
             chunk = poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)) => match chunk {
                 Some(Ok(bytes)) => {
+                    reader.handler.received(bytes.len());
                     last_heard = Instant::now();
                     reader.now = last_heard;
                     buf.extend_from_slice(&bytes);

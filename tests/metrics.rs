@@ -1,0 +1,184 @@
+//! `GET /metrics` over real sockets: the counters move with the traffic
+//! that causes them, queue series are capped, and the route is the
+//! admin's.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{TestBroker, block_on, http};
+use wharf::client::mqtt::{MqttClient, MqttOptions};
+use wharf::client::{Client, ClientOptions};
+
+const T: Duration = Duration::from_secs(10);
+
+/// The value of the series `name` (with its labels, as printed:
+/// `wharf_sessions{protocol="native"}`), if present.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, v) = l.rsplit_once(' ')?;
+        (name == series).then(|| v.parse().ok())?
+    })
+}
+
+fn scrape(b: &TestBroker) -> String {
+    let (status, body) = http(b.addr, "GET", "/metrics", "");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF"
+    );
+    body
+}
+
+#[test]
+fn counters_follow_the_traffic() {
+    let b = TestBroker::start(|_| {});
+    let before = scrape(&b);
+    let published_before = value(&before, "wharf_messages_published_total").unwrap();
+    block_on(async {
+        let sub = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        let mut s = sub.subscribe("metrics/+").await.unwrap();
+        let publ = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        for i in 0..10u8 {
+            publ.publish_confirmed("metrics/a", vec![i]).await.unwrap();
+        }
+        for _ in 0..10 {
+            s.recv_timeout(T).await.expect("a delivery");
+        }
+        // A publish nobody receives.
+        publ.publish_confirmed("nobody/here", b"x".to_vec())
+            .await
+            .unwrap();
+        let mut m = MqttClient::connect(
+            &format!("ws://{}/mqtt", b.addr),
+            MqttOptions {
+                client_id: "metrics-mqtt".into(),
+                ..MqttOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        m.publish("metrics/b", Bytes::from_static(b"m"), 1, false)
+            .await
+            .unwrap();
+        s.recv_timeout(T).await.expect("the MQTT publish");
+        publ.enqueue("metrics-q", b"job".to_vec()).await.unwrap();
+        let text = scrape(&b);
+        let published = value(&text, "wharf_messages_published_total").unwrap();
+        assert_eq!(published - published_before, 12.0, "10 + unrouted + MQTT");
+        assert!(value(&text, "wharf_deliveries_total").unwrap() >= 11.0);
+        assert!(value(&text, "wharf_publishes_unrouted_total").unwrap() >= 1.0);
+        assert_eq!(
+            value(&text, r#"wharf_connections_total{protocol="native"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, r#"wharf_connections_total{protocol="mqtt_ws"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, r#"wharf_sessions{protocol="native"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, r#"wharf_sessions{protocol="mqtt"}"#),
+            Some(1.0)
+        );
+        assert!(value(&text, r#"wharf_frames_received_total{protocol="native"}"#).unwrap() >= 13.0);
+        assert!(value(&text, "wharf_sent_bytes_total").unwrap() > 0.0);
+        assert_eq!(
+            value(&text, r#"wharf_queue_ready{queue="metrics-q"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, r#"wharf_queue_enqueued_total{queue="metrics-q"}"#),
+            Some(1.0)
+        );
+        assert!(value(&text, "wharf_topics").unwrap() >= 1.0);
+        assert!(value(&text, "wharf_process_resident_memory_bytes").unwrap() > 1e6);
+        assert!(value(&text, "wharf_process_open_fds").unwrap() >= 3.0);
+        assert!(value(&text, "wharf_store_disk_bytes").unwrap() > 0.0);
+        m.disconnect().await.unwrap();
+    });
+}
+
+#[test]
+fn queue_series_are_capped_with_an_other_bucket() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let c = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        for i in 0..105 {
+            c.enqueue(&format!("q{i:03}"), b"x".to_vec()).await.unwrap();
+        }
+    });
+    let text = scrape(&b);
+    let ready_series = text
+        .lines()
+        .filter(|l| l.starts_with("wharf_queue_ready{"))
+        .count();
+    assert_eq!(ready_series, 101, "100 queues and other");
+    assert_eq!(
+        value(&text, r#"wharf_queue_ready{queue="other"}"#),
+        Some(5.0)
+    );
+    // Each queue has its dead-letter queue.
+    assert_eq!(value(&text, "wharf_queues"), Some(210.0));
+}
+
+/// `GET /metrics` with a bearer token: (status, body).
+fn scrape_as(b: &TestBroker, token: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&b.addr, T).unwrap();
+    stream.set_read_timeout(Some(T)).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Authorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn metrics_are_the_admins() {
+    use wharf::config::auth::{Permissions, TokenConfig};
+    let token = |name: &str, admin: bool| TokenConfig {
+        name: name.into(),
+        token_sha256: wharf::auth::token_digest(&format!("{name}-token")),
+        allow: Permissions {
+            publish: vec!["#".into()],
+            admin,
+            ..Permissions::default()
+        },
+    };
+    let b = TestBroker::start(|c| {
+        c.auth.tokens.push(token("app", false));
+        c.auth.tokens.push(token("ops", true));
+    });
+    let (status, _) = http(b.addr, "GET", "/metrics", "");
+    assert_eq!(status, 401);
+    assert_eq!(scrape_as(&b, "wrong").0, 401);
+    assert_eq!(scrape_as(&b, "app-token").0, 403);
+    let (status, text) = scrape_as(&b, "ops-token");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("wharf_auth_failures_total 1"),
+        "the wrong token counted: {text}"
+    );
+}
