@@ -1,20 +1,42 @@
-//! A counter for the hot path: one cache-line-padded atomic per shard,
-//! each thread adding to its own shard, so threads that publish at once
-//! never contend on one cache line; a scrape sums the shards.
+//! A counter for the hot path: one cache-line-padded atomic per shard.
+//! The first [`OWNED`] threads that count each own a shard, which only
+//! they write, so adding is a plain load and store (no locked
+//! instruction, no shared cache line); later threads share the last
+//! shard with an atomic add. A scrape sums the shards.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-/// Shards per counter: more than the threads that usually add at once
-/// (I/O threads plus task-queue workers), a power of two.
-const SHARDS: usize = 16;
+/// Shards per counter: the owned ones and one shared.
+const SHARDS: usize = 64;
+/// Threads that get a shard of their own (I/O threads, task-queue
+/// workers, the blocking pool's first threads).
+pub const OWNED: usize = SHARDS - 1;
 
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// This thread's shard, given out round robin on first use.
-    static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    /// This thread's shard, given out round robin on first use
+    /// (`usize::MAX` until then; a const initializer keeps the lookup a
+    /// plain thread-local read).
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's shard: look it up once when adding to several counters.
+#[inline]
+pub fn shard() -> usize {
+    SHARD.with(|s| {
+        let i = s.get();
+        if i < SHARDS {
+            return i;
+        }
+        // Handed out once each; past OWNED every thread shares the last.
+        let i = NEXT_SHARD.fetch_add(1, Ordering::Relaxed).min(OWNED);
+        s.set(i);
+        i
+    })
 }
 
 /// A monotonically increasing count, cheap to add to from many threads.
@@ -35,8 +57,26 @@ impl Counter {
     /// Adds `n` on this thread's shard.
     #[inline]
     pub fn add(&self, n: u64) {
-        let i = SHARD.with(|s| *s);
-        self.shards[i].fetch_add(n, Ordering::Relaxed);
+        self.add_at(shard(), n);
+    }
+
+    /// Adds `n` on shard `i`, which must come from [`shard`] on this
+    /// thread.
+    #[inline]
+    pub fn add_at(&self, i: usize, n: u64) {
+        match self.shards.get(i) {
+            // Only this thread writes an owned shard: no read-modify-write
+            // needed, and readers see whole values (atomic load, store).
+            Some(owned) if i < OWNED => {
+                owned.store(
+                    owned.load(Ordering::Relaxed).wrapping_add(n),
+                    Ordering::Relaxed,
+                );
+            }
+            _ => {
+                self.shards[OWNED].fetch_add(n, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The sum of every shard (a scrape's read; not a snapshot of one
@@ -56,7 +96,8 @@ mod tests {
     #[test]
     fn adds_from_many_threads_sum_exactly() {
         let c = std::sync::Arc::new(Counter::default());
-        let threads: Vec<_> = (0..8)
+        // More threads than owned shards: the rest share one.
+        let threads: Vec<_> = (0..OWNED + 8)
             .map(|_| {
                 let c = c.clone();
                 std::thread::spawn(move || {
@@ -70,6 +111,6 @@ mod tests {
             t.join().unwrap();
         }
         c.add(5);
-        assert_eq!(c.get(), 80_005);
+        assert_eq!(c.get(), (OWNED as u64 + 8) * 10_000 + 5);
     }
 }

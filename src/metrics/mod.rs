@@ -8,7 +8,7 @@
 mod counter;
 pub mod process;
 
-pub use counter::Counter;
+pub use counter::{Counter, shard};
 
 /// How a connection reached the broker: the `protocol` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,15 +85,16 @@ impl Metrics {
     /// Counts one publish and what it reached.
     #[inline]
     pub fn publish(&self, delivered: usize, dropped: usize) {
-        self.published.add(1);
+        let i = shard();
+        self.published.add_at(i, 1);
         if delivered > 0 {
-            self.delivered.add(delivered as u64);
+            self.delivered.add_at(i, delivered as u64);
         }
         if dropped > 0 {
-            self.dropped_slow.add(dropped as u64);
+            self.dropped_slow.add_at(i, dropped as u64);
         }
         if delivered == 0 && dropped == 0 {
-            self.unrouted.add(1);
+            self.unrouted.add_at(i, 1);
         }
     }
 }
