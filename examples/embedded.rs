@@ -4,7 +4,7 @@
 //! another consuming a queue with acks, and runs an embedded job worker
 //! that prints a receipt for each order.
 //!
-//! `cargo run --example embedded`, then:
+//! `cargo run -p wharf-examples --example embedded`, then:
 //!
 //! ```text
 //! curl -X POST localhost:8080/orders -d 'two coffees'     # the app's own route

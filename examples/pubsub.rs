@@ -1,7 +1,7 @@
 //! Publish and subscribe with the Rust client against a running broker
 //! (`cargo run --release -- serve` in another terminal).
 //!
-//! `cargo run --example pubsub [ws://127.0.0.1:7878/ws]`
+//! `cargo run -p wharf-examples --example pubsub [ws://127.0.0.1:7878/ws]`
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! A resource of your own on Wharf's task queue: a bank account whose
 //! balance is only touched inside its tasks, from many threads, with no lock.
 //!
-//! `cargo run --example resource`
+//! `cargo run -p wharf-examples --example resource`
 
 use std::thread;
 

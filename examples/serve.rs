@@ -1,7 +1,7 @@
 //! Runs the broker from your own `main`: bind the listener yourself, pick
 //! the config in code, and decide what stops it (here: Ctrl-C or 60 s).
 //!
-//! `cargo run --example serve`
+//! `cargo run -p wharf-examples --example serve`
 
 use std::time::Duration;
 
