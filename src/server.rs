@@ -67,6 +67,8 @@ pub async fn run_with_reload(
     shutdown: impl Future<Output = ()> + 'static,
     reload: tokio::sync::mpsc::Receiver<()>,
 ) -> Result<(), Error> {
+    // A bad config is reported as such before any address is bound.
+    config.validate()?;
     let listeners = Listeners::bind_mqtt(listener, &config)?;
     serve(listeners, config, shutdown, reload).await
 }

@@ -12,8 +12,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -364,56 +363,21 @@ fn call(
     authorization: Option<&str>,
     body: &str,
 ) -> HttpReply {
-    let mut stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
     let auth = authorization
         .map(|a| format!("Authorization: {a}\r\n"))
         .unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read the response");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status code");
+    let (status, head, body) = common::http_request(addr, method, path, &auth, body);
     HttpReply {
         status,
-        head: head.to_owned(),
-        body: serde_json::from_str(body).unwrap_or(Value::Null),
+        head,
+        body: serde_json::from_str(&body).unwrap_or(Value::Null),
     }
 }
 
 /// The response head to a WebSocket upgrade of `path` with `extra`
 /// header lines.
 fn upgrade_head(addr: SocketAddr, path: &str, extra: &str) -> String {
-    let mut t = TcpStream::connect_timeout(&addr, WAIT).unwrap();
-    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        t,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if t.read_exact(&mut byte).is_err() {
-            break;
-        }
-        head.push(byte[0]);
-    }
-    String::from_utf8_lossy(&head).into_owned()
+    common::ws_upgrade(addr, path, extra).1
 }
 
 fn status_of(head: &str) -> u16 {

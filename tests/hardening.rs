@@ -402,23 +402,7 @@ fn slow_request_bodies_are_cut_and_capped() {
 /// Sends a WebSocket upgrade to `path` with `extra` headers; the stream
 /// and the response's head (empty if the server closed first).
 fn upgrade(addr: SocketAddr, path: &str, extra: &str) -> (TcpStream, String) {
-    let mut t = TcpStream::connect(addr).unwrap();
-    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        t,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if t.read_exact(&mut byte).is_err() {
-            break;
-        }
-        head.push(byte[0]);
-    }
-    (t, String::from_utf8_lossy(&head).into_owned())
+    common::ws_upgrade(addr, path, extra)
 }
 
 /// The status of a WebSocket upgrade to `path` sent with `extra` headers.

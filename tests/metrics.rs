@@ -135,23 +135,8 @@ fn queue_series_are_capped_with_an_other_bucket() {
 
 /// `GET /metrics` with a bearer token: (status, body).
 fn scrape_as(b: &TestBroker, token: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect_timeout(&b.addr, T).unwrap();
-    stream.set_read_timeout(Some(T)).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-         Authorization: Bearer {token}\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    let (status, _, body) = common::http_request(b.addr, "GET", "/metrics", &auth, "");
     (status, body)
 }
 

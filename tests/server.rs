@@ -18,6 +18,8 @@ fn test_config(dir: &std::path::Path) -> Config {
     config.server.http_workers = 1;
     config.scheduler.workers = 1;
     config.server.shutdown_timeout_s = 2;
+    // No MQTT TCP listener on the shared 1883.
+    config.mqtt.tcp_bind = String::new();
     config
 }
 
@@ -265,24 +267,8 @@ fn binary_reports_a_port_in_use_and_exits_nonzero() {
 
 /// An HTTP request with an `Authorization: Bearer` header: the status.
 fn bearer_status(addr: SocketAddr, method: &str, path: &str, token: &str) -> u16 {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Authorization: Bearer {token}\r\nContent-Length: 1\r\n\r\nx"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    text.split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap()
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    common::http_request(addr, method, path, &auth, "x").0
 }
 
 /// SIGHUP re-reads the JWKS file: a token signed with a key the file

@@ -80,9 +80,21 @@ where
 
 pub const LONG: Duration = Duration::from_secs(20);
 
-/// A minimal HTTP/1.1 exchange over a real socket: returns the status code
-/// and the body. Enough for JSON endpoints that answer with Content-Length.
+/// A plain HTTP request with `Connection: close`: (status, body).
 pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = http_request(addr, method, path, "", body);
+    (status, body)
+}
+
+/// An HTTP request with `extra` header lines (each ending in `\r\n`):
+/// (status, response head, body).
+pub fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    extra: &str,
+    body: &str,
+) -> (u16, String, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .expect("connect to the broker");
@@ -91,7 +103,8 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) ->
         .unwrap();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -104,7 +117,34 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) ->
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("a status code");
-    (status, body.to_owned())
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// Sends a WebSocket upgrade to `path` with `extra` header lines; the
+/// stream and the response's head (empty if the server closed first).
+pub fn ws_upgrade(
+    addr: std::net::SocketAddr,
+    path: &str,
+    extra: &str,
+) -> (std::net::TcpStream, String) {
+    use std::io::{Read, Write};
+    let mut t = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        t,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if t.read_exact(&mut byte).is_err() {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    (t, String::from_utf8_lossy(&head).into_owned())
 }
 
 /// A broker running in-process on an ephemeral loopback port, stopped (and
