@@ -61,7 +61,9 @@ fn outcome(b: &TestBroker, job: &str, worker: &str, token: u64, what: &str) -> (
 
 #[test]
 fn a_dead_workers_job_goes_to_the_other_and_its_late_outcome_is_refused() {
-    let b = TestBroker::start(|c| c.jobs.worker_lease_ms = 1500);
+    // Long enough that w2's lease outlives the checks below on a loaded
+    // machine; w1's runs out while w2 keeps pinging.
+    let b = TestBroker::start(|c| c.jobs.worker_lease_ms = 3000);
     let job = enqueue(&b, "resize", json!({}));
     let (status, v) = get(&b, &format!("/jobs/{job}"));
     assert_eq!((status, v["status"].as_str()), (200, Some("queued")));
