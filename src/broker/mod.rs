@@ -581,6 +581,28 @@ impl Broker {
         Ok(out)
     }
 
+    /// A page of topic names in name order: those after `after`,
+    /// matching `filter` if given, at most `limit`. For the admin API:
+    /// each call walks the registry (no index is kept for it).
+    pub fn topic_names(
+        &self,
+        filter: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Vec<String> {
+        let reg = self.read();
+        let mut names: Vec<&str> = reg
+            .topics
+            .keys()
+            .map(|n| &**n)
+            .filter(|n| after.is_none_or(|a| *n > a))
+            .filter(|n| filter.is_none_or(|f| routing::matches(f, n)))
+            .collect();
+        names.sort_unstable();
+        names.truncate(limit);
+        names.into_iter().map(str::to_owned).collect()
+    }
+
     /// Subscriptions, retained flag and last sequence number of a topic.
     pub async fn topic_info(&self, name: &str) -> Option<(usize, bool, u64)> {
         let topic = self.read().topics.get(name).cloned()?;

@@ -2,6 +2,7 @@
 //! turn typed errors into HTTP statuses with a JSON body in one place
 //! ([`ApiError`]).
 
+mod admin;
 mod body;
 mod credentials;
 mod error;
@@ -19,6 +20,7 @@ mod wsloop;
 use std::sync::Arc;
 
 pub use crate::protocol::jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
+pub use admin::{Overview, SessionCounts, TopicPage, TopicRow};
 pub use body::BodyReader;
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
@@ -80,6 +82,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/admin/sessions")
             .route(web::get().to(list_sessions))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/sessions/{id}/close")
+            .route(web::post().to(admin::close_session))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/overview")
+            .route(web::get().to(admin::overview))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/topics")
+            .route(web::get().to(admin::topics))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

@@ -1,0 +1,183 @@
+//! The admin API's overview, topics and session routes (queues' and
+//! jobs' admin routes live with them). Every route needs the admin right
+//! and logs what it changes with the principal.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+
+use super::credentials::Caller;
+use super::error::HttpCode;
+use super::health::Health;
+use super::topics::query;
+use super::{ApiError, AppState};
+use crate::auth::Right;
+
+/// Most topics one `GET /admin/topics` page lists.
+const MAX_TOPIC_PAGE: usize = 1000;
+
+/// `GET /admin/overview`: the broker at a glance.
+#[derive(Debug, Serialize)]
+pub struct Overview {
+    /// The broker's version.
+    pub version: &'static str,
+    /// Seconds since it started.
+    pub uptime_s: u64,
+    /// Live sessions by protocol.
+    pub sessions: SessionCounts,
+    /// Topics that exist now.
+    pub topics: usize,
+    /// Wildcard subscriptions.
+    pub wildcard_subscriptions: usize,
+    /// Queues (dead-letter queues included).
+    pub queues: usize,
+    /// Jobs and workers.
+    pub jobs: Option<crate::broker::jobs::JobsInfo>,
+    /// Messages published since start.
+    pub published: u64,
+    /// Deliveries queued since start.
+    pub delivered: u64,
+    /// Resident memory in bytes.
+    pub resident_bytes: Option<u64>,
+}
+
+/// Sessions by protocol.
+#[derive(Debug, Default, Serialize)]
+pub struct SessionCounts {
+    /// Native protocol sessions.
+    pub native: usize,
+    /// MQTT sessions (WebSocket, TCP and TLS).
+    pub mqtt: usize,
+}
+
+pub(crate) async fn overview(
+    caller: Caller,
+    app: web::Data<AppState>,
+    health: web::Data<Health>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Right::Admin)?;
+    let mut sessions = SessionCounts::default();
+    for s in app.sessions.list() {
+        if s.client_id.starts_with("mqtt:") {
+            sessions.mqtt += 1;
+        } else {
+            sessions.native += 1;
+        }
+    }
+    let stats = app.broker.stats();
+    let m = app.broker.metrics();
+    Ok(HttpResponse::Ok().json(Overview {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_s: health.report().uptime_ms / 1000,
+        sessions,
+        topics: stats.topics,
+        wildcard_subscriptions: stats.wildcard_subscriptions,
+        queues: app.broker.queue_names().len(),
+        jobs: app.jobs.info().await.ok(),
+        published: m.published.get(),
+        delivered: m.delivered.get(),
+        resident_bytes: crate::metrics::process::read().resident_bytes,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicsQuery {
+    /// Only topics this filter matches.
+    filter: Option<String>,
+    /// The page after this name (the previous page's `next`).
+    after: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    limit: Option<usize>,
+}
+
+/// One topic in `GET /admin/topics`.
+#[derive(Debug, Serialize)]
+pub struct TopicRow {
+    /// The topic.
+    pub name: String,
+    /// Subscriptions (exact and wildcard) on it.
+    pub subscribers: usize,
+    /// Whether it holds a retained message.
+    pub retained: bool,
+    /// Messages published to it (its last sequence number).
+    pub published: u64,
+}
+
+/// A page of `GET /admin/topics`.
+#[derive(Debug, Serialize)]
+pub struct TopicPage {
+    /// The topics, in name order.
+    pub topics: Vec<TopicRow>,
+    /// Pass as `after` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+pub(crate) async fn topics(
+    caller: Caller,
+    req: HttpRequest,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Right::Admin)?;
+    let q: TopicsQuery = query(&req)?;
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_TOPIC_PAGE {
+        return Err(ApiError::http(
+            HttpCode::InvalidQuery,
+            format!("limit must be between 1 and {MAX_TOPIC_PAGE}"),
+        ));
+    }
+    if let Some(f) = &q.filter {
+        app.broker
+            .check_filter(f)
+            .map_err(|e| ApiError::coded(e.code(), format!("filter: {e}")))?;
+    }
+    let names = app
+        .broker
+        .topic_names(q.filter.as_deref(), q.after.as_deref(), limit + 1);
+    let more = names.len() > limit;
+    let mut rows = Vec::with_capacity(names.len().min(limit));
+    for name in names.into_iter().take(limit) {
+        // A topic swept since the names were read is left out.
+        if let Some((subscribers, retained, published)) = app.broker.topic_info(&name).await {
+            rows.push(TopicRow {
+                name,
+                subscribers,
+                retained,
+                published,
+            });
+        }
+    }
+    let next = more.then(|| rows.last().map(|r| r.name.clone())).flatten();
+    Ok(HttpResponse::Ok().json(TopicPage { topics: rows, next }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloseQuery {
+    /// Deliver what is queued first (default true).
+    drain: Option<bool>,
+}
+
+/// `POST /admin/sessions/{id}/close?drain=true`: 204, or 404 for no such
+/// live session.
+pub(crate) async fn close_session(
+    caller: Caller,
+    req: HttpRequest,
+    id: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    caller.admin("close session", &id)?;
+    let q: CloseQuery = query(&req)?;
+    let not_found = || ApiError::http(HttpCode::NotFound, format!("no live session {id:?}"));
+    let uuid: uuid::Uuid = id.parse().map_err(|_| not_found())?;
+    let drain = q.drain.unwrap_or(true);
+    if app
+        .sessions
+        .close(uuid, 1008, "closed by an administrator", drain)
+    {
+        Ok(HttpResponse::NoContent().finish())
+    } else {
+        Err(not_found())
+    }
+}
