@@ -13,9 +13,11 @@
 mod failures;
 mod grants;
 pub mod jwt;
+mod verdicts;
 
 pub use failures::Failures;
 pub use grants::{Grants, Right};
+pub use verdicts::PublishVerdicts;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -101,13 +101,10 @@ pub struct Session {
     peer: Option<std::net::IpAddr>,
     /// Publish permission by topic, for principals whose publish rights
     /// are not simply `#`: a publish does not re-walk the filters.
-    may_publish: HashMap<Box<str>, bool, foldhash::fast::RandomState>,
+    may_publish: crate::auth::PublishVerdicts,
     /// When the principal's credential expires, on the monotonic clock.
     expires_at: Option<std::time::Instant>,
 }
-
-/// Most topics whose publish permission a session remembers.
-const MAX_PUBLISH_CACHE: usize = 1024;
 
 /// Most confirmations one session may have waiting for the disk before
 /// it stops reading frames until one completes.
@@ -148,7 +145,7 @@ impl Session {
             principal: auth.anonymous(),
             auth,
             peer: None,
-            may_publish: HashMap::default(),
+            may_publish: crate::auth::PublishVerdicts::default(),
             expires_at: None,
         }
     }

@@ -118,13 +118,10 @@ pub struct MqttSession {
     /// The client's address, for counting failed authentications.
     peer: Option<IpAddr>,
     /// Publish permission by topic (see the native session's).
-    may_publish: HashMap<Box<str>, bool, foldhash::fast::RandomState>,
+    may_publish: crate::auth::PublishVerdicts,
     /// When the principal's credential expires.
     expires_at: Option<std::time::Instant>,
 }
-
-/// Most topics whose publish permission a session remembers.
-const MAX_PUBLISH_CACHE: usize = 1024;
 
 struct Connected {
     /// The client id as durable subscription names carry it.
@@ -162,7 +159,7 @@ impl MqttSession {
             auth: Auth::open(),
             principal: None,
             peer: None,
-            may_publish: HashMap::default(),
+            may_publish: crate::auth::PublishVerdicts::default(),
             expires_at: None,
         }
     }
@@ -190,21 +187,10 @@ impl MqttSession {
 
     /// Whether the session's principal may publish to `topic` (cached).
     fn may_publish(&mut self, topic: &str) -> bool {
-        let Some(p) = &self.principal else {
-            return false;
-        };
-        if !p.grants().publish_walks() {
-            return true;
+        match &self.principal {
+            Some(p) => self.may_publish.may(p, topic),
+            None => false,
         }
-        if let Some(ok) = self.may_publish.get(topic) {
-            return *ok;
-        }
-        let ok = p.may(Right::Publish(topic));
-        if self.may_publish.len() >= MAX_PUBLISH_CACHE {
-            self.may_publish.clear();
-        }
-        self.may_publish.insert(topic.into(), ok);
-        ok
     }
 
     /// The connection's outbound queue.

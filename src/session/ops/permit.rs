@@ -5,7 +5,7 @@
 use crate::auth::{Principal, Right};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{ClientFrame, ErrorCode};
-use crate::session::{MAX_PUBLISH_CACHE, Session};
+use crate::session::Session;
 
 /// Whether the session's principal may run `frame`; if not, the client
 /// has been told (`forbidden`, or `unauthorized` when the session has
@@ -85,19 +85,7 @@ fn check<'a>(p: &Principal, right: Right<'a>) -> Option<Right<'a>> {
     (!p.may(right)).then_some(right)
 }
 
-/// The publish check, answered from the session's cache when the
-/// principal's rights are narrower than `#`.
+/// The publish check, answered from the session's cache.
 fn may_publish(session: &mut Session, p: &Principal, topic: &str) -> bool {
-    if !p.grants().publish_walks() {
-        return true;
-    }
-    if let Some(ok) = session.may_publish.get(topic) {
-        return *ok;
-    }
-    let ok = p.may(Right::Publish(topic));
-    if session.may_publish.len() >= MAX_PUBLISH_CACHE {
-        session.may_publish.clear();
-    }
-    session.may_publish.insert(topic.into(), ok);
-    ok
+    session.may_publish.may(p, topic)
 }

@@ -1,0 +1,40 @@
+//! A session's publish verdicts by topic, so that a principal whose
+//! rights are narrower than `#` does not walk its filters on every
+//! publish. One per session (native or MQTT), cleared when its principal
+//! changes.
+
+use std::collections::HashMap;
+
+use super::{Principal, Right};
+
+/// Most topics remembered; past it the cache starts over.
+const MAX_TOPICS: usize = 1024;
+
+/// Publish verdicts by topic.
+#[derive(Debug, Default)]
+pub struct PublishVerdicts {
+    by_topic: HashMap<Box<str>, bool, foldhash::fast::RandomState>,
+}
+
+impl PublishVerdicts {
+    /// Whether `p` may publish to `topic`, from the cache when it can.
+    pub fn may(&mut self, p: &Principal, topic: &str) -> bool {
+        if !p.grants().publish_walks() {
+            return true;
+        }
+        if let Some(ok) = self.by_topic.get(topic) {
+            return *ok;
+        }
+        let ok = p.may(Right::Publish(topic));
+        if self.by_topic.len() >= MAX_TOPICS {
+            self.by_topic.clear();
+        }
+        self.by_topic.insert(topic.into(), ok);
+        ok
+    }
+
+    /// Forgets every verdict (the principal changed).
+    pub fn clear(&mut self) {
+        self.by_topic.clear();
+    }
+}
