@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use crate::config::ConfigError;
-use crate::config::auth::{AuthConfig, Permissions};
+use crate::config::auth::AuthConfig;
 
 /// How a principal proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,16 +77,6 @@ impl Principal {
             grants,
             expires,
         }))
-    }
-
-    /// A principal with every right, for embedded callers and tests.
-    pub fn superuser(name: &str) -> Principal {
-        Principal::new(
-            name,
-            Via::Anonymous,
-            Grants::new(&Permissions::everything(), name),
-            None,
-        )
     }
 
     /// The user, token or JWT subject name (`anonymous` for anonymous
@@ -306,13 +296,18 @@ impl Auth {
     }
 
     /// Anonymous access on a loopback-only broker with no `[auth]`: every
-    /// right, as before authentication existed. For tests and embedding.
+    /// right, as before authentication existed. For tests and embedding,
+    /// and what a session holds until the transport gives it the broker's
+    /// own: one verifier shared by the whole process, so a new session
+    /// allocates nothing for it.
     pub fn open() -> Auth {
-        match Auth::new(&AuthConfig::default()) {
+        static OPEN: std::sync::OnceLock<Auth> = std::sync::OnceLock::new();
+        OPEN.get_or_init(|| match Auth::new(&AuthConfig::default()) {
             Ok(auth) => auth,
             // The default has no key files to read.
             Err(e) => unreachable!("the default [auth] is valid: {e}"),
-        }
+        })
+        .clone()
     }
 
     /// The anonymous principal, when anonymous clients are let in.

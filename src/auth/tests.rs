@@ -5,7 +5,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::json;
 
 use super::*;
-use crate::config::auth::{JwtConfig, JwtKeyConfig, TokenConfig, UserConfig};
+use crate::config::auth::{JwtConfig, JwtKeyConfig, Permissions, TokenConfig, UserConfig};
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef-test";
 
