@@ -203,6 +203,7 @@ impl Wharf {
             config: config.clone(),
             bodies: crate::transport::BodyReader::new(&config.server),
             auth,
+            streams: crate::transport::stream_slots(),
         });
         // Topics nobody uses any more are swept every idle timeout.
         let idle = Duration::from_secs(config.topics.idle_timeout_s);

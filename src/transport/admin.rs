@@ -55,6 +55,12 @@ pub(crate) async fn overview(
     health: web::Data<Health>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Right::Admin)?;
+    Ok(HttpResponse::Ok().json(overview_of(&app, &health).await))
+}
+
+/// The overview as `GET /admin/overview` answers it; the dashboard's
+/// stream sends the same, so both are built here.
+pub(crate) async fn overview_of(app: &AppState, health: &Health) -> Overview {
     let mut sessions = SessionCounts::default();
     for s in app.sessions.list() {
         if s.client_id.starts_with("mqtt:") {
@@ -65,7 +71,7 @@ pub(crate) async fn overview(
     }
     let stats = app.broker.stats();
     let m = app.broker.metrics();
-    Ok(HttpResponse::Ok().json(Overview {
+    Overview {
         version: env!("CARGO_PKG_VERSION"),
         uptime_s: health.report().uptime_ms / 1000,
         sessions,
@@ -76,7 +82,7 @@ pub(crate) async fn overview(
         published: m.published.get(),
         delivered: m.delivered.get(),
         resident_bytes: crate::metrics::process::read().resident_bytes,
-    }))
+    }
 }
 
 #[derive(Deserialize)]

@@ -5,6 +5,7 @@
 mod admin;
 mod body;
 mod credentials;
+mod dashboard;
 mod error;
 mod health;
 mod jobs;
@@ -21,6 +22,10 @@ use std::sync::Arc;
 
 pub use crate::protocol::jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
 pub use admin::{Overview, SessionCounts, TopicPage, TopicRow};
+pub(crate) use dashboard::stream_slots;
+pub use dashboard::{
+    MAX_STREAM_QUEUES, MAX_STREAM_SESSIONS, MAX_STREAMS, STREAM_LIFETIME, STREAM_PERIOD, Snapshot,
+};
 pub use body::BodyReader;
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
@@ -49,6 +54,9 @@ pub struct AppState {
     pub bodies: BodyReader,
     /// Who may connect and what each principal may do.
     pub auth: crate::auth::Auth,
+    /// Slots for the dashboard's `GET /admin/stream`, so that open
+    /// dashboards are bounded ([`MAX_STREAMS`]).
+    pub(crate) streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// Mounts Wharf's routes on an actix `App` or scope. The caller must have
@@ -77,6 +85,31 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/metrics")
             .route(web::get().to(metrics::get))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource(["/dashboard", "/dashboard/"])
+            .route(web::get().to(dashboard::page))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/dashboard/app.js")
+            .route(web::get().to(dashboard::app_js))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/dashboard/style.css")
+            .route(web::get().to(dashboard::style_css))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/dashboard/favicon.svg")
+            .route(web::get().to(dashboard::favicon))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/stream")
+            .route(web::get().to(dashboard::stream))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

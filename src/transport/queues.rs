@@ -12,7 +12,7 @@ use super::credentials::Caller;
 use super::topics::{api_error, message_headers, query};
 use super::{ApiError, AppState};
 use crate::auth::Right;
-use crate::broker::Enqueue;
+use crate::broker::{Enqueue, QueueInfo};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,16 +102,25 @@ pub(crate) async fn info(
 }
 
 pub(crate) async fn list(caller: Caller, app: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(visible(&caller, &app, usize::MAX).await)
+}
+
+/// The queues `caller` may see, as `GET /queues` lists them (in name
+/// order, at most `limit`); the dashboard's stream sends the same.
+pub(crate) async fn visible(caller: &Caller, app: &AppState, limit: usize) -> Vec<QueueInfo> {
     let mut all = Vec::new();
     for name in app.broker.queue_names() {
-        if !may_see_queue(&caller, &name) {
+        if all.len() >= limit {
+            break;
+        }
+        if !may_see_queue(caller, &name) {
             continue;
         }
         if let Some(info) = app.broker.queue_info(&name).await {
             all.push(info);
         }
     }
-    HttpResponse::Ok().json(all)
+    all
 }
 
 pub(crate) async fn redrive(
