@@ -361,7 +361,7 @@ impl Wharf {
     }
 
     /// Stops the broker: closes WebSocket sessions (after delivering what is
-    /// queued, with 1001), stops the workers and the store writer, and
+    /// queued, with 1001), ends the dashboard's streams, stops the workers and the store writer, and
     /// syncs the store. Stop your HTTP server first, so no request is using
     /// the broker. Idempotent.
     ///
@@ -371,6 +371,7 @@ impl Wharf {
         self.inner
             .sessions
             .close_all(1001, "server shutting down", true);
+        self.inner.state.streams.close();
         let Some(running) = self.inner.running.lock().take() else {
             return Ok(());
         };

@@ -196,6 +196,7 @@ pub async fn serve(
 
     let handle = server.handle();
     let sessions = wharf.sessions().clone();
+    let streams = wharf.app_state().streams;
     let mqtt_handle = mqtt_server.as_ref().map(actix_server::Server::handle);
     let mqtt_done = mqtt_server.map(actix_rt::spawn);
     actix_rt::spawn(async move {
@@ -207,6 +208,8 @@ pub async fn serve(
         // Sessions get their queued messages and a 1001 close frame; the
         // graceful stop below waits for them up to the shutdown timeout.
         sessions.close_all(1001, "server shutting down", true);
+        // Open dashboards' streams end within a second.
+        streams.close();
         if let Some(mqtt) = mqtt_handle {
             mqtt.stop(true).await;
         }

@@ -227,7 +227,7 @@
   function sparkline(values) {
     const w = 100;
     const h = 22;
-    const el = svg('svg', { viewBox: `0 0 ${w} ${h}`, class: 'spark', 'aria-hidden': 'true' });
+    const el = svg('svg', { viewBox: `0 0 ${w} ${h}`, class: 'sparkline', 'aria-hidden': 'true' });
     el.append(svg('line', { x1: 0, x2: w, y1: h - 0.5, y2: h - 0.5, class: 'baseline' }));
     if (values.length < 2) return el;
     const max = Math.max(1, ...values);

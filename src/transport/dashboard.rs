@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, SystemTime};
 
-use actix_web::http::header;
 use actix_web::body::MessageBody;
+use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use serde::Serialize;
@@ -62,6 +62,8 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
 const BASE_SLOT: &str = "{{BASE}}";
 
 /// The slots of [`MAX_STREAMS`] concurrent streams, one per [`AppState`].
+/// Closing them at shutdown ends every open stream within a tick, so that
+/// an open dashboard does not hold up a graceful stop.
 pub(crate) fn stream_slots() -> Arc<Semaphore> {
     Arc::new(Semaphore::new(MAX_STREAMS))
 }
@@ -148,7 +150,7 @@ async fn event(caller: Arc<Caller>, app: web::Data<AppState>, health: web::Data<
     let overview = overview_of(&app, &health).await;
     let queues = super::queues::visible(&caller, &app, MAX_STREAM_QUEUES).await;
     let mut sessions = app.sessions.list();
-    sessions.sort_unstable_by(|a, b| (a.since_unix_s, a.id).cmp(&(b.since_unix_s, b.id)));
+    sessions.sort_unstable_by_key(|s| (s.since_unix_s, s.id));
     sessions.truncate(MAX_STREAM_SESSIONS);
     let snapshot = Snapshot {
         t: unix_ms(),
@@ -188,7 +190,9 @@ impl futures_core::Stream for Events {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if this.end.as_mut().poll(cx).is_ready() {
+        // Past its hour, or the broker is shutting down (it closes the
+        // slots; the tick polls here at least once a second).
+        if this.end.as_mut().poll(cx).is_ready() || this.app.streams.is_closed() {
             return Poll::Ready(None);
         }
         loop {
@@ -239,5 +243,8 @@ pub(crate) async fn stream(
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         // Proxies (nginx) must pass events on as they come.
         .insert_header(("x-accel-buffering", "no"))
+        // The connection ends with the stream: an idle keep-alive would
+        // hold up a graceful stop for its timeout.
+        .force_close()
         .streaming(events))
 }

@@ -22,11 +22,11 @@ use std::sync::Arc;
 
 pub use crate::protocol::jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
 pub use admin::{Overview, SessionCounts, TopicPage, TopicRow};
+pub use body::BodyReader;
 pub(crate) use dashboard::stream_slots;
 pub use dashboard::{
     MAX_STREAM_QUEUES, MAX_STREAM_SESSIONS, MAX_STREAMS, STREAM_LIFETIME, STREAM_PERIOD, Snapshot,
 };
-pub use body::BodyReader;
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
 pub use queues::{EnqueueReply, RedriveReply};
