@@ -35,7 +35,8 @@ pub const MAX_STREAMS: usize = 16;
 /// rights were revoked is checked again within this time.
 pub const STREAM_LIFETIME: Duration = Duration::from_secs(3600);
 
-/// How often the stream sends a snapshot.
+/// How often the stream sends a snapshot: the page's rates are per
+/// second, and a person watching needs no more.
 pub const STREAM_PERIOD: Duration = Duration::from_secs(1);
 
 /// Most sessions one snapshot lists (the oldest first), so that a broker
@@ -247,4 +248,33 @@ pub(crate) async fn stream(
         // hold up a graceful stop for its timeout.
         .force_close()
         .streaming(events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attribute;
+
+    #[test]
+    fn a_base_path_cannot_leave_its_attribute() {
+        assert_eq!(attribute("/broker/dashboard/"), "/broker/dashboard/");
+        assert_eq!(
+            attribute(r#"/a"><script>x</script>&'/"#),
+            "/a&quot;&gt;&lt;script&gt;x&lt;/script&gt;&amp;&#39;/"
+        );
+    }
+
+    #[test]
+    fn the_page_has_one_base_slot_and_no_inline_script() {
+        assert_eq!(super::INDEX_HTML.matches(super::BASE_SLOT).count(), 1);
+        let scripts = super::INDEX_HTML.matches("<script").count();
+        assert_eq!(scripts, super::INDEX_HTML.matches("<script src=").count());
+        assert!(
+            !super::INDEX_HTML.contains(" style="),
+            "no inline styles (CSP)"
+        );
+        assert!(
+            !super::INDEX_HTML.contains(" on"),
+            "no inline handlers (CSP)"
+        );
+    }
 }
