@@ -1,0 +1,1 @@
+//! The `wharf` command line against a spawned broker.
