@@ -13,6 +13,7 @@
 //! the topic's task and never copies the payload.
 
 mod durable;
+mod inspect;
 pub mod jobs;
 mod message;
 mod queue;
@@ -29,10 +30,11 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use bytes::Bytes;
 
 pub use durable::{DURABLE_PREFETCH, DURABLE_PREFIX, QOS_HEADER, TOPIC_HEADER, durable_queue_name};
+pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};
 pub use queue::{
-    DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, QueueCounters,
-    QueueInfo,
+    DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, MessageState,
+    QueueCounters, QueueInfo,
 };
 pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
 pub use sink::{DeliveryOutcome, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id};
@@ -102,6 +104,15 @@ pub enum BrokerError {
     /// subscription id.
     #[error("durable subscription: {0}")]
     InvalidDurable(String),
+    /// The message is delivered and not yet settled: it cannot move.
+    #[error("message {0} is in flight to a consumer; it can move once it is settled or returned")]
+    MessageInFlight(u64),
+    /// No message with this id in the queue.
+    #[error("no message {0} in the queue")]
+    UnknownMessage(u64),
+    /// A request that makes no sense as asked (a move to the queue itself).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl BrokerError {
@@ -124,7 +135,10 @@ impl BrokerError {
             BrokerError::InvalidPriority(_)
             | BrokerError::InvalidPrefetch(_)
             | BrokerError::InvalidIds(_)
-            | BrokerError::InvalidDurable(_) => ErrorCode::InvalidField,
+            | BrokerError::InvalidDurable(_)
+            | BrokerError::Invalid(_) => ErrorCode::InvalidField,
+            BrokerError::MessageInFlight(_) => ErrorCode::Conflict,
+            BrokerError::UnknownMessage(_) => ErrorCode::UnknownMessage,
         }
     }
 }
@@ -153,7 +167,7 @@ pub struct Publish {
 }
 
 /// The broker: cheap to clone, shared by every connection. Its methods
-/// come in four parts, each in a file of its own:
+/// come in five parts, each in a file of its own:
 ///
 /// - **Topics** (`broker/mod.rs`): [`Broker::publish`],
 ///   [`Broker::subscribe`], [`Broker::unsubscribe`],
@@ -166,6 +180,9 @@ pub struct Publish {
 ///   [`Broker::queue_names`], [`Broker::redrive`], [`Broker::delete_queue`],
 ///   [`Broker::tick_queues`], [`Broker::configure_queues`],
 ///   [`Broker::restore_queues`].
+/// - **Operators' queue tools** (`broker/inspect.rs`):
+///   [`Broker::purge_queue`], [`Broker::browse_queue`],
+///   [`Broker::move_message`].
 /// - **Bindings and durable subscriptions** (`broker/durable.rs`):
 ///   [`Broker::declare_queues`], [`Broker::subscribe_durable`],
 ///   [`Broker::unsubscribe_durable`], [`Broker::durable_subscriptions`].

@@ -164,8 +164,10 @@ pub struct QueueCounters {
     /// Messages deleted unconsumed (expired with `expired = "drop"`, or
     /// dead-lettered without a dead-letter queue).
     pub discarded: u64,
-    /// Messages taken away to another queue (a redrive).
+    /// Messages taken away to another queue (a redrive or a move).
     pub moved: u64,
+    /// Messages deleted by purges.
+    pub purged: u64,
     /// Enqueues refused because the queue was full (for a queue bound to
     /// topics, or a durable subscription: topic messages not kept).
     pub refused: u64,
@@ -221,6 +223,9 @@ pub(crate) struct QueueState {
     /// past the window): a refill that reads them again skips them.
     loaded_extra: HashSet<u64>,
     refilling: bool,
+    /// Raised by a purge: the answer of a refill read asked for before it
+    /// is ignored (it may hold purged messages).
+    refill_epoch: u64,
     delayed: BTreeMap<(u64, u64), StoredMessage>,
     inflight: HashMap<u64, Inflight>,
     consumers: Vec<Consumer>,
@@ -262,6 +267,7 @@ impl QueueState {
             loaded_upto: [0; PRIORITIES],
             loaded_extra: HashSet::new(),
             refilling: false,
+            refill_epoch: 0,
             delayed: BTreeMap::new(),
             inflight: HashMap::new(),
             consumers: Vec::new(),
@@ -685,10 +691,13 @@ impl QueueState {
     }
 }
 
+mod admin;
 mod refill;
 mod settle;
 mod txn;
 
+pub use admin::MessageState;
+pub(crate) use admin::{BrowseSnapshot, Taken};
 pub(crate) use txn::StagedAck;
 
 #[cfg(test)]

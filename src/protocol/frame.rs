@@ -537,6 +537,11 @@ pub enum ErrorCode {
     Forbidden,
     /// Too many failed authentications from this address; wait.
     TooManyFailures,
+    /// The target is not in a state that allows this (a message in
+    /// flight cannot move, a finished job cannot be cancelled).
+    Conflict,
+    /// No message with this id in the queue.
+    UnknownMessage,
 }
 
 impl ErrorCode {
@@ -571,6 +576,8 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::TooManyFailures => "too_many_failures",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::UnknownMessage => "unknown_message",
         }
     }
 }

@@ -159,6 +159,8 @@ pub enum JobStatus {
     Succeeded,
     /// Out of attempts.
     Dead,
+    /// Cancelled by an operator; never run again unless retried.
+    Cancelled,
 }
 
 impl JobStatus {
@@ -172,6 +174,7 @@ impl JobStatus {
             JobStatus::TimedOut => "timed_out",
             JobStatus::Succeeded => "succeeded",
             JobStatus::Dead => "dead",
+            JobStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -270,6 +273,15 @@ pub struct JobView {
     pub retry_at_ms: Option<u64>,
     /// When it was enqueued (Unix ms).
     pub created_ms: u64,
+}
+
+/// A page of jobs (`GET /jobs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPage {
+    /// Jobs in id order (the order they were enqueued in).
+    pub jobs: Vec<JobView>,
+    /// The `after` of the next page; `null` on the last.
+    pub next: Option<Uuid>,
 }
 
 /// A worker registration (`POST /workers`, `worker_register`).

@@ -80,8 +80,11 @@ pub(crate) fn http_status(code: ErrorCode) -> StatusCode {
         | C::UnknownDelivery
         | C::WorkerExpired
         | C::StaleToken
-        | C::TransactionState => StatusCode::CONFLICT,
-        C::UnknownSubscription | C::UnknownQueue | C::UnknownJob => StatusCode::NOT_FOUND,
+        | C::TransactionState
+        | C::Conflict => StatusCode::CONFLICT,
+        C::UnknownSubscription | C::UnknownQueue | C::UnknownJob | C::UnknownMessage => {
+            StatusCode::NOT_FOUND
+        }
         C::TooManySubscriptions
         | C::Overloaded
         | C::TooManyTopics

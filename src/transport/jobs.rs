@@ -8,6 +8,9 @@
 //! - `POST /jobs/{id}/outcome` -> 200 `{"id","status"}`; a stale token or
 //!   an expired worker -> 409 and no change.
 //! - `GET /admin/jobs` -> counts.
+//! - `GET /jobs?status=&kind=&after=&limit=` -> a page of jobs the caller
+//!   may see; `POST /jobs/{id}/retry` (admin) and `POST /jobs/{id}/cancel`
+//!   (admin, or whoever may enqueue its kind) -> the job.
 //!
 //! Each handler only decodes (path ids, bodies) and encodes: the operation
 //! is [`crate::broker::jobs::api`]'s, its reply type
@@ -22,8 +25,8 @@ use super::error::HttpCode;
 use super::topics::query;
 use super::{ApiError, AppState};
 use crate::auth::Right;
-use crate::broker::jobs::JobError;
 use crate::broker::jobs::api::{self, parse_id};
+use crate::broker::jobs::{JobError, JobFilter};
 use crate::protocol::jobs::{NewJob, Register, ReportOutcome};
 
 /// Largest JSON body accepted by the jobs routes.
@@ -148,4 +151,83 @@ pub(crate) async fn info(
     caller.admin("read", "/admin/jobs")?;
     let info = app.jobs.info().await.map_err(job_error)?;
     Ok(HttpResponse::Ok().json(info))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default = "default_list_limit")]
+    limit: usize,
+}
+
+fn default_list_limit() -> usize {
+    100
+}
+
+pub(crate) async fn list(
+    caller: Caller,
+    req: HttpRequest,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    if !caller.0.grants().any_jobs() {
+        return Err(caller.forbidden(Right::EnqueueJob("*")));
+    }
+    let q: ListQuery = query(&req)?;
+    let filter = JobFilter {
+        status: q
+            .status
+            .as_deref()
+            .map(api::parse_status)
+            .transpose()
+            .map_err(job_error)?,
+        kind: q.kind,
+        after: q
+            .after
+            .as_deref()
+            .map(|a| parse_id(a, "after"))
+            .transpose()
+            .map_err(job_error)?,
+        limit: q.limit,
+    };
+    let who = caller.0.clone();
+    let visible = move |kind: &str| crate::session::may_see_job(&who, kind);
+    let page = api::list(&app.jobs, filter, visible)
+        .await
+        .map_err(job_error)?;
+    Ok(HttpResponse::Ok().json(page))
+}
+
+pub(crate) async fn retry(
+    caller: Caller,
+    id: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    caller.admin("retry job", &id)?;
+    let id = parse_id(&id, "job id").map_err(job_error)?;
+    let view = api::retry(&app.jobs, id).await.map_err(job_error)?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+pub(crate) async fn cancel(
+    caller: Caller,
+    id: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    if !caller.0.grants().any_jobs() {
+        return Err(caller.forbidden(Right::EnqueueJob("*")));
+    }
+    let id = parse_id(&id, "job id").map_err(job_error)?;
+    let p = &caller.0;
+    let allowed = |kind: &str| p.may(Right::Admin) || p.may(Right::EnqueueJob(kind));
+    let view = api::cancel(&app.jobs, id, allowed)
+        .await
+        .map_err(job_error)?;
+    tracing::info!(principal = %p.id(), job = %id, "job cancelled");
+    Ok(HttpResponse::Ok().json(view))
 }

@@ -24,7 +24,7 @@ pub use admin::{Overview, SessionCounts, TopicPage, TopicRow};
 pub use body::BodyReader;
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
-pub use queues::{EnqueueReply, RedriveReply};
+pub use queues::{BrowseReply, BrowsedMessage, EnqueueReply, MoveReply, PurgeReply, RedriveReply};
 pub use topics::{HEADER_PREFIX, PublishReply};
 
 use actix_web::web;
@@ -102,6 +102,17 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/jobs")
             .route(web::post().to(jobs::enqueue))
+            .route(web::get().to(jobs::list))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/jobs/{id}/retry")
+            .route(web::post().to(jobs::retry))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/jobs/{id}/cancel")
+            .route(web::post().to(jobs::cancel))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(
@@ -140,8 +151,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(
+        web::resource("/queues/{name:.+}/messages/{id}/move")
+            .route(web::post().to(queues::move_message))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
         web::resource("/queues/{name:.+}/messages")
             .route(web::post().to(queues::enqueue))
+            .route(web::get().to(queues::browse))
+            .route(web::delete().to(queues::purge))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

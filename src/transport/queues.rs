@@ -2,7 +2,10 @@
 //! message is durable), `GET /queues/{name}` reports depth, in-flight
 //! deliveries, consumers and the dead-letter queue's depth, `GET /queues`
 //! lists them, `POST /queues/{name}/redrive` moves a dead-letter queue's
-//! messages back, and `DELETE /queues/{name}` deletes a queue.
+//! messages back, and `DELETE /queues/{name}` deletes a queue. The
+//! operator's tools: `GET /queues/{name}/messages` browses without
+//! consuming, `DELETE /queues/{name}/messages` purges, and
+//! `POST /queues/{name}/messages/{id}/move?to=` moves one message.
 
 use crate::protocol::frame::ErrorCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -12,7 +15,8 @@ use super::credentials::Caller;
 use super::topics::{api_error, message_headers, query};
 use super::{ApiError, AppState};
 use crate::auth::Right;
-use crate::broker::Enqueue;
+use crate::broker::{Enqueue, MessageState, PeekedMessage};
+use crate::protocol::frame::Headers;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,10 +98,7 @@ pub(crate) async fn info(
     }
     match app.broker.queue_info(&name).await {
         Some(info) => Ok(HttpResponse::Ok().json(info)),
-        None => Err(ApiError::coded(
-            ErrorCode::UnknownQueue,
-            format!("no queue named {:?}", name.as_str()),
-        )),
+        None => Err(unknown_queue(&name)),
     }
 }
 
@@ -139,9 +140,194 @@ pub(crate) async fn delete(
     if app.broker.delete_queue(&name).await.map_err(api_error)? {
         Ok(HttpResponse::NoContent().finish())
     } else {
-        Err(ApiError::coded(
-            ErrorCode::UnknownQueue,
-            format!("no queue named {:?}", name.as_str()),
-        ))
+        Err(unknown_queue(&name))
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BrowseQuery {
+    #[serde(default)]
+    from: u64,
+    #[serde(default = "default_browse_limit")]
+    limit: usize,
+}
+
+fn default_browse_limit() -> usize {
+    100
+}
+
+/// One message in a browse: where it is, its metadata, and its payload
+/// as text when it is UTF-8 (`payload`), else as base64
+/// (`payload_base64`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrowsedMessage {
+    /// Its id (seq) in the queue.
+    pub id: u64,
+    /// 0-9.
+    pub priority: u8,
+    /// Ready, delayed, in flight or on disk.
+    pub state: String,
+    /// Times it has been delivered.
+    pub deliveries: u32,
+    /// When it was enqueued (Unix ms).
+    pub enqueued_ms: u64,
+    /// When it expires (Unix ms), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<u64>,
+    /// Not delivered before (Unix ms), while delayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
+    /// Its headers.
+    pub headers: Headers,
+    /// Payload bytes.
+    pub size: usize,
+    /// The payload, when it is UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// The payload in standard base64, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+}
+
+impl From<PeekedMessage> for BrowsedMessage {
+    fn from(p: PeekedMessage) -> Self {
+        use base64::Engine as _;
+        let m = p.message;
+        let state = match p.state {
+            MessageState::Ready => "ready",
+            MessageState::Delayed => "delayed",
+            MessageState::InFlight => "in_flight",
+            MessageState::OnDisk => "on_disk",
+        };
+        let (payload, payload_base64) = match std::str::from_utf8(&m.payload) {
+            Ok(text) => (Some(text.to_owned()), None),
+            Err(_) => (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(&m.payload)),
+            ),
+        };
+        BrowsedMessage {
+            id: m.seq,
+            priority: m.priority,
+            state: state.to_owned(),
+            deliveries: m.deliveries,
+            enqueued_ms: m.enqueued_ms,
+            expires_ms: (m.expires_ms > 0).then_some(m.expires_ms),
+            not_before_ms: (m.not_before_ms > 0).then_some(m.not_before_ms),
+            headers: m.headers,
+            size: m.payload.len(),
+            payload,
+            payload_base64,
+        }
+    }
+}
+
+/// The JSON answer to a browse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrowseReply {
+    /// The queue.
+    pub queue: String,
+    /// Messages by id, lowest first.
+    pub messages: Vec<BrowsedMessage>,
+    /// `from` for the next page; `null` on the last.
+    pub next: Option<u64>,
+}
+
+/// The JSON answer to a purge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeReply {
+    /// Messages deleted.
+    pub purged: u64,
+}
+
+/// The JSON answer to a move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveReply {
+    /// The queue the message is in now.
+    pub queue: String,
+    /// Its id there.
+    pub id: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MoveQuery {
+    to: String,
+}
+
+fn unknown_queue(name: &str) -> ApiError {
+    ApiError::coded(ErrorCode::UnknownQueue, format!("no queue named {name:?}"))
+}
+
+pub(crate) async fn browse(
+    caller: Caller,
+    req: HttpRequest,
+    name: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    // Reading messages is consuming's right (or the admin's); a queue the
+    // caller may not read answers as a missing one does.
+    let p = &caller.0;
+    if !(p.may(Right::Admin) || p.may(Right::Consume(&name))) {
+        return Err(caller.forbidden(Right::Consume(&name)));
+    }
+    let q: BrowseQuery = query(&req)?;
+    if q.limit == 0 || q.limit > crate::broker::MAX_BROWSE {
+        return Err(ApiError::coded(
+            ErrorCode::InvalidField,
+            format!("limit {}: give 1 to {}", q.limit, crate::broker::MAX_BROWSE),
+        ));
+    }
+    let page = app
+        .broker
+        .browse_queue(&name, q.from, q.limit)
+        .await
+        .map_err(api_error)?;
+    Ok(HttpResponse::Ok().json(BrowseReply {
+        queue: name.into_inner(),
+        messages: page
+            .messages
+            .into_iter()
+            .map(BrowsedMessage::from)
+            .collect(),
+        next: page.next,
+    }))
+}
+
+pub(crate) async fn purge(
+    caller: Caller,
+    name: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    caller.admin("purge", &name)?;
+    let purged = app.broker.purge_queue(&name).await.map_err(api_error)?;
+    tracing::info!(queue = %name, purged, "queue purged");
+    Ok(HttpResponse::Ok().json(PurgeReply { purged }))
+}
+
+pub(crate) async fn move_message(
+    caller: Caller,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let (name, id) = path.into_inner();
+    caller.admin("move message", &format!("{name}/{id}"))?;
+    let id: u64 = id.parse().map_err(|_| {
+        ApiError::coded(
+            ErrorCode::InvalidField,
+            format!("message id {id:?} is not a number"),
+        )
+    })?;
+    let q: MoveQuery = query(&req)?;
+    let moved = app
+        .broker
+        .move_message(&name, id, &q.to)
+        .await
+        .map_err(api_error)?;
+    Ok(HttpResponse::Ok().json(MoveReply {
+        queue: q.to,
+        id: moved.id,
+    }))
 }

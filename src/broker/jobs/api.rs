@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{JobError, JobView, Jobs, NewJob};
+use super::{JobError, JobFilter, JobView, Jobs, NewJob};
 use crate::protocol::jobs::{
-    Enqueued, Outcome, OutcomeReply, PingReply, Register, Registered, ReportOutcome,
+    Enqueued, JobPage, JobStatus, Outcome, OutcomeReply, PingReply, Register, Registered,
+    ReportOutcome,
 };
 
 /// Decodes an id sent as text; `what` names it in the error.
@@ -100,4 +101,54 @@ pub async fn outcome(jobs: &Jobs, id: Uuid, req: ReportOutcome) -> Result<Outcom
         .outcome(id, req.worker_id, req.token, req.outcome, req.error)
         .await?;
     Ok(OutcomeReply { id, status })
+}
+
+/// Decodes a status sent as text (`queued`, `dead`, ...).
+///
+/// # Errors
+/// [`JobError::Invalid`] for any other text.
+pub fn parse_status(raw: &str) -> Result<JobStatus, JobError> {
+    serde_json::from_value(serde_json::Value::String(raw.to_owned())).map_err(|_| {
+        JobError::Invalid(format!(
+            "status {raw:?}: expected queued, running, failed, timed_out, succeeded, dead or cancelled"
+        ))
+    })
+}
+
+/// A page of the jobs whose kinds the caller may see (`visible`).
+///
+/// # Errors
+/// As [`Jobs::list`].
+pub async fn list(
+    jobs: &Jobs,
+    filter: JobFilter,
+    visible: impl Fn(&str) -> bool + Send + 'static,
+) -> Result<JobPage, JobError> {
+    let (jobs, next) = jobs.list(filter, visible).await?;
+    Ok(JobPage { jobs, next })
+}
+
+/// Queues a dead, cancelled, failed or timed-out job again.
+///
+/// # Errors
+/// As [`Jobs::retry`].
+pub async fn retry(jobs: &Jobs, id: Uuid) -> Result<JobView, JobError> {
+    jobs.retry(id).await
+}
+
+/// Cancels a job that has not finished, if the caller may (`allowed`,
+/// given the job's kind); one it may not see answers as a missing one.
+///
+/// # Errors
+/// As [`Jobs::cancel`]; [`JobError::UnknownJob`] for a kind not allowed.
+pub async fn cancel(
+    jobs: &Jobs,
+    id: Uuid,
+    allowed: impl Fn(&str) -> bool,
+) -> Result<JobView, JobError> {
+    let view = jobs.status(id).await?;
+    if !allowed(&view.kind) {
+        return Err(JobError::UnknownJob);
+    }
+    jobs.cancel(id).await
 }

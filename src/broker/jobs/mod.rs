@@ -115,6 +115,9 @@ pub enum JobError {
     /// A field is invalid.
     #[error("{0}")]
     Invalid(String),
+    /// The job's status does not allow this (cancelling a finished job).
+    #[error("{0}")]
+    Conflict(String),
     /// `jobs.max_jobs` jobs are held.
     #[error("too many jobs: at most {0}")]
     Full(usize),
@@ -142,6 +145,7 @@ impl JobError {
             JobError::WorkerExpired => ErrorCode::WorkerExpired,
             JobError::StaleToken { .. } => ErrorCode::StaleToken,
             JobError::Invalid(_) => ErrorCode::InvalidField,
+            JobError::Conflict(_) => ErrorCode::Conflict,
             JobError::Full(_) => ErrorCode::QueueFull,
             JobError::TooManyWorkers(_) => ErrorCode::TooManyWorkers,
             JobError::StoreBusy | JobError::Task(TaskError::Overloaded { .. }) => {
@@ -165,6 +169,22 @@ pub struct JobsInfo {
     pub workers: usize,
     /// Dequeues parked, waiting for a job (at most one per worker).
     pub waiting: usize,
+}
+
+/// Most jobs one list page holds.
+pub const MAX_LIST: usize = 1000;
+
+/// Which jobs a list shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only jobs with this status.
+    pub status: Option<JobStatus>,
+    /// Only jobs of this kind.
+    pub kind: Option<String>,
+    /// Only jobs with a higher id (the previous page's `next`).
+    pub after: Option<Uuid>,
+    /// At most this many (1 to [`MAX_LIST`]).
+    pub limit: usize,
 }
 
 /// The jobs resource. Cheap to clone.
@@ -250,6 +270,62 @@ impl Jobs {
         view.token = None;
         view.worker_id = None;
         Ok(view)
+    }
+
+    /// A page of jobs matching `filter` among the kinds `visible`
+    /// accepts, as [`Jobs::status`] shows them, and the id to list after
+    /// for the next page.
+    ///
+    /// # Errors
+    /// [`JobError::Invalid`] for a limit out of range, or the resource
+    /// refusing the task.
+    pub async fn list(
+        &self,
+        filter: JobFilter,
+        visible: impl Fn(&str) -> bool + Send + 'static,
+    ) -> Result<(Vec<JobView>, Option<Uuid>), JobError> {
+        if filter.limit == 0 || filter.limit > MAX_LIST {
+            return Err(JobError::Invalid(format!(
+                "limit {}: give 1 to {MAX_LIST}",
+                filter.limit
+            )));
+        }
+        let (mut views, next) = self.tq.submit(move |s| s.list(&filter, &visible)).await?;
+        for v in &mut views {
+            v.token = None;
+            v.worker_id = None;
+        }
+        Ok((views, next))
+    }
+
+    /// Queues a dead, cancelled, failed or timed-out job again at once
+    /// (a dead or cancelled one with a fresh count of attempts); answers
+    /// once that is durable.
+    ///
+    /// # Errors
+    /// [`JobError::UnknownJob`], [`JobError::Conflict`] for a queued,
+    /// running or succeeded job, or a store failure.
+    pub async fn retry(&self, id: Uuid) -> Result<JobView, JobError> {
+        let durable = self.tq.submit(move |s| s.retry(id, now_ms())).await??;
+        if let Some(d) = durable {
+            d.await.map_err(JobError::Store)?;
+        }
+        self.status(id).await
+    }
+
+    /// Cancels a queued, waiting or running job; answers once that is
+    /// durable. A running job's worker is not told: its outcome is
+    /// refused as stale.
+    ///
+    /// # Errors
+    /// [`JobError::UnknownJob`], [`JobError::Conflict`] for a finished
+    /// job, or a store failure.
+    pub async fn cancel(&self, id: Uuid) -> Result<JobView, JobError> {
+        let durable = self.tq.submit(move |s| s.cancel(id, now_ms())).await??;
+        if let Some(d) = durable {
+            d.await.map_err(JobError::Store)?;
+        }
+        self.status(id).await
     }
 
     /// Registers a worker for `kinds` (empty: every kind); returns its id

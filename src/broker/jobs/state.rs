@@ -3,12 +3,12 @@
 //! for a job. Everything here runs inside the resource's task queue.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{JobError, JobRecord, JobStatus, JobView, NewJob, Outcome};
+use super::{JobError, JobFilter, JobRecord, JobStatus, JobView, NewJob, Outcome};
 use crate::broker::queue::backoff_delay;
 use crate::config::JobsConfig;
 use crate::store::{Durable, WriterHandle, jobs as records};
@@ -118,7 +118,7 @@ impl JobsState {
         for mut j in jobs {
             let id = j.id;
             match j.status {
-                JobStatus::Succeeded | JobStatus::Dead => {
+                JobStatus::Succeeded | JobStatus::Dead | JobStatus::Cancelled => {
                     self.finished.insert((j.updated_ms, id));
                     self.jobs.insert(id, j);
                 }
@@ -525,6 +525,110 @@ impl JobsState {
             }
         }
         self.hand_to_waiting(now);
+    }
+
+    /// A page of jobs in id order (= enqueue order: ids are UUIDv7) after
+    /// `after`, of `status` and `kind` if given, and of kinds `visible`
+    /// accepts; with the id to continue after when there are more.
+    pub(crate) fn list(
+        &self,
+        filter: &JobFilter,
+        visible: &dyn Fn(&str) -> bool,
+    ) -> (Vec<JobView>, Option<Uuid>) {
+        // The limit + 1 lowest matching ids, without sorting every job.
+        let mut lowest: BinaryHeap<Uuid> = BinaryHeap::with_capacity(filter.limit + 2);
+        for (id, j) in &self.jobs {
+            if filter.after.is_some_and(|a| *id <= a)
+                || filter.status.is_some_and(|s| s != j.status)
+                || filter.kind.as_deref().is_some_and(|k| k != j.kind)
+                || !visible(&j.kind)
+            {
+                continue;
+            }
+            lowest.push(*id);
+            if lowest.len() > filter.limit + 1 {
+                lowest.pop();
+            }
+        }
+        let mut ids = lowest.into_sorted_vec();
+        let more = ids.len() > filter.limit;
+        ids.truncate(filter.limit);
+        let next = if more { ids.last().copied() } else { None };
+        let views = ids
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .map(JobView::from)
+            .collect();
+        (views, next)
+    }
+
+    /// Queues a dead or cancelled job again with a fresh count of
+    /// attempts, or a failed one waiting for its retry at once.
+    pub(crate) fn retry(&mut self, id: Uuid, now: u64) -> Result<Option<Durable>, JobError> {
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return Err(JobError::UnknownJob);
+        };
+        match j.status {
+            JobStatus::Dead | JobStatus::Cancelled => {
+                self.finished.remove(&(j.updated_ms, id));
+                j.attempt = 0;
+            }
+            JobStatus::Failed | JobStatus::TimedOut => {
+                if let Some(at) = j.retry_at_ms {
+                    self.retrying.remove(&(at, id));
+                }
+            }
+            status => {
+                return Err(JobError::Conflict(format!(
+                    "the job is {status}: only dead, cancelled, failed or timed-out jobs are retried"
+                )));
+            }
+        }
+        j.retry_at_ms = None;
+        j.updated_ms = now;
+        self.make_ready(id);
+        let durable = self.persist(id);
+        self.hand_to_waiting(now);
+        Ok(durable)
+    }
+
+    /// Cancels a job that has not finished: a queued or waiting one never
+    /// runs; a running one is taken from its worker, whose outcome is
+    /// then refused as stale.
+    pub(crate) fn cancel(&mut self, id: Uuid, now: u64) -> Result<Option<Durable>, JobError> {
+        let Some(j) = self.jobs.get(&id) else {
+            return Err(JobError::UnknownJob);
+        };
+        match j.status {
+            JobStatus::Queued => {
+                let kind = j.kind.clone();
+                let key = self
+                    .ready
+                    .get(&kind)
+                    .and_then(|set| set.iter().find(|k| k.2 == id).copied());
+                if let Some(key) = key {
+                    self.take_ready(&kind, &key);
+                }
+            }
+            JobStatus::Failed | JobStatus::TimedOut => {
+                if let Some(at) = j.retry_at_ms {
+                    self.retrying.remove(&(at, id));
+                }
+            }
+            JobStatus::Running => {
+                if let Some(worker) = j.worker {
+                    self.stop_running(id, worker);
+                }
+            }
+            status => {
+                return Err(JobError::Conflict(format!("the job is {status} already")));
+            }
+        }
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.worker = None;
+        }
+        self.finish(id, JobStatus::Cancelled, None, now);
+        Ok(self.persist(id))
     }
 
     /// Counts for the admin API.

@@ -26,7 +26,7 @@ impl QueueState {
             .memory_window
             .saturating_sub(self.ready_len)
             .max(REFILL_MIN);
-        let (me, shared) = (me.clone(), self.shared.clone());
+        let (me, shared, epoch) = (me.clone(), self.shared.clone(), self.refill_epoch);
         let range = records::range_after(self.id, p as u8, self.loaded_upto[p]);
         let reply = Box::new(move |result: ReadResult| {
             // A queue dropped meanwhile (shutdown, deletion) needs nothing.
@@ -34,7 +34,7 @@ impl QueueState {
                 return;
             };
             let sent = tq.execute(Lane::High, move |q: &mut QueueState| {
-                q.refilled(p, limit, result, now_ms());
+                q.refilled(p, limit, epoch, result, now_ms());
             });
             if sent.is_err() {
                 shared.refill_lost.store(true, Ordering::Release);
@@ -50,8 +50,19 @@ impl QueueState {
         }
     }
 
-    /// The store writer's answer to a refill read.
-    pub(crate) fn refilled(&mut self, p: usize, limit: usize, result: ReadResult, now: u64) {
+    /// The store writer's answer to a refill read (asked for in
+    /// `epoch`: an answer from before a purge is dropped).
+    pub(crate) fn refilled(
+        &mut self,
+        p: usize,
+        limit: usize,
+        epoch: u64,
+        result: ReadResult,
+        now: u64,
+    ) {
+        if epoch != self.refill_epoch {
+            return;
+        }
         self.refilling = false;
         match result {
             Err(e) => {
