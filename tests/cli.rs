@@ -279,6 +279,22 @@ fn queue_enqueue_peek_purge_stat() {
         "{stat:?}"
     );
 
+    // Move one message to another queue.
+    let e = wharf(&b, &["queue", "enqueue", "cli.q", "stray"]);
+    let id = e.stdout.trim().to_owned();
+    let m = wharf(&b, &["queue", "move", "cli.q", &id, "--to", "cli.parked"]);
+    assert!(m.ok(), "{m:?}");
+    assert!(
+        m.stdout
+            .starts_with(&format!("moved cli.q #{id} to cli.parked #")),
+        "{m:?}"
+    );
+    assert_eq!(get(&b, "/queues/cli.parked")["depth"], 1);
+    assert_eq!(get(&b, "/queues/cli.q")["depth"], 0);
+    let m = wharf(&b, &["queue", "move", "cli.q", &id, "--to", "cli.parked"]);
+    assert_eq!(m.code, Some(1), "{m:?}");
+    assert!(m.stderr.starts_with("wharf: unknown_message: "), "{m:?}");
+
     let redrive = wharf(&b, &["queue", "redrive", "cli.q.dlq"]);
     assert!(redrive.ok(), "{redrive:?}");
     assert!(redrive.stdout.contains("moved 0"), "{redrive:?}");
@@ -333,6 +349,39 @@ fn job_enqueue_and_status() {
     assert!(e.ok(), "{e:?}");
     let e = wharf(&b, &["job", "enqueue", "cli-mail", "{nope"]);
     assert_eq!(e.code, Some(2), "{e:?}");
+
+    // List, cancel, retry.
+    let ls = wharf(
+        &b,
+        &["job", "ls", "--kind", "cli-mail", "--status", "queued"],
+    );
+    assert!(ls.ok(), "{ls:?}");
+    assert_eq!(
+        ls.stdout.lines().count(),
+        3,
+        "a header and two jobs: {ls:?}"
+    );
+    assert!(
+        ls.stdout.lines().nth(1).is_some_and(|l| l.starts_with(&id)),
+        "{ls:?}"
+    );
+    let ls = wharf(&b, &["job", "ls", "--limit", "1", "--json"]);
+    let page: Value = serde_json::from_str(&ls.stdout).expect("JSON");
+    assert_eq!(page["jobs"].as_array().map(Vec::len), Some(1), "{page}");
+    assert_eq!(page["next"], id.as_str());
+    assert!(ls.stderr.is_empty(), "--json prints no hint: {ls:?}");
+    let c = wharf(&b, &["job", "cancel", &id]);
+    assert!(c.ok(), "{c:?}");
+    assert_eq!(c.stdout.trim(), format!("{id} cancelled"));
+    let c = wharf(&b, &["job", "cancel", &id]);
+    assert_eq!(c.code, Some(1), "{c:?}");
+    assert!(c.stderr.starts_with("wharf: conflict: "), "{c:?}");
+    let r = wharf(&b, &["job", "retry", &id]);
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.stdout.trim(), format!("{id} queued"));
+    let ls = wharf(&b, &["job", "ls", "--status", "bogus"]);
+    assert_eq!(ls.code, Some(1), "{ls:?}");
+
     let s = wharf(&b, &["job", "status", "not-an-id"]);
     assert_eq!(s.code, Some(1), "{s:?}");
     assert!(s.stderr.starts_with("wharf: "), "{s:?}");

@@ -53,7 +53,7 @@ pub enum JobCommand {
     /// List jobs, filtered by status and kind.
     Ls {
         /// Only jobs in this status (queued, running, failed, timed_out,
-        /// succeeded, dead).
+        /// succeeded, dead, cancelled).
         #[arg(long)]
         status: Option<String>,
         /// Only jobs of this kind.
@@ -69,12 +69,12 @@ pub enum JobCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Queue a dead (or failed) job again.
+    /// Queue a dead or cancelled job again (a failed one at once).
     Retry {
         /// The job id.
         id: String,
     },
-    /// Cancel a queued job.
+    /// Cancel a job that has not finished.
     Cancel {
         /// The job id.
         id: String,

@@ -1,4 +1,5 @@
-//! `wharf queue ls|stat|peek|purge|redrive|enqueue` over the HTTP API.
+//! `wharf queue ls|stat|peek|purge|redrive|move|enqueue` over the HTTP
+//! API.
 
 use std::io::IsTerminal;
 
@@ -69,6 +70,16 @@ pub enum QueueCommand {
         /// The queue to move them to.
         #[arg(long, value_name = "QUEUE")]
         to: Option<String>,
+    },
+    /// Move one message (by its id, as peek shows it) to another queue.
+    Move {
+        /// The queue it is in.
+        name: String,
+        /// Its id.
+        id: u64,
+        /// The queue to move it to.
+        #[arg(long, value_name = "QUEUE")]
+        to: String,
     },
     /// Enqueue one message (durable before the answer); prints its id.
     Enqueue {
@@ -150,6 +161,16 @@ pub async fn run(args: QueueArgs) -> Result<(), CliError> {
                 .json(Method::POST, &path(&name, &format!("/redrive{q}")), None)
                 .await?;
             println!("moved {} messages from {name}", cell(&moved["moved"]));
+        }
+        QueueCommand::Move { name, id, to } => {
+            let q = query(&[("to", Some(to))]);
+            let tail = format!("/messages/{id}/move{q}");
+            let reply = http.json(Method::POST, &path(&name, &tail), None).await?;
+            println!(
+                "moved {name} #{id} to {} #{}",
+                cell(&reply["queue"]),
+                cell(&reply["id"])
+            );
         }
         QueueCommand::Enqueue {
             name,
