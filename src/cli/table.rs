@@ -1,7 +1,7 @@
 //! Plain text tables and small formatting helpers for people.
 
 /// Columns padded to their widest cell; columns of numbers (every cell a
-/// number or `-`) right-aligned, their header too.
+/// number or `-`, one a number at least) right-aligned, their header too.
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
@@ -13,11 +13,11 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     let numeric: Vec<bool> = (0..widths.len())
         .map(|i| {
-            !rows.is_empty()
-                && rows.iter().all(|r| {
-                    r.get(i)
-                        .is_none_or(|c| c == "-" || c.parse::<f64>().is_ok())
-                })
+            let number = |c: &String| c.parse::<f64>().is_ok();
+            rows.iter().any(|r| r.get(i).is_some_and(number))
+                && rows
+                    .iter()
+                    .all(|r| r.get(i).is_none_or(|c| c == "-" || number(c)))
         })
         .collect();
     let mut out = String::new();
@@ -137,5 +137,7 @@ mod tests {
         assert_eq!(clip("a\nbcd", 3), "a\\nb…");
         let t = render(&["NAME", "N"], &[vec!["x".into(), "10".into()]]);
         assert_eq!(t, "NAME   N\nx     10\n");
+        let t = render(&["A", "B"], &[vec!["-".into(), "1".into()]]);
+        assert_eq!(t, "A  B\n-  1\n");
     }
 }

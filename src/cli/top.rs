@@ -58,6 +58,20 @@ pub async fn run(args: TopArgs) -> Result<(), CliError> {
         };
         let (overview, queues) = match fetched {
             Ok(v) => v,
+            // Once the view is up, a broker that stops answering (a
+            // restart) is shown and asked again; before, it is the answer.
+            Err(e) if previous.is_some() && tty => {
+                println!("\x1b[H\x1b[2Jwharf: {} (retrying)", e.text);
+                let _ = std::io::stdout().flush();
+                done += 1;
+                if args.iterations.is_some_and(|n| done >= n) {
+                    break Err(e);
+                }
+                tokio::select! {
+                    () = actix_rt::time::sleep(interval) => continue,
+                    _ = &mut ctrl_c => break Ok(()),
+                }
+            }
             Err(e) => break Err(e),
         };
         let now = Sample {
