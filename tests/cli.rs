@@ -464,3 +464,31 @@ fn a_token_is_sent_and_its_absence_explained() {
     assert_eq!(q.code, Some(1), "{q:?}");
     assert!(q.stderr.starts_with("wharf: unauthorized: "), "{q:?}");
 }
+
+#[test]
+fn https_and_wss_with_a_private_ca() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (ca, cert, key) = common::make_certs(dir.path());
+    let b = TestBroker::start(|c| {
+        c.server.tls.cert = cert;
+        c.server.tls.key = key;
+    });
+    let url = format!("https://localhost:{}", b.addr.port());
+    let ca = ca.to_str().expect("a UTF-8 path");
+    let e = wharf(
+        &b,
+        &[
+            "queue", "enqueue", "cli.tls", "m", "--url", &url, "--ca", ca,
+        ],
+    );
+    assert!(e.ok(), "{e:?}");
+    let p = wharf(&b, &["pub", "cli/tls", "m", "--url", &url, "--ca", ca]);
+    assert!(p.ok(), "{p:?}");
+    // Without the CA the public roots do not vouch for it.
+    let q = wharf(&b, &["queue", "ls", "--url", &url]);
+    assert_eq!(q.code, Some(1), "{q:?}");
+    assert!(
+        q.stderr.contains(&format!("cannot connect to {url}")),
+        "{q:?}"
+    );
+}

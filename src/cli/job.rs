@@ -12,10 +12,13 @@ use super::{CliError, Conn, Wait};
 /// `wharf job ...`.
 #[derive(Args, Debug)]
 pub struct JobArgs {
+    /// What to do.
     #[command(subcommand)]
     pub command: JobCommand,
+    /// Where the broker is.
     #[command(flatten)]
     pub conn: Conn,
+    /// How long to wait for answers.
     #[command(flatten)]
     pub wait: Wait,
 }

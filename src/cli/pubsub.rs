@@ -32,8 +32,10 @@ pub struct PubArgs {
     /// A message header, NAME=VALUE (repeatable).
     #[arg(long = "header", value_name = "NAME=VALUE")]
     pub headers: Vec<String>,
+    /// Where the broker is.
     #[command(flatten)]
     pub conn: Conn,
+    /// How long to wait for answers.
     #[command(flatten)]
     pub wait: Wait,
 }
@@ -55,6 +57,7 @@ pub struct SubArgs {
     /// arrived).
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub timeout: Option<Duration>,
+    /// Where the broker is.
     #[command(flatten)]
     pub conn: Conn,
 }

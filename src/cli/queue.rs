@@ -15,10 +15,13 @@ use super::{CliError, Conn, Wait, progress};
 /// `wharf queue ...`.
 #[derive(Args, Debug)]
 pub struct QueueArgs {
+    /// What to do.
     #[command(subcommand)]
     pub command: QueueCommand,
+    /// Where the broker is.
     #[command(flatten)]
     pub conn: Conn,
+    /// How long to wait for answers.
     #[command(flatten)]
     pub wait: Wait,
 }

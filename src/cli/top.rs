@@ -24,8 +24,10 @@ pub struct TopArgs {
     /// Queues shown, deepest first.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub queues: usize,
+    /// Where the broker is.
     #[command(flatten)]
     pub conn: Conn,
+    /// How long to wait for answers.
     #[command(flatten)]
     pub wait: Wait,
 }
