@@ -167,3 +167,97 @@ fn metrics_are_the_admins() {
         "the wrong token counted: {text}"
     );
 }
+
+#[test]
+fn operator_counters_move_and_the_exposition_parses() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let c = Client::connect(&b.ws_url(), ClientOptions::default())
+            .await
+            .unwrap();
+        for i in 0..3u8 {
+            c.enqueue("mq", vec![i]).await.unwrap();
+        }
+        let mut consumer = c.consume("mq", 3).await.unwrap();
+        let mut first = Vec::new();
+        for _ in 0..3 {
+            first.push(consumer.recv_timeout(T).await.expect("a delivery"));
+        }
+        c.nack(consumer.id(), &[first[0].id], Some(0))
+            .await
+            .unwrap();
+        let again = consumer.recv_timeout(T).await.expect("the redelivery");
+        assert_eq!((again.seq, again.count), (first[0].seq, 2));
+        c.ack(consumer.id(), &[again.id, first[1].id, first[2].id])
+            .await
+            .unwrap();
+        c.cancel(consumer).await.unwrap();
+        for i in 0..2u8 {
+            c.enqueue("mq", vec![i]).await.unwrap();
+        }
+    });
+    let (status, _) = http(b.addr, "DELETE", "/queues/mq/messages", "");
+    assert_eq!(status, 200);
+    let job = r#"{"kind":"mail","entity_id":"0190a6f0-0000-7000-8000-00000000e001","data":1}"#;
+    assert_eq!(http(b.addr, "POST", "/jobs", job).0, 201);
+    let (_, w) = http(b.addr, "POST", "/workers", r#"{"kinds":["mail"]}"#);
+    let w: serde_json::Value = serde_json::from_str(&w).unwrap();
+    let stale = format!(
+        r#"{{"worker_id":{},"token":7,"outcome":"succeeded"}}"#,
+        w["worker_id"]
+    );
+    let unknown_running = "/jobs/0190a6f0-0000-7000-8000-000000000001/outcome";
+    assert_eq!(http(b.addr, "POST", unknown_running, &stale).0, 404);
+    let (_, jobs) = http(b.addr, "GET", "/jobs", "");
+    let jobs: serde_json::Value = serde_json::from_str(&jobs).unwrap();
+    let id = jobs["jobs"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        http(b.addr, "POST", &format!("/jobs/{id}/outcome"), &stale).0,
+        409
+    );
+
+    let text = scrape(&b);
+    for (series, want) in [
+        (r#"wharf_queue_nacked_total{queue="mq"}"#, 1.0),
+        (r#"wharf_queue_redelivered_total{queue="mq"}"#, 1.0),
+        (r#"wharf_queue_returned_total{queue="mq"}"#, 1.0),
+        (r#"wharf_queue_purged_total{queue="mq"}"#, 2.0),
+        (r#"wharf_queue_acked_total{queue="mq"}"#, 3.0),
+        (r#"wharf_jobs_by_status{kind="mail",status="queued"}"#, 1.0),
+        ("wharf_job_stale_outcomes_total", 1.0),
+    ] {
+        assert_eq!(value(&text, series), Some(want), "{series}");
+    }
+    assert!(value(&text, r#"wharf_taskq_runs_total{where="inline"}"#).unwrap() > 0.0);
+    assert!(value(&text, "wharf_store_commit_batch_count").unwrap() >= 5.0);
+    assert!(value(&text, "wharf_store_durable_seconds_count").unwrap() >= 1.0);
+    assert!(value(&text, "wharf_taskq_deepest_ever").is_some());
+
+    // A Prometheus parser nobody here wrote reads the whole exposition.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &text).unwrap();
+    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let parse = "import sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+        names = [f.name for f in p(open(sys.argv[1]).read())]\n\
+        print(len(names), ' '.join(names))";
+    let out = std::process::Command::new(&python)
+        .args(["-c", parse])
+        .arg(file.path())
+        .output()
+        .expect("run python (scripts/test installs prometheus-client in its venv)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused the exposition: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for family in [
+        "wharf_messages_published",
+        "wharf_store_commit_batch",
+        "wharf_jobs_by_status",
+        "wharf_queue_oldest_message_age_seconds",
+    ] {
+        assert!(stdout.contains(family), "{family} not parsed: {stdout}");
+    }
+}

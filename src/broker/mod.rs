@@ -213,6 +213,48 @@ struct Inner {
 struct Registry {
     topics: HashMap<Arc<str>, Topic>,
     wildcards: FilterTrie<Subscription>,
+    /// The task-queue counters of topics removed since start, so that the
+    /// totals only grow.
+    retired: TaskqTotals,
+}
+
+/// Task-queue counters summed over the broker's resources (topics and
+/// queues), for metrics: how often submitting threads ran tasks inline
+/// against how often workers did, refusals, and the deepest queue now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TaskqTotals {
+    /// Tasks run inline by a submitting thread.
+    pub inline_runs: u64,
+    /// Tasks run by scheduler workers.
+    pub worker_runs: u64,
+    /// Submissions refused at `max_depth` (overloaded).
+    pub refused: u64,
+    /// Tasks that panicked.
+    pub panics: u64,
+    /// The most tasks one resource holds now (running plus queued).
+    pub deepest: usize,
+    /// The most tasks one resource ever held.
+    pub deepest_ever: usize,
+}
+
+impl TaskqTotals {
+    /// Adds one resource's counters.
+    pub fn add(&mut self, s: &crate::taskq::QueueStats) {
+        self.inline_runs += s.inline_runs;
+        self.worker_runs += s.worker_runs;
+        self.refused += s.refused;
+        self.panics += s.panics;
+        self.deepest = self.deepest.max(s.depth);
+        self.deepest_ever = self.deepest_ever.max(s.depth_high_water);
+    }
+
+    /// Adds a retired resource's counters (its depth is gone with it).
+    fn retire(&mut self, s: &crate::taskq::QueueStats) {
+        let (deepest, ever) = (self.deepest, self.deepest_ever);
+        self.add(s);
+        self.deepest = deepest;
+        self.deepest_ever = ever.max(s.depth_high_water);
+    }
 }
 
 /// Counts for metrics and the admin API.
@@ -376,6 +418,7 @@ impl Broker {
         let mut reg = self.write();
         if reg.topics.get(name).is_some_and(|t| t.same(topic)) {
             reg.topics.remove(name);
+            reg.retired.retire(&topic.stats());
         }
     }
 
@@ -562,6 +605,33 @@ impl Broker {
     /// The task-queue scheduler's counters.
     pub fn scheduler_stats(&self) -> crate::taskq::SchedulerStats {
         self.inner.scheduler.stats()
+    }
+
+    /// The task-queue counters of every topic and queue (those removed
+    /// since start included), read at scrape time: the resources count
+    /// with plain per-resource counters, nothing is summed on the hot
+    /// path.
+    pub fn taskq_totals(&self) -> TaskqTotals {
+        let mut t = {
+            let reg = self.read();
+            let mut t = reg.retired;
+            for topic in reg.topics.values() {
+                t.add(&topic.stats());
+            }
+            t
+        };
+        let reg = self.inner.queues.read();
+        t.add(&reg.retired);
+        for q in reg.queues.values() {
+            t.add(&q.tq.stats());
+        }
+        t
+    }
+
+    /// What the store writer measured of its commits; `None` without a
+    /// store.
+    pub fn store_stats(&self) -> Option<&crate::metrics::StoreStats> {
+        self.inner.writer.as_ref().map(WriterHandle::stats)
     }
 
     /// Current counts: topics and wildcard subscriptions.

@@ -144,6 +144,9 @@ pub struct QueueInfo {
     pub dead_letter: Option<String>,
     /// Messages the dead-letter queue holds (filled in by the broker).
     pub dead_letter_depth: Option<u64>,
+    /// How long the oldest message waiting in memory (ready or delayed)
+    /// has been in the queue, in ms; `None` when none waits in memory.
+    pub oldest_age_ms: Option<u64>,
     /// Counters since start.
     pub stats: QueueCounters,
 }
@@ -159,6 +162,12 @@ pub struct QueueCounters {
     pub acked: u64,
     /// Deliveries that came back (nack, timeout, consumer gone).
     pub returned: u64,
+    /// Of which nacked by their consumer.
+    pub nacked: u64,
+    /// Of which not acked within the ack timeout.
+    pub timed_out: u64,
+    /// Deliveries of messages delivered before (included in `delivered`).
+    pub redelivered: u64,
     /// Messages moved to the dead-letter queue.
     pub dead_lettered: u64,
     /// Messages deleted unconsumed (expired with `expired = "drop"`, or
@@ -527,6 +536,9 @@ impl QueueState {
                 DeliveryOutcome::Queued => {
                     self.next_delivery += 1;
                     self.stats.delivered += 1;
+                    if m.deliveries > 1 {
+                        self.stats.redelivered += 1;
+                    }
                     if self.writer.is_some() {
                         counts.push(records::put_deliveries(self.id, &m));
                     }
@@ -604,6 +616,7 @@ impl QueueState {
                     c.inflight = c.inflight.saturating_sub(1);
                     c.blocked = false;
                 }
+                self.stats.timed_out += 1;
                 self.unhold(&f.msg);
                 self.give_back(f.msg, Some(0), now);
             }
@@ -661,8 +674,19 @@ impl QueueState {
             consumers: self.consumers.len() as u64,
             dead_letter: None,
             dead_letter_depth: None,
+            oldest_age_ms: self.oldest_enqueued().map(|t| now_ms().saturating_sub(t)),
             stats: self.stats,
         }
+    }
+
+    /// The first enqueue time of the oldest message waiting in memory: the
+    /// head of each priority (oldest first there) and the delayed ones.
+    fn oldest_enqueued(&self) -> Option<u64> {
+        let heads = self.ready.iter().filter_map(|q| q.front());
+        heads
+            .chain(self.delayed.values())
+            .map(|m| m.enqueued_ms)
+            .min()
     }
 
     /// Deletes the queue: every message, on disk too. Consumers are

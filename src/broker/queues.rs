@@ -40,12 +40,14 @@ const REDRIVE_BATCH: usize = 1000;
 /// The queues part of the registry.
 #[derive(Default)]
 pub(crate) struct QueueRegistry {
-    queues: HashMap<Arc<str>, QueueHandle>,
+    pub(super) queues: HashMap<Arc<str>, QueueHandle>,
     defaults: QueueOptions,
     declared: HashMap<String, QueueOptions>,
     next_id: u32,
     /// Topic subscriptions that copy messages into queues, by queue.
     pub(super) binds: HashMap<String, Vec<Subscription>>,
+    /// The task-queue counters of deleted queues.
+    pub(super) retired: crate::taskq::QueueStats,
 }
 
 /// A message to put on a queue.
@@ -575,6 +577,11 @@ impl Broker {
             let mut reg = self.queue_registry();
             if reg.queues.get(name).is_some_and(|h| h.tq.same(&q.tq)) {
                 reg.queues.remove(name);
+                let (r, s) = (&mut reg.retired, q.tq.stats());
+                r.inline_runs += s.inline_runs;
+                r.worker_runs += s.worker_runs;
+                r.refused += s.refused;
+                r.panics += s.panics;
             }
         }
         if let Some(d) = durable {

@@ -6,9 +6,11 @@
 //! Prometheus text format through the `prometheus-client` crate.
 
 mod counter;
+mod histogram;
 pub mod process;
 
 pub use counter::{Counter, shard};
+pub use histogram::{Histogram, StoreStats};
 
 /// How a connection reached the broker: the `protocol` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

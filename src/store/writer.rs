@@ -17,9 +17,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use tokio::sync::oneshot;
 
+use std::sync::Arc;
+
 use super::engine::Engine;
 use super::write::{CommitError, ReadResult, Write};
 use crate::config::{FlushMode, StoreConfig};
+use crate::metrics::StoreStats;
 
 /// Groups of writes queued for the writer before submitters are refused.
 pub const WRITER_QUEUE: usize = 65_536;
@@ -76,9 +79,15 @@ impl Future for Durable {
 #[derive(Clone)]
 pub struct WriterHandle {
     tx: Sender<Msg>,
+    stats: Arc<StoreStats>,
 }
 
 impl WriterHandle {
+    /// What the writer measured of its commits, for metrics.
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
     /// Queues writes to be committed in the next group, without waiting.
     ///
     /// # Errors
@@ -157,10 +166,12 @@ impl StoreWriter {
         let mode = config.flush;
         let interval = Duration::from_millis(config.interval_ms.max(1));
         let (closed_tx, closed) = crossbeam_channel::bounded(1);
+        let stats = Arc::new(StoreStats::default());
+        let measured = stats.clone();
         std::thread::Builder::new()
             .name("wharf-store-writer".into())
             .spawn(move || {
-                run(engine, &rx, mode, interval);
+                run(engine, &rx, mode, interval, &measured);
                 let _ = closed_tx.send(());
                 // Refuse whatever still arrives, until every handle is gone.
                 let closed = || CommitError("the store writer has shut down".into());
@@ -177,7 +188,7 @@ impl StoreWriter {
                 }
             })?;
         Ok(StoreWriter {
-            handle: WriterHandle { tx },
+            handle: WriterHandle { tx, stats },
             closed: Some(closed),
         })
     }
@@ -215,7 +226,22 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(mut engine: Box<dyn Engine>, rx: &Receiver<Msg>, mode: FlushMode, interval: Duration) {
+fn run(
+    mut engine: Box<dyn Engine>,
+    rx: &Receiver<Msg>,
+    mode: FlushMode,
+    interval: Duration,
+    stats: &StoreStats,
+) {
+    // Makes the applied writes durable, timing it.
+    let durable = |engine: &mut Box<dyn Engine>| {
+        let started = Instant::now();
+        let result = engine.durable();
+        stats
+            .durable_seconds
+            .observe(started.elapsed().as_secs_f64());
+        result
+    };
     let mut dirty = false;
     let mut last_flush = Instant::now();
     loop {
@@ -227,7 +253,7 @@ fn run(mut engine: Box<dyn Engine>, rx: &Receiver<Msg>, mode: FlushMode, interva
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => {
                 if dirty {
-                    match engine.durable() {
+                    match durable(&mut engine) {
                         // Stays dirty: the next interval tries again.
                         Err(e) => tracing::error!("periodic store flush failed: {e}"),
                         Ok(()) => dirty = false,
@@ -265,16 +291,23 @@ fn run(mut engine: Box<dyn Engine>, rx: &Receiver<Msg>, mode: FlushMode, interva
             }
         }
         let group = writes;
+        let submissions = group
+            .iter()
+            .filter(|m| matches!(m, Msg::Writes { .. }))
+            .count();
+        if submissions > 0 {
+            stats.batch.observe(submissions as f64);
+        }
         match mode {
             FlushMode::Always => {
                 if result.is_ok() {
-                    result = engine.durable();
+                    result = durable(&mut engine);
                 }
             }
             FlushMode::Interval => {
                 dirty = true;
                 if last_flush.elapsed() >= interval || closing {
-                    match engine.durable() {
+                    match durable(&mut engine) {
                         Err(e) => tracing::error!("store flush failed: {e}"),
                         Ok(()) => dirty = false,
                     }

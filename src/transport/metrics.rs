@@ -49,7 +49,18 @@ struct Snapshot {
     auth_blocked: u64,
     process: process::ProcessReading,
     store_bytes: Option<u64>,
+    taskq: crate::broker::TaskqTotals,
+    job_census: Vec<(String, crate::broker::jobs::JobStatus, u64)>,
+    /// (sum, count, buckets) of the store's commit batch sizes and of its
+    /// flush+fsync times.
+    store_batch: Option<HistogramReading>,
+    store_durable: Option<HistogramReading>,
 }
+
+type HistogramReading = (f64, u64, Vec<(f64, u64)>);
+
+/// Most job kinds with series of their own in `wharf_jobs_by_status`.
+const MAX_KIND_SERIES: usize = 100;
 
 /// `GET /metrics`. Needs the admin right (anonymous clients have it on a
 /// loopback-only broker with no `[auth]`; give a scraper a token with
@@ -101,6 +112,13 @@ async fn gather(app: &AppState) -> Snapshot {
         }
     }
     s.jobs = app.jobs.info().await.ok();
+    s.job_census = app.jobs.census().await.unwrap_or_default();
+    s.taskq = app.broker.taskq_totals();
+    s.taskq.add(&app.jobs.taskq_stats());
+    if let Some(st) = app.broker.store_stats() {
+        s.store_batch = Some(st.batch.read());
+        s.store_durable = Some(st.durable_seconds.read());
+    }
     let sched = app.broker.scheduler_stats();
     s.handoffs = sched.handoffs;
     s.requeues = sched.requeues;
@@ -162,6 +180,31 @@ fn gauges(
     series: &[(&str, i64)],
 ) -> Out {
     let kind = ConstGauge::new(0i64).metric_type();
+    let mut family = enc.encode_descriptor(name, help, None, kind)?;
+    for (value, v) in series {
+        let labels = [(label, *value)];
+        ConstGauge::new(*v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// One histogram, from its reading.
+fn histogram(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, h: &HistogramReading) -> Out {
+    let kind = prometheus_client::metrics::MetricType::Histogram;
+    let (sum, count, buckets) = h;
+    enc.encode_descriptor(name, help, None, kind)?
+        .encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, buckets, None)
+}
+
+/// One gauge family of floats with a series per label value.
+fn gauges_f(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    label: &str,
+    series: &[(&str, f64)],
+) -> Out {
+    let kind = ConstGauge::new(0f64).metric_type();
     let mut family = enc.encode_descriptor(name, help, None, kind)?;
     for (value, v) in series {
         let labels = [(label, *value)];
@@ -284,6 +327,68 @@ impl Collector for WharfCollector {
                 "Dequeues waiting for a job.",
                 j.waiting as i64,
             )?;
+            counter(
+                e,
+                "wharf_job_lease_expiries",
+                "Workers whose lease ran out (their jobs went back).",
+                j.lease_expiries,
+            )?;
+            counter(
+                e,
+                "wharf_job_stale_outcomes",
+                "Outcomes refused: a stale token or an expired worker.",
+                j.stale_outcomes,
+            )?;
+            counter(
+                e,
+                "wharf_job_timeouts",
+                "Attempts that ran past their execution timeout.",
+                j.timeouts,
+            )?;
+        }
+        self.encode_job_census(e)?;
+        let t = &s.taskq;
+        counters(
+            e,
+            "wharf_taskq_runs",
+            "Tasks run, by where: inline on the submitting thread, or on a worker.",
+            "where",
+            &[("inline", t.inline_runs), ("worker", t.worker_runs)],
+        )?;
+        counter(
+            e,
+            "wharf_taskq_refused",
+            "Submissions refused at max_depth (overloaded).",
+            t.refused,
+        )?;
+        counter(e, "wharf_taskq_panics", "Tasks that panicked.", t.panics)?;
+        gauge(
+            e,
+            "wharf_taskq_deepest",
+            "The most tasks one resource holds now.",
+            t.deepest as i64,
+        )?;
+        gauge(
+            e,
+            "wharf_taskq_deepest_ever",
+            "The most tasks one resource ever held.",
+            t.deepest_ever as i64,
+        )?;
+        if let Some(h) = &s.store_batch {
+            histogram(
+                e,
+                "wharf_store_commit_batch",
+                "Submissions per store commit group.",
+                h,
+            )?;
+        }
+        if let Some(h) = &s.store_durable {
+            histogram(
+                e,
+                "wharf_store_durable_seconds",
+                "Time to make a commit group durable (flush and fsync).",
+                h,
+            )?;
         }
         counter(
             e,
@@ -356,6 +461,41 @@ impl Collector for WharfCollector {
 }
 
 impl WharfCollector {
+    /// Jobs held by kind and status: the kinds with the most jobs, the
+    /// rest under kind "other".
+    fn encode_job_census(&self, e: &mut DescriptorEncoder<'_>) -> Out {
+        use std::collections::BTreeMap;
+        let mut per_kind: BTreeMap<&str, u64> = BTreeMap::new();
+        for (kind, _, n) in &self.0.job_census {
+            *per_kind.entry(kind).or_default() += n;
+        }
+        let mut kinds: Vec<(&str, u64)> = per_kind.into_iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let named: std::collections::HashSet<&str> =
+            kinds.iter().take(MAX_KIND_SERIES).map(|k| k.0).collect();
+        let mut rows: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        for (kind, status, n) in &self.0.job_census {
+            let kind = if named.contains(kind.as_str()) {
+                kind.as_str()
+            } else {
+                "other"
+            };
+            *rows.entry((kind, status.as_str())).or_default() += n;
+        }
+        let kind = ConstGauge::new(0i64).metric_type();
+        let mut family = e.encode_descriptor(
+            "wharf_jobs_by_status",
+            "Jobs held, by kind and status.",
+            None,
+            kind,
+        )?;
+        for ((k, st), n) in rows {
+            let labels = [("kind", k), ("status", st)];
+            ConstGauge::new(n as i64).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
     /// Per-queue series for the deepest queues, the rest under "other".
     fn encode_queues(&self, e: &mut DescriptorEncoder<'_>) -> Out {
         let s = &self.0;
@@ -379,7 +519,13 @@ impl WharfCollector {
             other.stats.delivered += q.stats.delivered;
             other.stats.acked += q.stats.acked;
             other.stats.returned += q.stats.returned;
+            other.stats.nacked += q.stats.nacked;
+            other.stats.timed_out += q.stats.timed_out;
+            other.stats.redelivered += q.stats.redelivered;
             other.stats.dead_lettered += q.stats.dead_lettered;
+            other.stats.purged += q.stats.purged;
+            other.stats.moved += q.stats.moved;
+            other.oldest_age_ms = other.oldest_age_ms.max(q.oldest_age_ms);
         }
         let mut rows: Vec<(&str, &QueueInfo)> =
             named.iter().map(|q| (q.name.as_str(), *q)).collect();
@@ -461,6 +607,52 @@ impl WharfCollector {
             "Messages moved to the dead-letter queue.",
             "queue",
             &c(|q| q.stats.dead_lettered),
+        )?;
+        counters(
+            e,
+            "wharf_queue_nacked",
+            "Deliveries nacked by their consumer.",
+            "queue",
+            &c(|q| q.stats.nacked),
+        )?;
+        counters(
+            e,
+            "wharf_queue_ack_timeouts",
+            "Deliveries not acked within the ack timeout.",
+            "queue",
+            &c(|q| q.stats.timed_out),
+        )?;
+        counters(
+            e,
+            "wharf_queue_redelivered",
+            "Deliveries of messages delivered before.",
+            "queue",
+            &c(|q| q.stats.redelivered),
+        )?;
+        counters(
+            e,
+            "wharf_queue_purged",
+            "Messages deleted by purges.",
+            "queue",
+            &c(|q| q.stats.purged),
+        )?;
+        counters(
+            e,
+            "wharf_queue_moved",
+            "Messages taken to another queue (redrive or move).",
+            "queue",
+            &c(|q| q.stats.moved),
+        )?;
+        let ages: Vec<(&str, f64)> = rows
+            .iter()
+            .filter_map(|(n, q)| q.oldest_age_ms.map(|a| (*n, a as f64 / 1000.0)))
+            .collect();
+        gauges_f(
+            e,
+            "wharf_queue_oldest_message_age_seconds",
+            "Age of the oldest message waiting in memory (ready or delayed).",
+            "queue",
+            &ages,
         )?;
         Ok(())
     }

@@ -169,6 +169,12 @@ pub struct JobsInfo {
     pub workers: usize,
     /// Dequeues parked, waiting for a job (at most one per worker).
     pub waiting: usize,
+    /// Workers whose lease ran out since start (their jobs went back).
+    pub lease_expiries: u64,
+    /// Outcomes refused since start (stale token, or expired worker).
+    pub stale_outcomes: u64,
+    /// Attempts that ran past their execution timeout since start.
+    pub timeouts: u64,
 }
 
 /// Most jobs one list page holds.
@@ -326,6 +332,19 @@ impl Jobs {
             d.await.map_err(JobError::Store)?;
         }
         self.status(id).await
+    }
+
+    /// Jobs held by kind and status, for metrics.
+    ///
+    /// # Errors
+    /// The resource refusing the task.
+    pub async fn census(&self) -> Result<Vec<(String, JobStatus, u64)>, JobError> {
+        Ok(self.tq.submit(|s| s.census()).await?)
+    }
+
+    /// The jobs resource's task-queue counters, for metrics.
+    pub fn taskq_stats(&self) -> crate::taskq::QueueStats {
+        self.tq.stats()
     }
 
     /// Registers a worker for `kinds` (empty: every kind); returns its id

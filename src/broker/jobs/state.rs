@@ -56,6 +56,12 @@ pub(crate) struct JobsState {
     writer: Option<WriterHandle>,
     /// Called with each job that dies (copied to the dead-letter queue).
     on_dead: Box<dyn Fn(&JobRecord) + Send>,
+    /// Workers whose lease ran out.
+    lease_expiries: u64,
+    /// Outcomes refused: stale token, or an expired worker.
+    stale_outcomes: u64,
+    /// Attempts that ran past their execution timeout.
+    timeouts: u64,
 }
 
 impl JobsState {
@@ -76,6 +82,9 @@ impl JobsState {
             finished: BTreeSet::new(),
             writer,
             on_dead,
+            lease_expiries: 0,
+            stale_outcomes: 0,
+            timeouts: 0,
         }
     }
 
@@ -368,10 +377,12 @@ impl JobsState {
             return Err(JobError::UnknownJob);
         };
         if !self.is_valid(worker, now) {
+            self.stale_outcomes += 1;
             self.expire_worker(worker, now);
             return Err(JobError::WorkerExpired);
         }
         if j.status != JobStatus::Running || j.worker != Some(worker) || j.attempt != token {
+            self.stale_outcomes += 1;
             return Err(JobError::StaleToken {
                 current: j.attempt,
                 status: j.status,
@@ -462,6 +473,7 @@ impl JobsState {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
+        self.lease_expiries += 1;
         self.waiting.retain(|(id, _)| *id != worker);
         for id in w.running {
             self.stop_running(id, worker);
@@ -498,6 +510,7 @@ impl JobsState {
             if let Some(w) = self.workers.get_mut(&worker) {
                 w.running.remove(&id);
             }
+            self.timeouts += 1;
             let error = Some("execution timeout".to_owned());
             self.retry_or_die(id, JobStatus::TimedOut, error, now);
             let _ = self.persist(id);
@@ -645,6 +658,21 @@ impl JobsState {
                 .iter()
                 .filter(|(_, tx)| !tx.is_closed())
                 .count(),
+            lease_expiries: self.lease_expiries,
+            stale_outcomes: self.stale_outcomes,
+            timeouts: self.timeouts,
         }
+    }
+
+    /// Jobs held by kind and status, for metrics (one pass over every
+    /// job: called at scrape time only).
+    pub(crate) fn census(&self) -> Vec<(String, JobStatus, u64)> {
+        let mut by: HashMap<(&str, JobStatus), u64> = HashMap::new();
+        for j in self.jobs.values() {
+            *by.entry((j.kind.as_str(), j.status)).or_default() += 1;
+        }
+        by.into_iter()
+            .map(|((k, s), n)| (k.to_owned(), s, n))
+            .collect()
     }
 }

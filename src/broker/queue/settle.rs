@@ -80,6 +80,7 @@ impl QueueState {
         let ci = self.owned(sink, sub, ids)?;
         for &id in ids {
             if let Some(m) = self.settle(ci, id) {
+                self.stats.nacked += 1;
                 self.unhold(&m);
                 self.give_back(m, delay_ms, now);
             }
