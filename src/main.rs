@@ -1,5 +1,7 @@
 //! The `wharf` binary: parse the command line, load and check the config,
-//! install logging and signal handling, and run the broker.
+//! install logging and signal handling, and run the broker; or, with the
+//! `client` feature, run one of the client commands of [`cli`] (`pub`,
+//! `sub`, `queue`, `job`, `top`, `completions`).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -7,6 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use wharf::config::{Config, DEFAULT_TOML, LogFormat};
+
+#[cfg(feature = "client")]
+mod cli;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -52,6 +57,10 @@ enum Command {
     /// Print a new random API token and its SHA-256, for an
     /// `[[auth.tokens]]` entry (the config keeps only the digest).
     Token,
+    /// The client commands.
+    #[cfg(feature = "client")]
+    #[command(flatten)]
+    Client(cli::ClientCommand),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +83,8 @@ fn main() -> ExitCode {
             println!("token_sha256: {}", wharf::auth::token_digest(&token));
             ExitCode::SUCCESS
         }
+        #[cfg(feature = "client")]
+        Command::Client(command) => cli::run(command, <Cli as clap::CommandFactory>::command),
     }
 }
 

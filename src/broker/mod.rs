@@ -34,7 +34,7 @@ pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};
 pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, MessageState,
-    QueueCounters, QueueInfo,
+    QueueCounters, QueueInfo, now_ms,
 };
 pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
 pub use sink::{DeliveryOutcome, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id};

@@ -64,7 +64,7 @@ pub(crate) struct QueueShared {
 
 /// The current time in Unix milliseconds (stored with messages, so it must
 /// survive a restart: not a monotonic clock).
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -144,9 +144,9 @@ pub struct QueueInfo {
     pub dead_letter: Option<String>,
     /// Messages the dead-letter queue holds (filled in by the broker).
     pub dead_letter_depth: Option<u64>,
-    /// How long the oldest message waiting in memory (ready or delayed)
-    /// has been in the queue, in ms; `None` when none waits in memory.
-    pub oldest_age_ms: Option<u64>,
+    /// When the oldest message waiting in memory (ready or delayed) was
+    /// first enqueued (Unix ms); `None` when none waits in memory.
+    pub oldest_enqueued_ms: Option<u64>,
     /// Counters since start.
     pub stats: QueueCounters,
 }
@@ -674,7 +674,7 @@ impl QueueState {
             consumers: self.consumers.len() as u64,
             dead_letter: None,
             dead_letter_depth: None,
-            oldest_age_ms: self.oldest_enqueued().map(|t| now_ms().saturating_sub(t)),
+            oldest_enqueued_ms: self.oldest_enqueued(),
             stats: self.stats,
         }
     }

@@ -525,7 +525,10 @@ impl WharfCollector {
             other.stats.dead_lettered += q.stats.dead_lettered;
             other.stats.purged += q.stats.purged;
             other.stats.moved += q.stats.moved;
-            other.oldest_age_ms = other.oldest_age_ms.max(q.oldest_age_ms);
+            other.oldest_enqueued_ms = match (other.oldest_enqueued_ms, q.oldest_enqueued_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         let mut rows: Vec<(&str, &QueueInfo)> =
             named.iter().map(|q| (q.name.as_str(), *q)).collect();
@@ -643,9 +646,13 @@ impl WharfCollector {
             "queue",
             &c(|q| q.stats.moved),
         )?;
+        let now = crate::broker::now_ms();
         let ages: Vec<(&str, f64)> = rows
             .iter()
-            .filter_map(|(n, q)| q.oldest_age_ms.map(|a| (*n, a as f64 / 1000.0)))
+            .filter_map(|(n, q)| {
+                let age = now.saturating_sub(q.oldest_enqueued_ms?);
+                Some((*n, age as f64 / 1000.0))
+            })
             .collect();
         gauges_f(
             e,

@@ -73,6 +73,7 @@ fn field<'a>(json: &'a serde_json::Value, key: &str) -> &'a str {
 /// `total` jobs through `workers` external HTTP workers, with 8
 /// enqueuers; returns jobs/s end to end.
 pub(crate) fn end_to_end(args: &Args, url: &str, workers: usize, total: usize) -> Row {
+    let _bar = crate::progress::scenario(format!("{total} jobs, {workers} worker(s)"));
     let addr: SocketAddr = url
         .trim_start_matches("ws://")
         .trim_end_matches("/ws")

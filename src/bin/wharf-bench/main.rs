@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 mod jobs;
 mod mqtt;
+mod progress;
 mod queues;
 
 use clap::Parser;
@@ -181,6 +182,7 @@ pub(crate) struct Row {
 /// deliveries per second.
 fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
     let n = args.messages;
+    let bar = progress::counted(format!("1 -> {subs}, {} B", args.size), n as u64);
     let threads = args.threads.clamp(1, subs.max(1));
     // Readiness by channel with a timeout: a subscriber thread that fails
     // must not leave the run waiting for ever.
@@ -245,6 +247,7 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
     let payload = vec![0x5au8; args.size];
     let publisher = {
         let (url, topic, opts) = (url.to_owned(), topic.to_owned(), options(args));
+        let bar = bar.0.clone();
         std::thread::spawn(move || {
             actix_rt::System::new().block_on(async move {
                 let c = Client::connect(&url, opts)
@@ -257,6 +260,7 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
                         c.publish_confirmed(&topic, payload.clone())
                             .await
                             .expect("publish");
+                        bar.inc(2000);
                     } else {
                         c.publish(&topic, payload.clone()).await.expect("publish");
                     }
@@ -294,6 +298,7 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
 /// Publishes at `rate` for `secs` and measures publish-to-delivery delay.
 fn latency(args: &Args, url: &str) -> Row {
     let (url, opts, rate, secs) = (url.to_owned(), options(args), args.rate, args.latency_secs);
+    let _bar = progress::scenario(format!("latency at {rate} msg/s, {secs} s"));
     let cpu = Cpu::start(args.pid);
     let mut samples = actix_rt::System::new().block_on(async move {
         let base = Instant::now();
@@ -359,6 +364,7 @@ fn latency(args: &Args, url: &str) -> Row {
 /// the message is on disk), each keeping a window in flight; returns
 /// confirmed durable messages per second.
 fn durable(args: &Args, url: &str, size: usize) -> Row {
+    let _bar = progress::scenario(format!("durable retained, {size} B"));
     let cpu = Cpu::start(args.pid);
     let start = Instant::now();
     let (n, window) = (args.durable_messages, args.durable_window.max(1));
@@ -428,6 +434,7 @@ fn idle_connections(args: &Args, url: &str) -> Option<Row> {
     if args.idle == 0 {
         return None;
     }
+    let _bar = progress::scenario(format!("{} idle connections", args.idle));
     let before = rss_kib(pid)?;
     let cpu = Cpu::start(args.pid);
     let (url, opts, n) = (url.to_owned(), options(args), args.idle);

@@ -33,6 +33,7 @@ pub(crate) fn scenarios(args: &Args, url: &str) -> Vec<Row> {
 /// deliveries per second.
 fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
     let topic = format!("bench/mqtt/{qos}/{subs}");
+    let _bar = crate::progress::scenario(format!("MQTT QoS {qos}, 1 -> {subs}"));
     let threads = args.threads.clamp(1, subs);
     // Readiness by channel, with a timeout: a subscriber that cannot
     // connect must not leave the run waiting for ever.

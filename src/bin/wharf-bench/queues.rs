@@ -24,6 +24,9 @@ pub(crate) fn scenarios(args: &Args, url: &str, flush: &str) -> Vec<Row> {
 /// `durable_window` unconfirmed at a time; returns confirmed msg/s.
 fn enqueue(args: &Args, url: &str, publishers: usize, size: usize, flush: &str) -> Row {
     let queue = format!("bench/enqueue/{publishers}/{size}");
+    let _bar = crate::progress::scenario(format!(
+        "durable enqueue, flush = {flush}, {publishers} publisher(s), {size} B"
+    ));
     let cpu = Cpu::start(args.pid);
     let start = Instant::now();
     let n = args.queue_messages;
@@ -98,6 +101,7 @@ fn run_publishers(
 /// (acks batched, not awaited); returns consumed msg/s end to end.
 fn round_trip(args: &Args, url: &str, flush: &str) -> Row {
     let queue = "bench/roundtrip";
+    let _bar = crate::progress::scenario(format!("queue round trip, flush = {flush}"));
     let (publishers, consumers) = (4, 2);
     let total = args.queue_messages * publishers;
     let cpu = Cpu::start(args.pid);
@@ -158,6 +162,10 @@ fn round_trip(args: &Args, url: &str, flush: &str) -> Row {
 /// restored) and until the first delivery.
 pub(crate) fn restart(args: &Args) -> Option<Row> {
     let dir = std::env::temp_dir().join(format!("wharf-bench-{}-restart", std::process::id()));
+    let _bar = crate::progress::scenario(format!(
+        "restart with {} stored messages",
+        args.restart_messages
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     let extra = "[store]\nflush = \"interval\"\n";
     let (broker, url) = spawn_broker_in(args, &dir, extra);
@@ -215,6 +223,7 @@ fn dir_size(dir: &std::path::Path) -> u64 {
 /// deleted space lazily).
 pub(crate) fn drain_disk(args: &Args, messages: usize) -> Row {
     let dir = std::env::temp_dir().join(format!("wharf-bench-{}-disk", std::process::id()));
+    let _bar = crate::progress::scenario(format!("draining {messages} messages from disk"));
     let _ = std::fs::remove_dir_all(&dir);
     let (broker, url) = spawn_broker_in(args, &dir, "");
     let mut fill = args.clone();

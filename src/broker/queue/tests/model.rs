@@ -340,6 +340,9 @@ impl Model {
                     );
                     self.next_delivery += 1;
                     self.stats.delivered += 1;
+                    if a.deliveries > 1 {
+                        self.stats.redelivered += 1;
+                    }
                     self.delivered.insert(a.id, seq);
                     let m = self.msgs.get_mut(&seq).unwrap();
                     m.deliveries += 1;
@@ -445,7 +448,10 @@ impl Model {
                     self.stats.acked += 1;
                     acked.push(f.seq);
                 }
-                How::Nack(delay) => self.give_back(f.seq, delay, now),
+                How::Nack(delay) => {
+                    self.stats.nacked += 1;
+                    self.give_back(f.seq, delay, now)
+                }
                 How::Reject => self.dead_letter(f.seq, DeadReason::Rejected),
                 How::Touch(_) => unreachable!(),
             }
@@ -466,6 +472,7 @@ impl Model {
             .collect();
         for id in late {
             self.hit("ack timeout");
+            self.stats.timed_out += 1;
             let f = self.inflight.remove(&id).unwrap();
             if let Some(c) = self.cons_by_cid(f.cid) {
                 c.inflight -= 1;
