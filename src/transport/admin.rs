@@ -55,14 +55,20 @@ pub(crate) async fn overview(
     health: web::Data<Health>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Right::Admin)?;
-    Ok(HttpResponse::Ok().json(overview_of(&app, &health).await))
+    let sessions = app.sessions.list();
+    Ok(HttpResponse::Ok().json(overview_of(&app, &health, &sessions).await))
 }
 
-/// The overview as `GET /admin/overview` answers it; the dashboard's
-/// stream sends the same, so both are built here.
-pub(crate) async fn overview_of(app: &AppState, health: &Health) -> Overview {
+/// The overview as `GET /admin/overview` answers it, given the live
+/// sessions; the dashboard's stream sends the same (and lists the
+/// sessions once for both), so both are built here.
+pub(crate) async fn overview_of(
+    app: &AppState,
+    health: &Health,
+    live: &[crate::session::SessionInfo],
+) -> Overview {
     let mut sessions = SessionCounts::default();
-    for s in app.sessions.list() {
+    for s in live {
         if s.client_id.starts_with("mqtt:") {
             sessions.mqtt += 1;
         } else {

@@ -148,9 +148,9 @@ fn unix_ms() -> u64 {
 
 /// Takes a snapshot and frames it as one SSE event.
 async fn event(caller: Arc<Caller>, app: web::Data<AppState>, health: web::Data<Health>) -> Bytes {
-    let overview = overview_of(&app, &health).await;
-    let queues = super::queues::visible(&caller, &app, MAX_STREAM_QUEUES).await;
     let mut sessions = app.sessions.list();
+    let overview = overview_of(&app, &health, &sessions).await;
+    let queues = super::queues::visible(&caller, &app, MAX_STREAM_QUEUES).await;
     sessions.sort_unstable_by_key(|s| (s.since_unix_s, s.id));
     sessions.truncate(MAX_STREAM_SESSIONS);
     let snapshot = Snapshot {
