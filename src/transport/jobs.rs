@@ -36,6 +36,23 @@ fn job_error(e: JobError) -> ApiError {
     ApiError::coded(e.code(), e.to_string())
 }
 
+/// `Ok` if the caller has some job right (which jobs it sees is decided
+/// per kind afterwards).
+fn require_any_jobs(caller: &Caller) -> Result<(), ApiError> {
+    if caller.0.grants().any_jobs() {
+        Ok(())
+    } else {
+        Err(caller.forbidden(Right::EnqueueJob("*")))
+    }
+}
+
+/// The job id of a route about one job, once the caller has some job
+/// right.
+fn job_id_for(caller: &Caller, raw: &str) -> Result<uuid::Uuid, ApiError> {
+    require_any_jobs(caller)?;
+    parse_id(raw, "job id").map_err(job_error)
+}
+
 async fn json_body<T: serde::de::DeserializeOwned>(
     bodies: &BodyReader,
     body: &mut web::Payload,
@@ -66,10 +83,7 @@ pub(crate) async fn status(
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    if !caller.0.grants().any_jobs() {
-        return Err(caller.forbidden(Right::EnqueueJob("*")));
-    }
-    let id = parse_id(&id, "job id").map_err(job_error)?;
+    let id = job_id_for(&caller, &id)?;
     let visible = |kind: &str| crate::session::may_see_job(&caller.0, kind);
     let view = api::status(&app.jobs, id, visible)
         .await
@@ -175,9 +189,7 @@ pub(crate) async fn list(
     req: HttpRequest,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    if !caller.0.grants().any_jobs() {
-        return Err(caller.forbidden(Right::EnqueueJob("*")));
-    }
+    require_any_jobs(&caller)?;
     let q: ListQuery = query(&req)?;
     let filter = JobFilter {
         status: q
@@ -219,10 +231,7 @@ pub(crate) async fn cancel(
     id: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    if !caller.0.grants().any_jobs() {
-        return Err(caller.forbidden(Right::EnqueueJob("*")));
-    }
-    let id = parse_id(&id, "job id").map_err(job_error)?;
+    let id = job_id_for(&caller, &id)?;
     let p = &caller.0;
     let allowed = |kind: &str| p.may(Right::Admin) || p.may(Right::EnqueueJob(kind));
     let view = api::cancel(&app.jobs, id, allowed)
