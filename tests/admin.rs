@@ -68,6 +68,8 @@ fn overview_topics_and_closing_a_session() {
 
         // Close the session from outside: its client sees the close.
         let (_, sessions) = get(&b, "/admin/sessions");
+        assert_eq!(sessions[0]["subscriptions"], 1, "{sessions}");
+        assert_eq!(sessions[0]["consumers"], 0, "{sessions}");
         let id = sessions[0]["id"].as_str().unwrap().to_owned();
         let (status, _) = http(
             b.addr,

@@ -349,7 +349,7 @@
         const id = cell(tr, 'id');
         id.title = s.id;
         for (const c of ['client', 'protocol', 'principal', 'since']) cell(tr, c);
-        for (const c of ['queued', 'dropped', 'pending']) cell(tr, c, true);
+        for (const c of ['subs', 'queued', 'dropped', 'pending']) cell(tr, c, true);
         cell(tr, 'actions').append(button('Close', 'close danger', () => closeSession(tr.dataset.session, tr)));
         return tr;
       },
@@ -360,6 +360,7 @@
         setCell(tr, 'principal', s.principal || '–');
         setCell(tr, 'since', fmtSince(s.since_unix_s, now));
         const out = s.outbound || {};
+        setCell(tr, 'subs', fmtInt((s.subscriptions || 0) + (s.consumers || 0)));
         setCell(tr, 'queued', fmtInt(out.queued));
         setCell(tr, 'dropped', fmtInt(out.dropped));
         setCell(tr, 'pending', fmtBytes(out.pending_bytes));

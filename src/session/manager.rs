@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::SystemTime;
 
 use parking_lot::RwLock;
@@ -18,6 +19,9 @@ struct Entry {
     principal: Option<String>,
     out: Arc<Outbound>,
     since: SystemTime,
+    /// Reported by the session after each change (it owns the maps).
+    subscriptions: AtomicU32,
+    consumers: AtomicU32,
 }
 
 /// A session as the registry reports it.
@@ -33,6 +37,10 @@ pub struct SessionInfo {
     pub principal: Option<String>,
     /// Seconds since the Unix epoch when it connected.
     pub since_unix_s: u64,
+    /// Its topic subscriptions (durable ones included).
+    pub subscriptions: u32,
+    /// Its queue consumers.
+    pub consumers: u32,
     /// Its outbound counters.
     pub outbound: OutboundStats,
 }
@@ -57,6 +65,8 @@ impl Sessions {
                 principal: None,
                 out,
                 since: SystemTime::now(),
+                subscriptions: AtomicU32::new(0),
+                consumers: AtomicU32::new(0),
             },
         );
     }
@@ -72,6 +82,17 @@ impl Sessions {
             if e.principal.as_deref() != Some(principal) {
                 e.principal = Some(principal.to_owned());
             }
+        }
+    }
+
+    /// The session's counts of subscriptions and queue consumers, for
+    /// `GET /admin/sessions` (a shared lock and two stores).
+    pub(crate) fn set_counts(&self, id: Uuid, subscriptions: usize, consumers: usize) {
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        if let Some(e) = self.map.read().get(&id) {
+            e.subscriptions
+                .store(clamp(subscriptions), Ordering::Relaxed);
+            e.consumers.store(clamp(consumers), Ordering::Relaxed);
         }
     }
 
@@ -98,6 +119,8 @@ impl Sessions {
                 .since
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            subscriptions: e.subscriptions.load(Ordering::Relaxed),
+            consumers: e.consumers.load(Ordering::Relaxed),
             outbound: e.out.stats(),
         }
     }

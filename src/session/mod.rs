@@ -344,6 +344,13 @@ impl Session {
         })
     }
 
+    /// Tells the registry how many subscriptions and consumers the
+    /// session holds (after a frame that may change them).
+    fn report_counts(&self) {
+        self.sessions
+            .set_counts(self.id, self.subs.len(), self.consumers.len());
+    }
+
     /// Handles one decoded frame that arrived in `format`.
     pub async fn handle(&mut self, format: Format, frame: ClientFrame) -> Next {
         self.frames += 1;
@@ -369,12 +376,21 @@ impl Session {
         match frame {
             // Handled above.
             ClientFrame::Hello(_) | ClientFrame::Refresh(_) => {}
-            ClientFrame::Subscribe(s) => ops::subscribe(self, format, s).await,
-            ClientFrame::Unsubscribe(u) => ops::unsubscribe(self, format, u).await,
+            ClientFrame::Subscribe(s) => {
+                ops::subscribe(self, format, s).await;
+                self.report_counts();
+            }
+            ClientFrame::Unsubscribe(u) => {
+                ops::unsubscribe(self, format, u).await;
+                self.report_counts();
+            }
             ClientFrame::Publish(p) => ops::publish(self, format, p).await,
             ClientFrame::Ping(p) => ops::ping(self, format, p),
             ClientFrame::Enqueue(e) => ops::enqueue(self, format, e).await,
-            ClientFrame::Consume(c) => ops::consume(self, format, c).await,
+            ClientFrame::Consume(c) => {
+                ops::consume(self, format, c).await;
+                self.report_counts();
+            }
             ClientFrame::Ack(a) => ops::ack(self, format, a).await,
             ClientFrame::Nack(n) => ops::nack(self, format, n).await,
             ClientFrame::Reject(r) => ops::reject(self, format, r).await,

@@ -279,6 +279,7 @@ impl MqttSession {
                 for (filter, qos) in filters {
                     codes.push(self.subscribe(filter, qos).await);
                 }
+                self.report_counts();
                 self.sink.push(&Packet::SubAck(pid, codes));
                 Ok(())
             }
@@ -286,6 +287,7 @@ impl MqttSession {
                 for f in filters {
                     self.unsubscribe(&f).await;
                 }
+                self.report_counts();
                 self.sink.push(&Packet::UnsubAck(pid));
                 Ok(())
             }
@@ -484,6 +486,7 @@ impl MqttSession {
             }
         }
         self.connected = Some(conn);
+        self.report_counts();
         Ok(())
     }
 
@@ -708,6 +711,15 @@ impl MqttSession {
             c.durable.insert(filter, entry);
         }
         qos
+    }
+
+    /// Tells the registry how many subscriptions the connection holds
+    /// (after a SUBSCRIBE, an UNSUBSCRIBE or a resumed session).
+    fn report_counts(&self) {
+        if let Some(c) = &self.connected {
+            let n = c.subs.len() + c.durable.len();
+            self.sessions.set_counts(self.id, n, 0);
+        }
     }
 
     async fn unsubscribe(&mut self, filter: &str) {
