@@ -468,18 +468,15 @@ impl QueueState {
         }
     }
 
-    /// The next consumer with credit, round robin.
-    fn next_consumer(&mut self) -> Option<usize> {
+    /// The next consumer with credit, round robin from the one after the
+    /// last that was given a message (the turn moves only with a
+    /// delivery, so a dispatch that finds no message skips nobody).
+    fn next_consumer(&self) -> Option<usize> {
         let n = self.consumers.len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
+        (0..n).map(|k| (self.rr + k) % n).find(|&i| {
             let c = &self.consumers[i];
-            if !c.blocked && c.inflight < c.prefetch && !c.sub.is_cancelled() {
-                self.rr = (i + 1) % n;
-                return Some(i);
-            }
-        }
-        None
+            !c.blocked && c.inflight < c.prefetch && !c.sub.is_cancelled()
+        })
     }
 
     /// The highest-priority ready message, dead-lettering expired ones on
@@ -534,6 +531,7 @@ impl QueueState {
             );
             match outcome {
                 DeliveryOutcome::Queued => {
+                    self.rr = (ci + 1) % self.consumers.len();
                     self.next_delivery += 1;
                     self.stats.delivered += 1;
                     if m.deliveries > 1 {

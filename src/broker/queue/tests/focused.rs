@@ -137,3 +137,20 @@ fn put_back_messages_go_to_a_waiting_consumer() {
         q.shared.needs_tick.load(Ordering::Acquire)
     );
 }
+
+#[test]
+fn messages_arriving_one_at_a_time_alternate_between_consumers() {
+    // The turn moves with a delivery only: a dispatch that finds no
+    // message must not skip the consumer whose turn it is (before, every
+    // message enqueued one at a time went to the last consumer).
+    let log = Log::default();
+    let mut q = plain_queue(QueueOptions::default());
+    let (a, b) = (TestSink::new(&log), TestSink::new(&log));
+    q.consume(subscription(&a, "a"), 100, T0).unwrap();
+    q.consume(subscription(&b, "b"), 100, T0).unwrap();
+    for seq in 1..=6 {
+        q.enqueue(incoming(seq, 0, None), T0).unwrap();
+    }
+    let sinks: Vec<u64> = take_log(&log).iter().map(|x| x.sink).collect();
+    assert_eq!(sinks, [a.id, b.id, a.id, b.id, a.id, b.id]);
+}
