@@ -349,3 +349,161 @@ fn mosquitto_clients_over_tcp() {
         ["mosq/retained kept", "mosq/live now"]
     );
 }
+
+/// PUBLISHes `r` receives until it has `n` (acking each when `ack`),
+/// as (payload, dup) pairs.
+fn take_publishes(r: &mut Raw, n: usize, ack: bool) -> Vec<(Bytes, bool)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match r.recv() {
+            Some(Packet::Publish(p)) => {
+                if let (true, Some(pid)) = (ack, p.pid) {
+                    r.send(&Packet::PubAck(pid));
+                }
+                got.push((p.payload, p.dup));
+            }
+            Some(_) => {}
+            None => panic!("closed after {} of {n} publishes", got.len()),
+        }
+    }
+    got
+}
+
+/// `$share/{group}/{filter}`: messages spread over the group's members,
+/// each to one; what a member leaves unacknowledged goes to another; an
+/// ordinary subscriber of the filter still gets every message; leaving
+/// and the last member's leaving end the membership and the group.
+#[test]
+fn shared_subscriptions_balance_and_redeliver() {
+    let b = TestBroker::start_tcp(|_| {});
+    let addr = b.mqtt_addr.unwrap();
+    let join = |id: &str, filter: &str| {
+        let (mut r, code) = Raw::connect(addr, hello(id));
+        assert_eq!(code, 0);
+        r.send(&Packet::Subscribe(1, vec![(filter.to_owned(), 1)]));
+        match r.recv() {
+            Some(Packet::SubAck(1, codes)) => assert_eq!(codes, [1], "{filter}"),
+            other => panic!("expected SUBACK, got {other:?}"),
+        }
+        r
+    };
+    let mut a = join("member-a", "$share/workers/jobs/+");
+    let mut bee = join("member-b", "$share/workers/jobs/+");
+    let mut everyone = join("watcher", "jobs/+");
+    let (mut publisher, _) = Raw::connect(addr, hello("producer"));
+    const PAYLOADS: [&[u8]; 20] = [
+        b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12", b"13",
+        b"14", b"15", b"16", b"17", b"18", b"19",
+    ];
+    for (i, p) in PAYLOADS.iter().enumerate() {
+        let pid = u16::try_from(i + 1).unwrap();
+        publisher.send(&publish("jobs/x", p, 1, Some(pid)));
+        assert_eq!(publisher.recv(), Some(Packet::PubAck(pid)));
+    }
+    // Round robin over two members with credit: ten each. A holds its
+    // ten unacknowledged; B acks.
+    let held = take_publishes(&mut a, 10, false);
+    let acked = take_publishes(&mut bee, 10, true);
+    let mut seen: Vec<Bytes> = held.iter().chain(&acked).map(|(p, _)| p.clone()).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 20, "each message to one member");
+    assert_eq!(take_publishes(&mut everyone, 20, true).len(), 20);
+
+    // A goes away without acking: B gets A's ten, marked as redeliveries.
+    drop(a);
+    let again = take_publishes(&mut bee, 10, true);
+    let mut want: Vec<&Bytes> = held.iter().map(|(p, _)| p).collect();
+    let mut got: Vec<&Bytes> = again.iter().map(|(p, _)| p).collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+    assert!(again.iter().all(|(_, dup)| *dup), "redeliveries carry DUP");
+
+    // B unsubscribes: the group ends, and so does its queue.
+    bee.send(&Packet::Unsubscribe(
+        9,
+        vec!["$share/workers/jobs/+".into()],
+    ));
+    assert_eq!(bee.recv(), Some(Packet::UnsubAck(9)));
+    let (status, body) = common::http(b.addr, "GET", "/queues", "");
+    assert_eq!(status, 200);
+    assert!(
+        !body.contains("$shared/"),
+        "the group's queue is gone: {body}"
+    );
+    publisher.send(&publish("jobs/y", b"late", 1, Some(99)));
+    assert_eq!(publisher.recv(), Some(Packet::PubAck(99)));
+    assert_eq!(take_publishes(&mut everyone, 1, true)[0].0, "late");
+
+    // A malformed share and one the principal may not hold are refused.
+    let (mut c, _) = Raw::connect(addr, hello("bad-share"));
+    c.send(&Packet::Subscribe(
+        2,
+        vec![("$share/g".into(), 1), ("$share/a+b/t".into(), 1)],
+    ));
+    assert_eq!(
+        c.recv(),
+        Some(Packet::SubAck(2, vec![mqtt::SUBACK_FAILURE; 2]))
+    );
+}
+
+/// mosquitto_sub members of one group split what mosquitto_pub sends.
+#[test]
+fn mosquitto_clients_share_a_subscription() {
+    let b = TestBroker::start_tcp(|_| {});
+    let port = b.mqtt_addr.unwrap().port().to_string();
+    let member = |id: &str| {
+        Command::new("mosquitto_sub")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-i",
+                id,
+                "-q",
+                "1",
+                "-W",
+                "20",
+            ])
+            .args(["-t", "$share/g/split/#", "-v"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("mosquitto_sub runs (.ci/run installs mosquitto-clients)")
+    };
+    let members = [member("m1"), member("m2")];
+    // Both members are in the group once its queue has two consumers.
+    let joined = common::wait_until(T, || {
+        let (_, body) = common::http(b.addr, "GET", "/queues", "");
+        body.contains(r#""consumers":2"#)
+    });
+    assert!(joined, "both mosquitto_sub members joined");
+    for i in 0..10 {
+        let out = Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &port, "-q", "1"])
+            .args(["-t", &format!("split/{i}"), "-m", &i.to_string()])
+            .output()
+            .expect("mosquitto_pub runs");
+        assert!(out.status.success());
+    }
+    let counted = common::wait_until(T, || {
+        let (_, body) = common::http(b.addr, "GET", "/queues", "");
+        body.contains(r#""acked":10"#)
+    });
+    assert!(counted, "ten deliveries acknowledged by the members");
+    let mut lines = Vec::new();
+    for m in members {
+        // SIGINT: mosquitto_sub exits cleanly, its output flushed.
+        let pid = m.id().to_string();
+        let _ = Command::new("kill").args(["-INT", &pid]).status();
+        let out = m.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let n = text.lines().count();
+        assert!(n > 0, "each member got some: {text:?}");
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    lines.sort();
+    lines.dedup();
+    assert_eq!(lines.len(), 10, "each message once: {lines:?}");
+}

@@ -163,7 +163,7 @@ impl Broker {
     }
 
     /// The filters bound to a queue.
-    fn bound_filters(&self, name: &str) -> Vec<String> {
+    pub(super) fn bound_filters(&self, name: &str) -> Vec<String> {
         self.inner
             .queues
             .read()

@@ -18,6 +18,7 @@ pub mod jobs;
 mod message;
 mod queue;
 mod queues;
+mod shared;
 mod sink;
 mod topic;
 mod txn;
@@ -37,6 +38,7 @@ pub use queue::{
     QueueCounters, QueueInfo, now_ms,
 };
 pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
+pub use shared::{SHARED_PREFETCH, SHARED_PREFIX, shared_queue_name};
 pub use sink::{DeliveryOutcome, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id};
 pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
@@ -167,7 +169,7 @@ pub struct Publish {
 }
 
 /// The broker: cheap to clone, shared by every connection. Its methods
-/// come in five parts, each in a file of its own:
+/// come in six parts, each in a file of its own:
 ///
 /// - **Topics** (`broker/mod.rs`): [`Broker::publish`],
 ///   [`Broker::subscribe`], [`Broker::unsubscribe`],
@@ -186,6 +188,8 @@ pub struct Publish {
 /// - **Bindings and durable subscriptions** (`broker/durable.rs`):
 ///   [`Broker::declare_queues`], [`Broker::subscribe_durable`],
 ///   [`Broker::unsubscribe_durable`], [`Broker::durable_subscriptions`].
+/// - **Shared subscriptions** (`broker/shared.rs`): [`Broker::join_shared`],
+///   [`Broker::leave_shared`].
 /// - **Transactions** (`broker/txn.rs`): [`Broker::commit`].
 ///
 /// Jobs are a resource of their own ([`jobs::Jobs`]), not part of it.
@@ -207,6 +211,8 @@ struct Inner {
     queues: RwLock<queues::QueueRegistry>,
     /// What the hot paths count (`GET /metrics`).
     metrics: Arc<crate::metrics::Metrics>,
+    /// Held while a member joins or leaves a shared subscription.
+    shared: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -302,6 +308,7 @@ impl Broker {
                 max_topics: topics.max_topics,
                 limits: topics.limits(),
                 queues: RwLock::new(queues::QueueRegistry::default()),
+                shared: tokio::sync::Mutex::new(()),
                 metrics: Arc::default(),
             }),
         }

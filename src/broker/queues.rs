@@ -100,7 +100,7 @@ fn is_dlq_name(name: &str) -> bool {
 /// The dead-letter queue of `name`: configured, or `<name>.dlq`; none for
 /// dead-letter queues and durable subscriptions.
 fn dead_letter_name(reg: &QueueRegistry, name: &str) -> Option<String> {
-    if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) {
+    if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) || super::shared::is_shared(name) {
         return None;
     }
     let configured = match reg.declared.get(name) {
@@ -166,18 +166,25 @@ impl Broker {
             Some(dlq_name) if dlq_name != name => Some(self.create_queue(reg, &dlq_name, None)),
             Some(_) => None,
             None => {
-                // A dead-letter queue keeps what it is given; a durable
-                // subscription redelivers until its subscriber acks.
+                // A dead-letter queue keeps what it is given; a durable or
+                // shared subscription redelivers until a subscriber acks.
                 opts.max_deliveries = 0;
                 None
             }
+        };
+        // A shared subscription's group lives in memory only: it ends
+        // with its last member, and a restart ends every member.
+        let writer = if super::shared::is_shared(name) {
+            None
+        } else {
+            self.inner.writer.clone()
         };
         let id = match id {
             Some(id) => id,
             None => {
                 let id = reg.next_id;
                 reg.next_id = reg.next_id.saturating_add(1);
-                if let Some(w) = &self.inner.writer {
+                if let Some(w) = &writer {
                     // Ordered before any of its messages by the writer.
                     if let Err(e) = w.submit(vec![records::put_queue(name, id, b"")]) {
                         tracing::error!(queue = name, "recording the new queue failed: {e}");
@@ -190,14 +197,7 @@ impl Broker {
         let shared = Arc::new(QueueShared::default());
         let name: Arc<str> = name.into();
         let tq = TaskQueue::new(
-            QueueState::new(
-                name.clone(),
-                id,
-                opts,
-                self.inner.writer.clone(),
-                dlq,
-                shared.clone(),
-            ),
+            QueueState::new(name.clone(), id, opts, writer, dlq, shared.clone()),
             &self.inner.scheduler,
         );
         let handle = QueueHandle { tq, shared, id };

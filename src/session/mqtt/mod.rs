@@ -14,8 +14,11 @@
 //!   that keeps messages while the client is away and across restarts;
 //!   a PUBACK (or PUBREC) acknowledges the queue delivery, and what was not
 //!   acknowledged when the client left is delivered again (DUP set).
+//! - Shared subscriptions (`$share/{group}/{filter}`) make the connection
+//!   a member of a group that splits the filter's messages (`shared.rs`).
 //! - A will is published when the connection ends without DISCONNECT.
 
+mod shared;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -133,6 +136,8 @@ struct Connected {
     subs: HashMap<String, Subscription>,
     /// Persistent-session consumers by filter: (queue, consumer).
     durable: HashMap<String, (String, Subscription)>,
+    /// Shared subscription memberships by `$share/...` filter.
+    shared: HashMap<String, Subscription>,
     /// Inbound QoS 2 packet ids published and waiting for PUBREL.
     awaiting_rel: HashSet<u16>,
 }
@@ -434,6 +439,7 @@ impl MqttSession {
             will: c.will,
             subs: HashMap::new(),
             durable: HashMap::new(),
+            shared: HashMap::new(),
             awaiting_rel: HashSet::new(),
         };
         let session_present = !c.clean_session && !existing.is_empty();
@@ -589,6 +595,9 @@ impl MqttSession {
     }
 
     async fn subscribe(&mut self, filter: String, qos: u8) -> u8 {
+        if shared::is_share(&filter) {
+            return self.subscribe_shared(filter, qos.min(2)).await;
+        }
         if self.broker.topic_limits().check_filter(&filter).is_err() {
             return SUBACK_FAILURE;
         }
@@ -717,12 +726,15 @@ impl MqttSession {
     /// (after a SUBSCRIBE, an UNSUBSCRIBE or a resumed session).
     fn report_counts(&self) {
         if let Some(c) = &self.connected {
-            let n = c.subs.len() + c.durable.len();
+            let n = c.subs.len() + c.durable.len() + c.shared.len();
             self.sessions.set_counts(self.id, n, 0);
         }
     }
 
     async fn unsubscribe(&mut self, filter: &str) {
+        if shared::is_share(filter) {
+            return self.leave_shared(filter).await;
+        }
         let Some(conn) = self.connected.as_mut() else {
             return;
         };
@@ -774,6 +786,9 @@ impl MqttSession {
                 .broker
                 .cancel_consumer(&queue, self.sink.id, &consumer.id)
                 .await;
+        }
+        for (full, member) in conn.shared {
+            shared::leave(&self.broker, self.sink.id, &full, member).await;
         }
         self.sessions.remove(self.id);
     }
