@@ -293,7 +293,13 @@ pub struct JobsConfig {
     pub backoff_ms: Vec<u64>,
     /// Execution timeout of jobs that do not set one; 0 = none.
     pub timeout_ms: u64,
-    /// Seconds finished (succeeded or dead) jobs stay queryable.
+    /// Whether a timed-out attempt (the worker's `timed_out` outcome, or
+    /// the execution timeout) is retried like a failure. Off by default:
+    /// a timed-out job ends `timed_out`, since work that may still be
+    /// running somewhere should not be started again unasked.
+    pub retry_timed_out: bool,
+    /// Seconds finished (succeeded, dead, timed out or cancelled) jobs
+    /// stay queryable.
     pub retention_s: u64,
     /// Most jobs held (finished ones included); past it enqueues are
     /// refused with `queue_full`.
@@ -313,6 +319,7 @@ impl Default for JobsConfig {
             max_attempts: 3,
             backoff_ms: vec![1_000, 5_000, 30_000],
             timeout_ms: 0,
+            retry_timed_out: false,
             retention_s: 86_400,
             max_jobs: 1_000_000,
             max_workers: 10_000,
@@ -337,6 +344,9 @@ pub struct JobKindConfig {
     /// See [`JobsConfig::timeout_ms`].
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// See [`JobsConfig::retry_timed_out`].
+    #[serde(default)]
+    pub retry_timed_out: Option<bool>,
 }
 
 /// When the store makes writes durable.

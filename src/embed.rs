@@ -10,7 +10,7 @@ mod workers;
 
 pub use builder::WharfBuilder;
 pub use queues::{ActorConsumer, QueueMessage, Settler};
-pub use workers::JobWorkers;
+pub use workers::{JobHandler, JobWorkers};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

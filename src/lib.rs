@@ -67,8 +67,8 @@ pub mod transport;
 
 pub use config::Config;
 pub use embed::{
-    ActorConsumer, ActorSubscription, Delivery, JobWorkers, QueueMessage, Settler, Wharf,
-    WharfBuilder,
+    ActorConsumer, ActorSubscription, Delivery, JobHandler, JobWorkers, QueueMessage, Settler,
+    Wharf, WharfBuilder,
 };
 pub use server::{Listeners, run, run_with_reload, serve};
 

@@ -138,6 +138,7 @@ fn an_execution_timeout_retries_per_policy_then_the_job_is_dead() {
             max_attempts: Some(2),
             backoff_ms: Some(vec![100]),
             timeout_ms: Some(200),
+            retry_timed_out: Some(true),
         });
     });
     let job = enqueue(&b, "slow", json!({"priority": 3}));
@@ -304,6 +305,7 @@ fn embedded_workers_retry_failures_and_time_out_slow_jobs() {
         let mut config = wharf::Config::default();
         config.jobs.backoff_ms = vec![];
         config.jobs.max_attempts = 2;
+        config.jobs.retry_timed_out = true;
         let wharf = wharf::Wharf::builder()
             .config(config)
             .data_dir(data)
@@ -360,6 +362,84 @@ fn embedded_workers_retry_failures_and_time_out_slow_jobs() {
                 ("slow".to_owned(), 1),
                 ("slow".to_owned(), 2)
             ]
+        );
+        workers.stop();
+        wharf.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn a_panicking_embedded_handler_fails_its_job_and_is_made_anew() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use wharf::broker::jobs::{JobStatus, NewJob};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    common::block_on(async move {
+        let mut config = wharf::Config::default();
+        config.jobs.backoff_ms = vec![];
+        let wharf = wharf::Wharf::builder()
+            .config(config)
+            .data_dir(data)
+            .start()
+            .await
+            .unwrap();
+        // Each handler counts its own jobs and panics on every other
+        // one: its second, fourth...; the factory counts the handlers.
+        let made = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = made.clone();
+        let workers = wharf
+            .run_job_worker_factory(vec!["fragile".into()], 1, move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut runs = 0u32;
+                move |job: wharf::broker::jobs::JobView| {
+                    runs += 1;
+                    let panics = runs % 2 == 0;
+                    async move {
+                        if panics {
+                            panic!("fragile handler broke on {}", job.id);
+                        }
+                        Ok(())
+                    }
+                }
+            })
+            .unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            let new = NewJob {
+                kind: "fragile".into(),
+                entity_id: uuid::Uuid::now_v7(),
+                data: json!({}),
+                priority: 0,
+                timeout_ms: None,
+            };
+            ids.push(wharf.jobs().enqueue(new).await.unwrap());
+        }
+        // Every job succeeds in the end (a panicked attempt is a failure,
+        // retried); the single worker carried on through the panics.
+        let t0 = Instant::now();
+        loop {
+            let mut views = Vec::new();
+            for id in &ids {
+                views.push(wharf.jobs().status(*id).await.unwrap());
+            }
+            if views.iter().all(|v| v.status == JobStatus::Succeeded) {
+                let retried: Vec<_> = views.iter().filter(|v| v.attempt > 1).collect();
+                assert!(!retried.is_empty(), "some attempt panicked: {views:?}");
+                for v in retried {
+                    let e = v.error.as_deref().unwrap_or_default();
+                    assert!(
+                        e.starts_with("handler panicked: fragile handler broke"),
+                        "{e}"
+                    );
+                }
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(15), "{views:?}");
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            made.load(Ordering::SeqCst) >= 2,
+            "a new handler after a panic"
         );
         workers.stop();
         wharf.shutdown().await.unwrap();

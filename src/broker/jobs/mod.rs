@@ -73,6 +73,19 @@ pub struct JobRecord {
     pub retry_at_ms: Option<u64>,
 }
 
+impl JobRecord {
+    /// Whether the job has ended for good (succeeded, dead, cancelled, or
+    /// timed out without a retry to wait for): kept for the retention,
+    /// never run again unless retried by hand.
+    pub fn is_finished(&self) -> bool {
+        match self.status {
+            JobStatus::Succeeded | JobStatus::Dead | JobStatus::Cancelled => true,
+            JobStatus::TimedOut => self.retry_at_ms.is_none(),
+            JobStatus::Queued | JobStatus::Running | JobStatus::Failed => false,
+        }
+    }
+}
+
 impl From<&JobRecord> for JobView {
     fn from(j: &JobRecord) -> Self {
         JobView {

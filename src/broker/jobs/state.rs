@@ -34,6 +34,7 @@ struct Policy {
     max_attempts: u32,
     backoff_ms: Vec<u64>,
     timeout_ms: u64,
+    retry_timed_out: bool,
 }
 
 /// The state the jobs resource owns.
@@ -97,6 +98,9 @@ impl JobsState {
                 .and_then(|k| k.backoff_ms.clone())
                 .unwrap_or_else(|| c.backoff_ms.clone()),
             timeout_ms: k.and_then(|k| k.timeout_ms).unwrap_or(c.timeout_ms),
+            retry_timed_out: k
+                .and_then(|k| k.retry_timed_out)
+                .unwrap_or(c.retry_timed_out),
         }
     }
 
@@ -127,7 +131,7 @@ impl JobsState {
         for mut j in jobs {
             let id = j.id;
             match j.status {
-                JobStatus::Succeeded | JobStatus::Dead | JobStatus::Cancelled => {
+                _ if j.is_finished() => {
                     self.finished.insert((j.updated_ms, id));
                     self.jobs.insert(id, j);
                 }
@@ -441,6 +445,11 @@ impl JobsState {
             return status;
         };
         let policy = self.policy(&j.kind);
+        if status == JobStatus::TimedOut && !policy.retry_timed_out {
+            // Final: the work may still be running somewhere.
+            self.finish(id, JobStatus::TimedOut, error, now);
+            return JobStatus::TimedOut;
+        }
         if j.attempt >= policy.max_attempts {
             self.finish(id, JobStatus::Dead, error, now);
             return JobStatus::Dead;
@@ -582,7 +591,7 @@ impl JobsState {
             return Err(JobError::UnknownJob);
         };
         match j.status {
-            JobStatus::Dead | JobStatus::Cancelled => {
+            JobStatus::Dead | JobStatus::Cancelled | JobStatus::TimedOut if j.is_finished() => {
                 self.finished.remove(&(j.updated_ms, id));
                 j.attempt = 0;
             }
@@ -623,7 +632,7 @@ impl JobsState {
                     self.take_ready(&kind, &key);
                 }
             }
-            JobStatus::Failed | JobStatus::TimedOut => {
+            JobStatus::Failed | JobStatus::TimedOut if !j.is_finished() => {
                 if let Some(at) = j.retry_at_ms {
                     self.retrying.remove(&(at, id));
                 }

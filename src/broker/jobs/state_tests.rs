@@ -192,6 +192,7 @@ fn a_timed_out_attempt_retries_while_attempts_remain_then_dies() {
             max_attempts: Some(2),
             backoff_ms: Some(vec![500]),
             timeout_ms: Some(100),
+            retry_timed_out: Some(true),
         }],
         ..JobsConfig::default()
     };
@@ -232,6 +233,7 @@ fn a_reported_failure_retries_then_dies() {
     let cfg = JobsConfig {
         max_attempts: 2,
         backoff_ms: Vec::new(),
+        retry_timed_out: true,
         ..JobsConfig::default()
     };
     let (mut s, dead) = state(cfg);
@@ -251,6 +253,53 @@ fn a_reported_failure_retries_then_dies() {
     assert_eq!(st, JobStatus::Dead);
     assert_eq!(s.status(id).expect("job").error.as_deref(), Some("smtp"));
     assert_eq!(*dead.lock().expect("lock"), vec![id]);
+}
+
+#[test]
+fn a_timed_out_job_ends_timed_out_unless_its_kind_retries_timeouts() {
+    let cfg = JobsConfig {
+        timeout_ms: 100,
+        kinds: vec![JobKindConfig {
+            name: "retried".into(),
+            retry_timed_out: Some(true),
+            ..JobKindConfig::default()
+        }],
+        ..JobsConfig::default()
+    };
+    let (mut s, dead) = state(cfg);
+    let reported = enqueue(&mut s, job("email"), 0);
+    let expired = enqueue(&mut s, job("email"), 0);
+    let retried = enqueue(&mut s, job("retried"), 0);
+    let (w, _) = s.register(Vec::new(), 0).expect("register");
+    for _ in 0..3 {
+        s.dequeue(w, None, 0, 0).expect("dequeue").expect("a job");
+    }
+    // The worker reports a timeout: final, not dead, nothing to retry.
+    let (st, _) = s
+        .outcome(reported, w, 1, Outcome::TimedOut, None, 10)
+        .expect("outcome");
+    assert_eq!(st, JobStatus::TimedOut);
+    // The execution timeout: the same; the kind that opts in waits for
+    // its retry.
+    s.tick(100);
+    let view = s.status(expired).expect("job");
+    assert_eq!((view.status, view.retry_at_ms), (JobStatus::TimedOut, None));
+    let view = s.status(retried).expect("job");
+    assert_eq!(view.status, JobStatus::TimedOut);
+    assert!(view.retry_at_ms.is_some());
+    assert!(dead.lock().expect("lock").is_empty());
+    s.tick(100_000);
+    assert_eq!(status(&s, reported), JobStatus::TimedOut);
+    assert_eq!(status(&s, retried), JobStatus::Queued);
+    // A final timed-out job cannot be cancelled; an operator's retry
+    // queues it again with fresh attempts.
+    assert!(matches!(
+        s.cancel(reported, 100_001),
+        Err(JobError::Conflict(_))
+    ));
+    s.retry(reported, 100_002).expect("retry");
+    let view = s.status(reported).expect("job");
+    assert_eq!((view.status, view.attempt), (JobStatus::Queued, 0));
 }
 
 #[test]
