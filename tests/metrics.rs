@@ -195,6 +195,14 @@ fn operator_counters_move_and_the_exposition_parses() {
         for i in 0..2u8 {
             c.enqueue("mq", vec![i]).await.unwrap();
         }
+        let _sub = c.subscribe("kept/+").await.unwrap();
+        c.publish_retained("kept/a", b"1".to_vec()).await.unwrap();
+        c.publish_retained("kept/b", b"2".to_vec()).await.unwrap();
+        // An empty retained publish clears it.
+        c.publish_retained("kept/b", Vec::new()).await.unwrap();
+        let text = scrape(&b);
+        assert_eq!(value(&text, "wharf_retained_messages"), Some(1.0));
+        assert_eq!(value(&text, "wharf_subscriptions"), Some(1.0));
     });
     let (status, _) = http(b.addr, "DELETE", "/queues/mq/messages", "");
     assert_eq!(status, 200);

@@ -412,7 +412,12 @@ impl Broker {
         }
         let name: Arc<str> = name.into();
         let topic = TaskQueue::new(
-            TopicState::new(name.clone(), subs, self.inner.writer.clone()),
+            TopicState::new(
+                name.clone(),
+                subs,
+                self.inner.writer.clone(),
+                self.inner.metrics.clone(),
+            ),
             &self.inner.scheduler,
         );
         reg.topics.insert(name, topic.clone());

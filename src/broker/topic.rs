@@ -26,6 +26,8 @@ pub(crate) struct TopicState {
     touched: bool,
     /// Where retained messages are persisted, if anywhere.
     writer: Option<WriterHandle>,
+    /// The broker's counters (the count of retained messages).
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Why a publish task did not publish.
@@ -58,6 +60,7 @@ impl TopicState {
         name: Arc<str>,
         subs: Vec<Subscription>,
         writer: Option<WriterHandle>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
         TopicState {
             name,
@@ -67,21 +70,34 @@ impl TopicState {
             removed: false,
             touched: true,
             writer,
+            metrics,
         }
+    }
+
+    /// Keeps `m` as the retained message (or none), and the broker's
+    /// count of retained messages with it.
+    fn set_retained(&mut self, m: Option<Arc<Published>>) {
+        let delta = i64::from(m.is_some()) - i64::from(self.retained.is_some());
+        if delta != 0 {
+            self.metrics
+                .retained
+                .fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.retained = m;
     }
 
     /// Installs a retained message read back from the store at start; the
     /// topic's sequence continues after it.
     pub(crate) fn restore_retained(&mut self, seq: u64, payload: Bytes, headers: Headers) {
         self.seq = self.seq.max(seq);
-        self.retained = Some(Arc::new(Published::new(
+        self.set_retained(Some(Arc::new(Published::new(
             self.name.clone(),
             seq,
             payload,
             headers,
             Priority::Normal,
             true,
-        )));
+        ))));
     }
 
     /// Stamps, retains (or clears) and fans out one message. A removed
@@ -125,11 +141,8 @@ impl TopicState {
             .with_qos(qos.min(2)),
         );
         if retain {
-            self.retained = if msg.payload.is_empty() {
-                None
-            } else {
-                Some(Arc::new(msg.as_retained()))
-            };
+            let kept = (!msg.payload.is_empty()).then(|| Arc::new(msg.as_retained()));
+            self.set_retained(kept);
         }
         let mut outcome = PublishOutcome {
             seq: self.seq,

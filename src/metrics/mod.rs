@@ -81,6 +81,9 @@ pub struct Metrics {
     pub dropped_slow: Counter,
     /// Publishes that reached no subscriber.
     pub unrouted: Counter,
+    /// Retained messages held now (a gauge: topics add and take away as
+    /// retained publishes set and clear them; off the hot path).
+    pub retained: std::sync::atomic::AtomicI64,
 }
 
 impl Metrics {

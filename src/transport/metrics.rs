@@ -39,6 +39,8 @@ struct Snapshot {
     unrouted: u64,
     topics: u64,
     wildcard_subscriptions: u64,
+    subscriptions: u64,
+    retained: i64,
     queues: Vec<QueueInfo>,
     queue_count: u64,
     jobs: Option<JobsInfo>,
@@ -100,7 +102,9 @@ async fn gather(app: &AppState) -> Snapshot {
         let mqtt = info.client_id.starts_with("mqtt:");
         s.sessions[usize::from(mqtt)] += 1;
         s.dropped_outbound += info.outbound.dropped;
+        s.subscriptions += u64::from(info.subscriptions);
     }
+    s.retained = m.retained.load(std::sync::atomic::Ordering::Relaxed);
     let stats = app.broker.stats();
     s.topics = stats.topics as u64;
     s.wildcard_subscriptions = stats.wildcard_subscriptions as u64;
@@ -296,6 +300,18 @@ impl Collector for WharfCollector {
             s.unrouted,
         )?;
         gauge(e, "wharf_topics", "Topics that exist now.", s.topics as i64)?;
+        gauge(
+            e,
+            "wharf_retained_messages",
+            "Retained messages held.",
+            s.retained,
+        )?;
+        gauge(
+            e,
+            "wharf_subscriptions",
+            "Topic subscriptions of live sessions (durable and shared ones included).",
+            s.subscriptions as i64,
+        )?;
         gauge(
             e,
             "wharf_wildcard_subscriptions",
@@ -524,6 +540,7 @@ impl WharfCollector {
             other.stats.redelivered += q.stats.redelivered;
             other.stats.dead_lettered += q.stats.dead_lettered;
             other.stats.purged += q.stats.purged;
+            other.stats.discarded += q.stats.discarded;
             other.stats.moved += q.stats.moved;
             other.oldest_enqueued_ms = match (other.oldest_enqueued_ms, q.oldest_enqueued_ms) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -631,6 +648,13 @@ impl WharfCollector {
             "Deliveries of messages delivered before.",
             "queue",
             &c(|q| q.stats.redelivered),
+        )?;
+        counters(
+            e,
+            "wharf_queue_discarded",
+            "Messages deleted unconsumed: expired with expired = \"drop\", or dead-lettered without a dead-letter queue.",
+            "queue",
+            &c(|q| q.stats.discarded),
         )?;
         counters(
             e,
