@@ -296,22 +296,41 @@ fn jobs_survive_a_restart_and_running_ones_are_queued_again() {
     assert_eq!(v["id"], queued.as_str());
 }
 
+/// An embedded broker on a store in `dir`, retrying at once (no
+/// backoff), with whatever `tune` changes.
+async fn embedded(dir: &std::path::Path, tune: impl FnOnce(&mut wharf::Config)) -> wharf::Wharf {
+    let mut config = wharf::Config::default();
+    config.jobs.backoff_ms = vec![];
+    tune(&mut config);
+    wharf::Wharf::builder()
+        .config(config)
+        .data_dir(dir.join("data"))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// A job of `kind` with this execution timeout.
+fn new(kind: &str, timeout_ms: Option<u64>) -> wharf::broker::jobs::NewJob {
+    wharf::broker::jobs::NewJob {
+        kind: kind.into(),
+        entity_id: uuid::Uuid::now_v7(),
+        data: json!({}),
+        priority: 0,
+        timeout_ms,
+    }
+}
+
 #[test]
 fn embedded_workers_retry_failures_and_time_out_slow_jobs() {
-    use wharf::broker::jobs::{JobStatus, NewJob};
+    use wharf::broker::jobs::JobStatus;
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
     common::block_on(async move {
-        let mut config = wharf::Config::default();
-        config.jobs.backoff_ms = vec![];
-        config.jobs.max_attempts = 2;
-        config.jobs.retry_timed_out = true;
-        let wharf = wharf::Wharf::builder()
-            .config(config)
-            .data_dir(data)
-            .start()
-            .await
-            .unwrap();
+        let wharf = embedded(dir.path(), |c| {
+            c.jobs.max_attempts = 2;
+            c.jobs.retry_timed_out = true;
+        })
+        .await;
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = seen.clone();
         let workers = wharf
@@ -329,13 +348,6 @@ fn embedded_workers_retry_failures_and_time_out_slow_jobs() {
                 }
             })
             .unwrap();
-        let new = |kind: &str, timeout_ms| NewJob {
-            kind: kind.into(),
-            entity_id: uuid::Uuid::now_v7(),
-            data: json!({}),
-            priority: 0,
-            timeout_ms,
-        };
         let flaky = wharf.jobs().enqueue(new("flaky", None)).await.unwrap();
         let slow = wharf.jobs().enqueue(new("slow", Some(200))).await.unwrap();
         let t0 = Instant::now();
@@ -371,18 +383,10 @@ fn embedded_workers_retry_failures_and_time_out_slow_jobs() {
 #[test]
 fn a_panicking_embedded_handler_fails_its_job_and_is_made_anew() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use wharf::broker::jobs::{JobStatus, NewJob};
+    use wharf::broker::jobs::JobStatus;
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
     common::block_on(async move {
-        let mut config = wharf::Config::default();
-        config.jobs.backoff_ms = vec![];
-        let wharf = wharf::Wharf::builder()
-            .config(config)
-            .data_dir(data)
-            .start()
-            .await
-            .unwrap();
+        let wharf = embedded(dir.path(), |_| {}).await;
         // Each handler counts its own jobs and panics on every other
         // one: its second, fourth...; the factory counts the handlers.
         let made = std::sync::Arc::new(AtomicUsize::new(0));
@@ -405,14 +409,7 @@ fn a_panicking_embedded_handler_fails_its_job_and_is_made_anew() {
             .unwrap();
         let mut ids = Vec::new();
         for _ in 0..4 {
-            let new = NewJob {
-                kind: "fragile".into(),
-                entity_id: uuid::Uuid::now_v7(),
-                data: json!({}),
-                priority: 0,
-                timeout_ms: None,
-            };
-            ids.push(wharf.jobs().enqueue(new).await.unwrap());
+            ids.push(wharf.jobs().enqueue(new("fragile", None)).await.unwrap());
         }
         // Every job succeeds in the end (a panicked attempt is a failure,
         // retried); the single worker carried on through the panics.

@@ -219,8 +219,8 @@ struct Inner {
 struct Registry {
     topics: HashMap<Arc<str>, Topic>,
     wildcards: FilterTrie<Subscription>,
-    /// The task-queue counters of topics removed since start, so that the
-    /// totals only grow.
+    /// The task-queue counters of topics and queues removed since start,
+    /// so that the totals only grow.
     retired: TaskqTotals,
 }
 
@@ -619,6 +619,11 @@ impl Broker {
         self.inner.scheduler.stats()
     }
 
+    /// Keeps a removed topic's or queue's task-queue counters in the totals.
+    fn retire(&self, s: &crate::taskq::QueueStats) {
+        self.write().retired.retire(s);
+    }
+
     /// The task-queue counters of every topic and queue (those removed
     /// since start included), read at scrape time: the resources count
     /// with plain per-resource counters, nothing is summed on the hot
@@ -633,7 +638,6 @@ impl Broker {
             t
         };
         let reg = self.inner.queues.read();
-        t.add(&reg.retired);
         for q in reg.queues.values() {
             t.add(&q.tq.stats());
         }

@@ -46,8 +46,6 @@ pub(crate) struct QueueRegistry {
     next_id: u32,
     /// Topic subscriptions that copy messages into queues, by queue.
     pub(super) binds: HashMap<String, Vec<Subscription>>,
-    /// The task-queue counters of deleted queues.
-    pub(super) retired: crate::taskq::QueueStats,
 }
 
 /// A message to put on a queue.
@@ -573,16 +571,16 @@ impl Broker {
         let durable = q.tq.submit_high(move |s| s.delete(&owned)).await??;
         // Topic messages stop being copied into it.
         self.unbind(name).await;
-        {
+        let forgot = {
             let mut reg = self.queue_registry();
-            if reg.queues.get(name).is_some_and(|h| h.tq.same(&q.tq)) {
+            let ours = reg.queues.get(name).is_some_and(|h| h.tq.same(&q.tq));
+            if ours {
                 reg.queues.remove(name);
-                let (r, s) = (&mut reg.retired, q.tq.stats());
-                r.inline_runs += s.inline_runs;
-                r.worker_runs += s.worker_runs;
-                r.refused += s.refused;
-                r.panics += s.panics;
             }
+            ours
+        };
+        if forgot {
+            self.retire(&q.tq.stats());
         }
         if let Some(d) = durable {
             d.await.map_err(BrokerError::Store)?;

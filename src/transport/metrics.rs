@@ -8,7 +8,7 @@
 
 use actix_web::{HttpResponse, web};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
@@ -175,15 +175,15 @@ fn counters(
     Ok(())
 }
 
-/// One gauge family with a series per label value.
-fn gauges(
+/// One gauge family with a series per label value (integers or floats).
+fn gauges<N: EncodeGaugeValue + Copy>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
     label: &str,
-    series: &[(&str, i64)],
+    series: &[(&str, N)],
 ) -> Out {
-    let kind = ConstGauge::new(0i64).metric_type();
+    let kind = prometheus_client::metrics::MetricType::Gauge;
     let mut family = enc.encode_descriptor(name, help, None, kind)?;
     for (value, v) in series {
         let labels = [(label, *value)];
@@ -198,23 +198,6 @@ fn histogram(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, h: &Histog
     let (sum, count, buckets) = h;
     enc.encode_descriptor(name, help, None, kind)?
         .encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, buckets, None)
-}
-
-/// One gauge family of floats with a series per label value.
-fn gauges_f(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    label: &str,
-    series: &[(&str, f64)],
-) -> Out {
-    let kind = ConstGauge::new(0f64).metric_type();
-    let mut family = enc.encode_descriptor(name, help, None, kind)?;
-    for (value, v) in series {
-        let labels = [(label, *value)];
-        ConstGauge::new(*v).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
 }
 
 fn by_protocol(values: &[u64; 3]) -> Vec<(&'static str, u64)> {
@@ -678,7 +661,7 @@ impl WharfCollector {
                 Some((*n, age as f64 / 1000.0))
             })
             .collect();
-        gauges_f(
+        gauges(
             e,
             "wharf_queue_oldest_message_age_seconds",
             "Age of the oldest message waiting in memory (ready or delayed).",

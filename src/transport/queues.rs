@@ -176,7 +176,7 @@ pub struct BrowsedMessage {
     /// 0-9.
     pub priority: u8,
     /// Ready, delayed, in flight or on disk.
-    pub state: String,
+    pub state: MessageState,
     /// Times it has been delivered.
     pub deliveries: u32,
     /// When it was enqueued (Unix ms).
@@ -203,12 +203,6 @@ impl From<PeekedMessage> for BrowsedMessage {
     fn from(p: PeekedMessage) -> Self {
         use base64::Engine as _;
         let m = p.message;
-        let state = match p.state {
-            MessageState::Ready => "ready",
-            MessageState::Delayed => "delayed",
-            MessageState::InFlight => "in_flight",
-            MessageState::OnDisk => "on_disk",
-        };
         let (payload, payload_base64) = match std::str::from_utf8(&m.payload) {
             Ok(text) => (Some(text.to_owned()), None),
             Err(_) => (
@@ -219,7 +213,7 @@ impl From<PeekedMessage> for BrowsedMessage {
         BrowsedMessage {
             id: m.seq,
             priority: m.priority,
-            state: state.to_owned(),
+            state: p.state,
             deliveries: m.deliveries,
             enqueued_ms: m.enqueued_ms,
             expires_ms: (m.expires_ms > 0).then_some(m.expires_ms),

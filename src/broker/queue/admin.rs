@@ -10,7 +10,7 @@
 use super::*;
 
 /// Where a message is when an operator looks at it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageState {
     /// In memory, waiting for a consumer.
