@@ -326,7 +326,7 @@ fn mqtt_packets(data: &[u8], step: usize) -> (Vec<mqtt::Packet>, bool) {
         buf.extend_from_slice(chunk);
         loop {
             let before = buf.len();
-            match mqtt::decode(&mut buf, MQTT_MAX) {
+            match mqtt::decode(&mut buf, MQTT_MAX, mqtt::LEVEL_3_1_1) {
                 Ok(Some(p)) => {
                     let used = before - buf.len();
                     assert!(used > 0, "a packet from no bytes: {p:?}");
@@ -348,8 +348,8 @@ fn check_mqtt(data: &[u8]) -> bool {
     let any = !packets.is_empty();
     for p in packets {
         let mut wire = BytesMut::new();
-        mqtt::encode(&p, &mut wire);
-        let again = mqtt::decode(&mut wire, 1 << 20);
+        mqtt::encode(&p, &mut wire, mqtt::LEVEL_3_1_1);
+        let again = mqtt::decode(&mut wire, 1 << 20, mqtt::LEVEL_3_1_1);
         assert_eq!(again, Ok(Some(p)), "round trip");
         assert!(wire.is_empty());
     }

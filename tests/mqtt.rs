@@ -197,6 +197,7 @@ mod own_client {
                         payload: Bytes::from_static(b"gone"),
                         qos: 0,
                         retain: false,
+                        props: Default::default(),
                     }),
                     ..MqttOptions::default()
                 },
@@ -353,8 +354,10 @@ mod own_client {
                     will: None,
                     username: None,
                     password: None,
+                    props: Default::default(),
                 }),
                 &mut buf,
+                mqtt::LEVEL_3_1_1,
             );
             raw.send_raw(buf.freeze()).await.unwrap();
             assert_eq!(raw.closed().await, Some(1002));

@@ -37,21 +37,21 @@ impl Raw {
         let mut raw = Raw::open(addr);
         raw.send(&Packet::Connect(c));
         match raw.recv() {
-            Some(Packet::ConnAck { code, .. }) => (raw, code),
+            Some(Packet::ConnAck(a)) => (raw, a.code),
             other => panic!("expected CONNACK, got {other:?}"),
         }
     }
 
     fn send(&mut self, p: &Packet) {
         let mut out = BytesMut::new();
-        mqtt::encode(p, &mut out);
+        mqtt::encode(p, &mut out, mqtt::LEVEL_3_1_1);
         self.stream.write_all(&out).unwrap();
     }
 
     /// The next packet; `None` once the server closed the connection.
     fn recv(&mut self) -> Option<Packet> {
         loop {
-            match mqtt::decode(&mut self.buf, 1 << 20) {
+            match mqtt::decode(&mut self.buf, 1 << 20, mqtt::LEVEL_3_1_1) {
                 Ok(Some(p)) => return Some(p),
                 Ok(None) => {}
                 // Not MQTT (a TLS alert on a TLS port): nothing for us.
@@ -77,6 +77,7 @@ fn hello(id: &str) -> Connect {
         will: None,
         username: None,
         password: None,
+        props: Default::default(),
     }
 }
 
@@ -88,6 +89,7 @@ fn publish(topic: &str, payload: &'static [u8], qos: u8, pid: Option<u16>) -> Pa
         topic: topic.into(),
         pid,
         payload: Bytes::from_static(payload),
+        props: Default::default(),
     })
 }
 
@@ -97,8 +99,8 @@ fn tcp_and_websocket_clients_share_topics() {
     let addr = b.mqtt_addr.unwrap();
     let (mut sub, code) = Raw::connect(addr, hello("tcp-sub"));
     assert_eq!(code, 0);
-    sub.send(&Packet::Subscribe(1, vec![("tcp/+".into(), 1)]));
-    assert_eq!(sub.recv(), Some(Packet::SubAck(1, vec![1])));
+    sub.send(&Packet::subscribe(1, vec![("tcp/+".into(), 1)]));
+    assert_eq!(sub.recv(), Some(Packet::suback(1, vec![1])));
     // A WebSocket MQTT client publishes; the TCP subscriber gets it.
     block_on(async {
         let url = format!("ws://{}/mqtt", b.addr);
@@ -122,25 +124,29 @@ fn tcp_and_websocket_clients_share_topics() {
                 (p.topic.as_str(), &p.payload[..], p.qos),
                 ("tcp/a", &b"from ws"[..], 1)
             );
-            sub.send(&Packet::PubAck(p.pid.unwrap()));
+            sub.send(&Packet::puback(p.pid.unwrap()));
         }
         other => panic!("expected the publish, got {other:?}"),
     }
     // A TCP publisher, its packet split into single bytes across writes.
     let (mut publ, _) = Raw::connect(addr, hello("tcp-pub"));
     let mut bytes = BytesMut::new();
-    mqtt::encode(&publish("tcp/b", b"split", 1, Some(7)), &mut bytes);
+    mqtt::encode(
+        &publish("tcp/b", b"split", 1, Some(7)),
+        &mut bytes,
+        mqtt::LEVEL_3_1_1,
+    );
     for byte in bytes.iter() {
         publ.stream.write_all(&[*byte]).unwrap();
     }
-    assert_eq!(publ.recv(), Some(Packet::PubAck(7)));
+    assert_eq!(publ.recv(), Some(Packet::puback(7)));
     match sub.recv() {
         Some(Packet::Publish(p)) => assert_eq!(&p.payload[..], b"split"),
         other => panic!("expected the split publish, got {other:?}"),
     }
     publ.send(&Packet::PingReq);
     assert_eq!(publ.recv(), Some(Packet::PingResp));
-    publ.send(&Packet::Disconnect);
+    publ.send(&Packet::disconnect());
     assert_eq!(publ.recv(), None, "closed after DISCONNECT");
 }
 
@@ -149,8 +155,8 @@ fn keep_alive_closes_a_silent_client_and_publishes_its_will() {
     let b = TestBroker::start_tcp(|_| {});
     let addr = b.mqtt_addr.unwrap();
     let (mut watcher, _) = Raw::connect(addr, hello("watcher"));
-    watcher.send(&Packet::Subscribe(1, vec![("wills/#".into(), 0)]));
-    assert!(matches!(watcher.recv(), Some(Packet::SubAck(..))));
+    watcher.send(&Packet::subscribe(1, vec![("wills/#".into(), 0)]));
+    assert!(matches!(watcher.recv(), Some(Packet::SubAck(_))));
     let silent = Connect {
         keep_alive: 1,
         will: Some(Will {
@@ -158,6 +164,7 @@ fn keep_alive_closes_a_silent_client_and_publishes_its_will() {
             payload: Bytes::from_static(b"gone"),
             qos: 0,
             retain: false,
+            props: Default::default(),
         }),
         ..hello("silent")
     };
@@ -217,15 +224,15 @@ fn credentials_and_permissions_over_tcp() {
     assert_eq!(Raw::connect(addr, hello("nobody")).1, 5);
     let (mut s, code) = Raw::connect(addr, login(b"s3cret"));
     assert_eq!(code, 0);
-    s.send(&Packet::Subscribe(
+    s.send(&Packet::subscribe(
         2,
         vec![("sensors/sensor/#".into(), 0), ("sensors/#".into(), 0)],
     ));
-    assert_eq!(s.recv(), Some(Packet::SubAck(2, vec![0, 0x80])));
+    assert_eq!(s.recv(), Some(Packet::suback(2, vec![0, 0x80])));
     // A forbidden publish is acknowledged and dropped; the allowed one
     // after it arrives.
     s.send(&publish("elsewhere", b"no", 1, Some(3)));
-    assert_eq!(s.recv(), Some(Packet::PubAck(3)));
+    assert_eq!(s.recv(), Some(Packet::puback(3)));
     s.send(&publish("sensors/sensor/t", b"yes", 0, None));
     match s.recv() {
         Some(Packet::Publish(p)) => assert_eq!(&p.payload[..], b"yes"),
@@ -252,14 +259,26 @@ fn mqtt_over_tls_with_the_test_ca() {
             .await
             .expect("TLS handshake");
         let mut out = BytesMut::new();
-        mqtt::encode(&Packet::Connect(hello("tls-1")), &mut out);
-        mqtt::encode(&Packet::Subscribe(1, vec![("tls/x".into(), 0)]), &mut out);
-        mqtt::encode(&publish("tls/x", b"secret", 0, None), &mut out);
+        mqtt::encode(
+            &Packet::Connect(hello("tls-1")),
+            &mut out,
+            mqtt::LEVEL_3_1_1,
+        );
+        mqtt::encode(
+            &Packet::subscribe(1, vec![("tls/x".into(), 0)]),
+            &mut out,
+            mqtt::LEVEL_3_1_1,
+        );
+        mqtt::encode(
+            &publish("tls/x", b"secret", 0, None),
+            &mut out,
+            mqtt::LEVEL_3_1_1,
+        );
         tls.write_all(&out).await.unwrap();
         let mut buf = BytesMut::new();
         let mut got = Vec::new();
         while got.len() < 3 {
-            if let Some(p) = mqtt::decode(&mut buf, 1 << 20).unwrap() {
+            if let Some(p) = mqtt::decode(&mut buf, 1 << 20, mqtt::LEVEL_3_1_1).unwrap() {
                 got.push(p);
                 continue;
             }
@@ -269,14 +288,21 @@ fn mqtt_over_tls_with_the_test_ca() {
                 .unwrap();
             assert!(n > 0, "closed early after {got:?}");
         }
-        assert!(matches!(got[0], Packet::ConnAck { code: 0, .. }), "{got:?}");
-        assert_eq!(got[1], Packet::SubAck(1, vec![0]));
+        assert!(
+            matches!(&got[0], Packet::ConnAck(a) if a.code == 0),
+            "{got:?}"
+        );
+        assert_eq!(got[1], Packet::suback(1, vec![0]));
         assert!(matches!(&got[2], Packet::Publish(p) if &p.payload[..] == b"secret"));
     });
     // Plain MQTT to the TLS port is not served.
     let mut plain = Raw::open(addr);
     let mut out = BytesMut::new();
-    mqtt::encode(&Packet::Connect(hello("plain")), &mut out);
+    mqtt::encode(
+        &Packet::Connect(hello("plain")),
+        &mut out,
+        mqtt::LEVEL_3_1_1,
+    );
     plain.stream.write_all(&out).unwrap();
     assert_eq!(plain.recv(), None);
 }
@@ -358,7 +384,7 @@ fn take_publishes(r: &mut Raw, n: usize, ack: bool) -> Vec<(Bytes, bool)> {
         match r.recv() {
             Some(Packet::Publish(p)) => {
                 if let (true, Some(pid)) = (ack, p.pid) {
-                    r.send(&Packet::PubAck(pid));
+                    r.send(&Packet::puback(pid));
                 }
                 got.push((p.payload, p.dup));
             }
@@ -380,9 +406,9 @@ fn shared_subscriptions_balance_and_redeliver() {
     let join = |id: &str, filter: &str| {
         let (mut r, code) = Raw::connect(addr, hello(id));
         assert_eq!(code, 0);
-        r.send(&Packet::Subscribe(1, vec![(filter.to_owned(), 1)]));
+        r.send(&Packet::subscribe(1, vec![(filter.to_owned(), 1)]));
         match r.recv() {
-            Some(Packet::SubAck(1, codes)) => assert_eq!(codes, [1], "{filter}"),
+            Some(Packet::SubAck(a)) if a.pid == 1 => assert_eq!(a.codes, [1], "{filter}"),
             other => panic!("expected SUBACK, got {other:?}"),
         }
         r
@@ -398,7 +424,7 @@ fn shared_subscriptions_balance_and_redeliver() {
     for (i, p) in PAYLOADS.iter().enumerate() {
         let pid = u16::try_from(i + 1).unwrap();
         publisher.send(&publish("jobs/x", p, 1, Some(pid)));
-        assert_eq!(publisher.recv(), Some(Packet::PubAck(pid)));
+        assert_eq!(publisher.recv(), Some(Packet::puback(pid)));
     }
     // Round robin over two members with credit: ten each. A holds its
     // ten unacknowledged; B acks.
@@ -421,11 +447,11 @@ fn shared_subscriptions_balance_and_redeliver() {
     assert!(again.iter().all(|(_, dup)| *dup), "redeliveries carry DUP");
 
     // B unsubscribes: the group ends, and so does its queue.
-    bee.send(&Packet::Unsubscribe(
+    bee.send(&Packet::unsubscribe(
         9,
         vec!["$share/workers/jobs/+".into()],
     ));
-    assert_eq!(bee.recv(), Some(Packet::UnsubAck(9)));
+    assert_eq!(bee.recv(), Some(Packet::unsuback(9)));
     let (status, body) = common::http(b.addr, "GET", "/queues", "");
     assert_eq!(status, 200);
     assert!(
@@ -433,18 +459,18 @@ fn shared_subscriptions_balance_and_redeliver() {
         "the group's queue is gone: {body}"
     );
     publisher.send(&publish("jobs/y", b"late", 1, Some(99)));
-    assert_eq!(publisher.recv(), Some(Packet::PubAck(99)));
+    assert_eq!(publisher.recv(), Some(Packet::puback(99)));
     assert_eq!(take_publishes(&mut everyone, 1, true)[0].0, "late");
 
     // A malformed share and one the principal may not hold are refused.
     let (mut c, _) = Raw::connect(addr, hello("bad-share"));
-    c.send(&Packet::Subscribe(
+    c.send(&Packet::subscribe(
         2,
         vec![("$share/g".into(), 1), ("$share/a+b/t".into(), 1)],
     ));
     assert_eq!(
         c.recv(),
-        Some(Packet::SubAck(2, vec![mqtt::SUBACK_FAILURE; 2]))
+        Some(Packet::suback(2, vec![mqtt::SUBACK_FAILURE; 2]))
     );
 }
 

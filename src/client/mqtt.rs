@@ -13,7 +13,10 @@ use futures_util::{SinkExt, StreamExt};
 
 use super::ClientError;
 use super::handshake::{self, Connection};
-use crate::protocol::mqtt::{self, Connect, Packet, Publish, Will};
+use crate::protocol::mqtt::{self, ConnAck, Connect, Packet, Publish, Will};
+
+/// The client speaks MQTT 3.1.1 after CONNECT (3.1 is the same there).
+const LEVEL: u8 = mqtt::LEVEL_3_1_1;
 
 /// An MQTT connection. Not `Send`: it lives on the actix thread that made
 /// it.
@@ -98,17 +101,19 @@ impl MqttClient {
             will: o.will,
             username,
             password,
+            props: Default::default(),
         }))
         .await?;
         match c.next_control().await? {
-            Packet::ConnAck {
+            Packet::ConnAck(ConnAck {
                 session_present,
                 code: 0,
-            } => {
+                ..
+            }) => {
                 c.session_present = session_present;
                 Ok(c)
             }
-            Packet::ConnAck { code, .. } => Err(ClientError::Connect(format!(
+            Packet::ConnAck(ConnAck { code, .. }) => Err(ClientError::Connect(format!(
                 "CONNACK refused with code {code}"
             ))),
             other => Err(ClientError::Connect(format!(
@@ -129,7 +134,7 @@ impl MqttClient {
 
     async fn feed(&mut self, p: &Packet) -> Result<(), ClientError> {
         let mut buf = BytesMut::new();
-        mqtt::encode(p, &mut buf);
+        mqtt::encode(p, &mut buf, LEVEL);
         self.conn
             .feed(ws::Message::Binary(buf.freeze()))
             .await
@@ -143,7 +148,7 @@ impl MqttClient {
     /// The next packet from the broker (answering deliveries' QoS flows).
     async fn read(&mut self) -> Result<Packet, ClientError> {
         loop {
-            if let Some(p) = mqtt::decode(&mut self.buf, 16 << 20)
+            if let Some(p) = mqtt::decode(&mut self.buf, 16 << 20, LEVEL)
                 .map_err(|e| ClientError::Connect(e.to_string()))?
             {
                 return Ok(p);
@@ -171,7 +176,7 @@ impl MqttClient {
         loop {
             match self.read().await? {
                 Packet::Publish(p) => self.take_delivery(p).await?,
-                Packet::PubRel(pid) => self.send(&Packet::PubComp(pid)).await?,
+                Packet::PubRel(a) => self.send(&Packet::pubcomp(a.pid)).await?,
                 other => return Ok(other),
             }
         }
@@ -180,8 +185,8 @@ impl MqttClient {
     async fn take_delivery(&mut self, p: Publish) -> Result<(), ClientError> {
         // Fed, not flushed: the next read flushes them all at once.
         match (p.qos, p.pid) {
-            (1, Some(pid)) => self.feed(&Packet::PubAck(pid)).await?,
-            (2, Some(pid)) => self.feed(&Packet::PubRec(pid)).await?,
+            (1, Some(pid)) => self.feed(&Packet::puback(pid)).await?,
+            (2, Some(pid)) => self.feed(&Packet::pubrec(pid)).await?,
             _ => {}
         }
         self.inbox.push_back(p);
@@ -207,6 +212,7 @@ impl MqttClient {
             topic: topic.to_owned(),
             pid,
             payload: payload.into(),
+            props: Default::default(),
         }))
         .await?;
         let Some(pid) = pid else {
@@ -214,11 +220,11 @@ impl MqttClient {
         };
         loop {
             match self.next_control().await? {
-                Packet::PubAck(p) if p == pid && qos == 1 => return Ok(()),
-                Packet::PubRec(p) if p == pid && qos == 2 => {
-                    self.send(&Packet::PubRel(pid)).await?;
+                Packet::PubAck(a) if a.pid == pid && qos == 1 => return Ok(()),
+                Packet::PubRec(a) if a.pid == pid && qos == 2 => {
+                    self.send(&Packet::pubrel(pid)).await?;
                 }
-                Packet::PubComp(p) if p == pid && qos == 2 => return Ok(()),
+                Packet::PubComp(a) if a.pid == pid && qos == 2 => return Ok(()),
                 _ => {}
             }
         }
@@ -241,6 +247,7 @@ impl MqttClient {
                 topic: topic.to_owned(),
                 pid: None,
                 payload: p.clone(),
+                props: Default::default(),
             }))
             .await?;
         }
@@ -270,13 +277,14 @@ impl MqttClient {
                     topic: topic.to_owned(),
                     pid: Some(pid),
                     payload: payloads[next].clone(),
+                    props: Default::default(),
                 }))
                 .await?;
                 waiting.insert(pid);
                 next += 1;
             }
-            if let Packet::PubAck(pid) = self.next_control().await? {
-                waiting.remove(&pid);
+            if let Packet::PubAck(a) = self.next_control().await? {
+                waiting.remove(&a.pid);
             }
         }
         Ok(())
@@ -288,12 +296,12 @@ impl MqttClient {
     /// A closed connection or a timeout.
     pub async fn subscribe(&mut self, filter: &str, qos: u8) -> Result<u8, ClientError> {
         let pid = self.pid();
-        self.send(&Packet::Subscribe(pid, vec![(filter.to_owned(), qos)]))
+        self.send(&Packet::subscribe(pid, vec![(filter.to_owned(), qos)]))
             .await?;
         loop {
-            if let Packet::SubAck(p, codes) = self.next_control().await? {
-                if p == pid {
-                    return Ok(codes.first().copied().unwrap_or(mqtt::SUBACK_FAILURE));
+            if let Packet::SubAck(a) = self.next_control().await? {
+                if a.pid == pid {
+                    return Ok(a.codes.first().copied().unwrap_or(mqtt::SUBACK_FAILURE));
                 }
             }
         }
@@ -310,7 +318,7 @@ impl MqttClient {
             }
             match self.read().await? {
                 Packet::Publish(p) => self.take_delivery(p).await?,
-                Packet::PubRel(pid) => self.send(&Packet::PubComp(pid)).await?,
+                Packet::PubRel(a) => self.send(&Packet::pubcomp(a.pid)).await?,
                 // Control packets nobody waits for (late acks) are dropped.
                 _ => {}
             }
@@ -360,7 +368,7 @@ impl MqttClient {
     /// # Errors
     /// A closed connection.
     pub async fn disconnect(mut self) -> Result<(), ClientError> {
-        self.send(&Packet::Disconnect).await?;
+        self.send(&Packet::disconnect()).await?;
         let _ = self.conn.close().await;
         Ok(())
     }

@@ -4,7 +4,7 @@
 //!
 //! - [`frame`]: the native protocol's frames (proto/native.md).
 //! - [`jobs`]: the job and worker frames.
-//! - [`mqtt`]: MQTT 3.1.1 packets.
+//! - [`mqtt`]: MQTT 3.1, 3.1.1 and 5 packets.
 //! - [`codec`]: their JSON and bincode encodings; `decode_error` turns
 //!   decode failures into errors naming the op, the field and the `rid`.
 

@@ -28,6 +28,7 @@ pub use sink::MqttSink;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -150,6 +151,7 @@ impl MqttSession {
             out,
             state: Mutex::new(OutState::default()),
             broker: broker.downgrade(),
+            level: AtomicU8::new(mqtt::LEVEL_3_1_1),
         });
         MqttSession {
             id: Uuid::now_v7(),
@@ -232,7 +234,7 @@ impl MqttSession {
         }
         self.buf.extend_from_slice(bytes);
         loop {
-            let packet = match mqtt::decode(&mut self.buf, self.cfg.max_frame) {
+            let packet = match mqtt::decode(&mut self.buf, self.cfg.max_frame, self.sink.level()) {
                 Ok(Some(p)) => p,
                 Ok(None) => return Ok(()),
                 Err(MqttError::TooLarge(n)) => {
@@ -258,59 +260,60 @@ impl MqttSession {
         match packet {
             Packet::Connect(_) => Err(violation("a second CONNECT")),
             Packet::Publish(p) => self.publish(p).await,
-            Packet::PubAck(pid) => {
-                self.acknowledged(pid, false);
+            Packet::PubAck(a) => {
+                self.acknowledged(a.pid, false);
                 Ok(())
             }
-            Packet::PubRec(pid) => {
-                self.acknowledged(pid, true);
-                self.sink.push(&Packet::PubRel(pid));
+            Packet::PubRec(a) => {
+                self.acknowledged(a.pid, true);
+                self.sink.push(&Packet::pubrel(a.pid));
                 Ok(())
             }
-            Packet::PubComp(pid) => {
+            Packet::PubComp(a) => {
                 let mut st = self.sink.state.lock();
-                if matches!(st.pending.get(&pid), Some(Pending::Released)) {
-                    st.pending.remove(&pid);
+                if matches!(st.pending.get(&a.pid), Some(Pending::Released)) {
+                    st.pending.remove(&a.pid);
                 }
                 Ok(())
             }
-            Packet::PubRel(pid) => {
-                conn.awaiting_rel.remove(&pid);
-                self.sink.push(&Packet::PubComp(pid));
+            Packet::PubRel(a) => {
+                conn.awaiting_rel.remove(&a.pid);
+                self.sink.push(&Packet::pubcomp(a.pid));
                 Ok(())
             }
-            Packet::Subscribe(pid, filters) => {
-                let mut codes = Vec::with_capacity(filters.len());
-                for (filter, qos) in filters {
-                    codes.push(self.subscribe(filter, qos).await);
+            Packet::Subscribe(s) => {
+                let mut codes = Vec::with_capacity(s.filters.len());
+                for (filter, options) in s.filters {
+                    codes.push(self.subscribe(filter, options.qos).await);
                 }
                 self.report_counts();
-                self.sink.push(&Packet::SubAck(pid, codes));
+                self.sink.push(&Packet::suback(s.pid, codes));
                 Ok(())
             }
-            Packet::Unsubscribe(pid, filters) => {
-                for f in filters {
+            Packet::Unsubscribe(u) => {
+                for f in u.filters {
                     self.unsubscribe(&f).await;
                 }
                 self.report_counts();
-                self.sink.push(&Packet::UnsubAck(pid));
+                self.sink.push(&Packet::unsuback(u.pid));
                 Ok(())
             }
             Packet::PingReq => {
                 self.sink.push(&Packet::PingResp);
                 Ok(())
             }
-            Packet::Disconnect => {
+            Packet::Disconnect(_) => {
                 self.graceful = true;
                 Err(MqttClose {
                     code: 1000,
                     reason: "DISCONNECT".into(),
                 })
             }
-            Packet::ConnAck { .. }
-            | Packet::SubAck(..)
-            | Packet::UnsubAck(_)
-            | Packet::PingResp => Err(violation("a server-to-client packet from the client")),
+            Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
+                Err(violation("a server-to-client packet from the client"))
+            }
+            // Only decoded at level 5, which this session does not serve.
+            Packet::Auth(_) => Err(violation("AUTH before MQTT 5")),
         }
     }
 
@@ -344,10 +347,7 @@ impl MqttSession {
 
     async fn connect(&mut self, c: Connect) -> Result<(), MqttClose> {
         let refuse = |sink: &MqttSink, code: u8, why: &str| {
-            sink.push(&Packet::ConnAck {
-                session_present: false,
-                code,
-            });
+            sink.push(&Packet::connack(false, code));
             Err(violation(format!("CONNECT refused: {why}")))
         };
         if c.level != 3 && c.level != 4 {
@@ -360,6 +360,9 @@ impl MqttSession {
                 ),
             );
         }
+        // From here on the connection's packets are read and written at
+        // its level (3 and 4 are alike after CONNECT).
+        self.sink.set_level(c.level);
         if c.client_id.is_empty() && !c.clean_session {
             return refuse(
                 &self.sink,
@@ -458,10 +461,8 @@ impl MqttSession {
         }
         // CONNACK goes out before anything a resumed subscription sends:
         // a PUBLISH may not precede it.
-        self.sink.push(&Packet::ConnAck {
-            session_present,
-            code: connack::ACCEPTED,
-        });
+        self.sink
+            .push(&Packet::connack(session_present, connack::ACCEPTED));
         if !c.clean_session {
             for (id, filters) in existing {
                 let Some(filter) = filters.into_iter().next() else {
@@ -540,8 +541,8 @@ impl MqttSession {
                 "MQTT publish refused: not allowed"
             );
             match (p.qos, p.pid) {
-                (1, Some(pid)) => self.sink.push(&Packet::PubAck(pid)),
-                (2, Some(pid)) => self.sink.push(&Packet::PubRec(pid)),
+                (1, Some(pid)) => self.sink.push(&Packet::puback(pid)),
+                (2, Some(pid)) => self.sink.push(&Packet::pubrec(pid)),
                 _ => {}
             }
             return Ok(());
@@ -564,12 +565,12 @@ impl MqttSession {
                 }
                 return Ok(());
             }
-            self.sink.push(&Packet::PubRec(pid));
+            self.sink.push(&Packet::pubrec(pid));
             return Ok(());
         }
         let ok = self.publish_to_broker(&p).await;
         if p.qos == 1 && ok {
-            self.sink.push(&Packet::PubAck(p.pid.unwrap_or(0)));
+            self.sink.push(&Packet::puback(p.pid.unwrap_or(0)));
         }
         Ok(())
     }

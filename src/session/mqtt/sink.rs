@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -61,9 +62,21 @@ pub struct MqttSink {
     pub(super) out: Arc<Outbound>,
     pub(super) state: Mutex<OutState>,
     pub(super) broker: WeakBroker,
+    /// The connection's protocol level once CONNECT is accepted (3.1.1
+    /// until then), for the codec.
+    pub(super) level: AtomicU8,
 }
 
 impl MqttSink {
+    /// The protocol level the connection's packets are read and written at.
+    pub(super) fn level(&self) -> u8 {
+        self.level.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_level(&self, level: u8) {
+        self.level.store(level, Ordering::Relaxed);
+    }
+
     fn send(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
         if p.qos > 0 {
             match self.state.lock().take_pid(what) {
@@ -72,7 +85,7 @@ impl MqttSink {
             }
         }
         let mut head = BytesMut::with_capacity(8 + p.topic.len());
-        mqtt::publish_head(&mut head, &p);
+        mqtt::publish_head(&mut head, &p, self.level());
         let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
         // QoS 1/2 deliveries hold a packet id until acknowledged: they go
         // in the high lane, which the drop-oldest policy never evicts, and
@@ -98,7 +111,7 @@ impl MqttSink {
 
     pub(super) fn push(&self, packet: &Packet) {
         let mut buf = BytesMut::new();
-        mqtt::encode(packet, &mut buf);
+        mqtt::encode(packet, &mut buf, self.level());
         let _ = self.out.push(
             Priority::High,
             OutFrame::data(Format::Bincode, Bytes::new(), buf.freeze()),
@@ -132,7 +145,11 @@ impl Sink for MqttSink {
                         topic: m.topic.to_string(),
                         pid: None,
                         payload: m.payload.clone(),
+                        props: mqtt::Properties::default(),
                     },
+                    // The shared slot holds the 3.1.1 form (an MQTT 5
+                    // connection will need a slot of its own).
+                    mqtt::LEVEL_3_1_1,
                 );
                 head.freeze()
             });
@@ -152,6 +169,7 @@ impl Sink for MqttSink {
             topic: msg.topic.to_string(),
             pid: None,
             payload: msg.payload.clone(),
+            props: mqtt::Properties::default(),
         };
         self.send(p, Pending::Topic)
     }
@@ -176,6 +194,7 @@ impl Sink for MqttSink {
             topic,
             pid: None,
             payload: m.payload.clone(),
+            props: mqtt::Properties::default(),
         };
         let what = Pending::Queue {
             queue: d.queue.into(),

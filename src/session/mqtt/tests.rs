@@ -22,7 +22,7 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 /// Feeds one packet to the session, encoded as a client sends it.
 async fn send(session: &mut MqttSession, packet: &Packet) -> Result<(), MqttClose> {
     let mut buf = BytesMut::new();
-    mqtt::encode(packet, &mut buf);
+    mqtt::encode(packet, &mut buf, mqtt::LEVEL_3_1_1);
     session.data(&buf).await
 }
 
@@ -32,7 +32,7 @@ fn sent(session: &MqttSession) -> Vec<Packet> {
     for frame in session.outbound().take_queued() {
         let mut buf = BytesMut::from(&frame[..]);
         while !buf.is_empty() {
-            match mqtt::decode(&mut buf, usize::MAX) {
+            match mqtt::decode(&mut buf, usize::MAX, mqtt::LEVEL_3_1_1) {
                 Ok(Some(p)) => packets.push(p),
                 other => panic!("an incomplete or invalid packet queued: {other:?}"),
             }
@@ -50,6 +50,7 @@ fn connect(client_id: &str) -> Packet {
         will: None,
         username: None,
         password: None,
+        props: Default::default(),
     })
 }
 
@@ -61,19 +62,14 @@ fn publish(topic: &str, qos: u8, pid: Option<u16>, payload: &'static [u8]) -> Pa
         topic: topic.into(),
         pid,
         payload: Bytes::from_static(payload),
+        props: Default::default(),
     })
 }
 
 /// Connects `s` and checks the CONNACK.
 async fn connected(s: &mut MqttSession) {
     send(s, &connect("c1")).await.expect("CONNECT accepted");
-    assert_eq!(
-        sent(s),
-        [Packet::ConnAck {
-            session_present: false,
-            code: connack::ACCEPTED,
-        }]
-    );
+    assert_eq!(sent(s), [Packet::connack(false, connack::ACCEPTED)]);
 }
 
 #[test]
@@ -91,10 +87,10 @@ fn subscribe_grants_the_qos_and_refuses_a_filter_past_max_levels() {
     run(async {
         connected(&mut s).await;
         let filters = vec![("a/+".to_owned(), 1), (at_limit, 2), (too_deep, 1)];
-        send(&mut s, &Packet::Subscribe(7, filters))
+        send(&mut s, &Packet::subscribe(7, filters))
             .await
             .expect("SUBSCRIBE handled");
-        assert_eq!(sent(&s), [Packet::SubAck(7, vec![1, 2, SUBACK_FAILURE])]);
+        assert_eq!(sent(&s), [Packet::suback(7, vec![1, 2, SUBACK_FAILURE])]);
     });
 }
 
@@ -103,10 +99,10 @@ fn a_qos1_publish_is_acknowledged_and_reaches_the_own_subscription() {
     let (_scheduler, mut s) = session();
     run(async {
         connected(&mut s).await;
-        send(&mut s, &Packet::Subscribe(1, vec![("a/+".to_owned(), 1)]))
+        send(&mut s, &Packet::subscribe(1, vec![("a/+".to_owned(), 1)]))
             .await
             .expect("SUBSCRIBE handled");
-        assert_eq!(sent(&s), [Packet::SubAck(1, vec![1])]);
+        assert_eq!(sent(&s), [Packet::suback(1, vec![1])]);
         send(&mut s, &publish("a/b", 1, Some(9), b"hi"))
             .await
             .expect("PUBLISH handled");
@@ -125,9 +121,9 @@ fn a_qos1_publish_is_acknowledged_and_reaches_the_own_subscription() {
             ("a/b", &b"hi"[..], 1)
         );
         let pid = delivered.pid.expect("a QoS 1 delivery has a packet id");
-        assert_eq!(packets[1], Packet::PubAck(9));
+        assert_eq!(packets[1], Packet::puback(9));
         // Acknowledging it frees the packet id.
-        send(&mut s, &Packet::PubAck(pid))
+        send(&mut s, &Packet::puback(pid))
             .await
             .expect("PUBACK handled");
         assert!(s.sink.state.lock().pending.is_empty());
@@ -145,5 +141,27 @@ fn a_publish_before_connect_closes_the_connection() {
         assert_eq!(close.code, 1002);
         assert!(close.reason.contains("CONNECT"), "{close:?}");
         assert_eq!(sent(&s), []);
+    });
+}
+
+#[test]
+fn an_mqtt5_connect_with_properties_gets_the_3_1_1_connack_1() {
+    let (_scheduler, mut s) = session();
+    run(async {
+        let mut c = match connect("v5") {
+            Packet::Connect(c) => c,
+            _ => unreachable!(),
+        };
+        c.level = mqtt::LEVEL_5;
+        c.props.session_expiry_interval = Some(60);
+        c.props.user_properties = vec![("k".into(), "v".into())];
+        let mut buf = BytesMut::new();
+        mqtt::encode(&Packet::Connect(c), &mut buf, mqtt::LEVEL_5);
+        let close = s.data(&buf).await.expect_err("MQTT 5 refused");
+        assert_eq!(close.code, 1002);
+        let frames: Vec<_> = s.outbound().take_queued();
+        let bytes: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
+        assert_eq!(bytes, [0x20, 2, 0, connack::BAD_PROTOCOL]);
+        assert_eq!(s.sink.level(), mqtt::LEVEL_3_1_1);
     });
 }
