@@ -346,7 +346,7 @@ mod own_client {
             let mut raw = MqttClient::connect(&url(&b), opts("y")).await.unwrap();
             let mut buf = bytes::BytesMut::new();
             mqtt::encode(
-                &Packet::Connect(mqtt::Connect {
+                &Packet::Connect(Box::new(mqtt::Connect {
                     level: 4,
                     client_id: "y".into(),
                     clean_session: true,
@@ -355,7 +355,7 @@ mod own_client {
                     username: None,
                     password: None,
                     props: Default::default(),
-                }),
+                })),
                 &mut buf,
                 mqtt::LEVEL_3_1_1,
             );

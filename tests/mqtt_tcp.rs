@@ -35,7 +35,7 @@ impl Raw {
 
     fn connect(addr: SocketAddr, c: Connect) -> (Raw, u8) {
         let mut raw = Raw::open(addr);
-        raw.send(&Packet::Connect(c));
+        raw.send(&Packet::Connect(Box::new(c)));
         match raw.recv() {
             Some(Packet::ConnAck(a)) => (raw, a.code),
             other => panic!("expected CONNACK, got {other:?}"),
@@ -260,7 +260,7 @@ fn mqtt_over_tls_with_the_test_ca() {
             .expect("TLS handshake");
         let mut out = BytesMut::new();
         mqtt::encode(
-            &Packet::Connect(hello("tls-1")),
+            &Packet::Connect(Box::new(hello("tls-1"))),
             &mut out,
             mqtt::LEVEL_3_1_1,
         );
@@ -299,7 +299,7 @@ fn mqtt_over_tls_with_the_test_ca() {
     let mut plain = Raw::open(addr);
     let mut out = BytesMut::new();
     mqtt::encode(
-        &Packet::Connect(hello("plain")),
+        &Packet::Connect(Box::new(hello("plain"))),
         &mut out,
         mqtt::LEVEL_3_1_1,
     );

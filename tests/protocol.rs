@@ -437,7 +437,7 @@ mod mqtt_codec {
         )
             .prop_map(
                 |(client_id, clean_session, keep_alive, will, username, password, props)| {
-                    Packet::Connect(Connect {
+                    Packet::Connect(Box::new(Connect {
                         level: LEVEL_5,
                         client_id,
                         clean_session,
@@ -446,7 +446,7 @@ mod mqtt_codec {
                         username,
                         password,
                         props,
-                    })
+                    }))
                 },
             );
         let connack =

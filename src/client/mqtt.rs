@@ -93,7 +93,7 @@ impl MqttClient {
             Some((u, p)) => (Some(u), Some(Bytes::from(p))),
             None => (None, None),
         };
-        c.send(&Packet::Connect(Connect {
+        c.send(&Packet::Connect(Box::new(Connect {
             level: o.level,
             client_id: o.client_id,
             clean_session: o.clean,
@@ -102,7 +102,7 @@ impl MqttClient {
             username,
             password,
             props: Default::default(),
-        }))
+        })))
         .await?;
         match c.next_control().await? {
             Packet::ConnAck(ConnAck {

@@ -137,7 +137,7 @@ fn parse(first: u8, mut r: Reader, level: u8) -> Result<Packet, MqttError> {
     let v5 = is_v5(level);
     let r = &mut r;
     let packet = match kind {
-        1 => Packet::Connect(parse_connect(r)?),
+        1 => Packet::Connect(Box::new(parse_connect(r)?)),
         2 => {
             let ack = r.u8()?;
             if ack > 1 {

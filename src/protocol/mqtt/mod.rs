@@ -441,8 +441,9 @@ impl Reasoned {
 /// A control packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Packet {
-    /// CONNECT.
-    Connect(Connect),
+    /// CONNECT (boxed: it is one packet per connection and the largest,
+    /// and every packet decoded would otherwise take its size).
+    Connect(Box<Connect>),
     /// CONNACK.
     ConnAck(ConnAck),
     /// PUBLISH.

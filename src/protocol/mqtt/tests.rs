@@ -77,12 +77,12 @@ fn publish(qos: u8, topic: &str, props: Properties) -> Publish {
 
 #[test]
 fn every_packet_round_trips_and_waits_for_its_last_byte() {
-    round_trip(Packet::Connect(v3_connect()));
+    round_trip(Packet::Connect(Box::new(v3_connect())));
     round_trip_at(
-        Packet::Connect(Connect {
+        Packet::Connect(Box::new(Connect {
             level: 3,
             ..v3_connect()
-        }),
+        })),
         LEVEL_3_1,
     );
     round_trip(Packet::connack(true, 0));
@@ -322,7 +322,7 @@ fn full(ctx: &str) -> Properties {
 #[test]
 fn every_v5_packet_round_trips_with_every_property_it_may_carry() {
     let v5 = |p| round_trip_at(p, LEVEL_5);
-    v5(Packet::Connect(Connect {
+    v5(Packet::Connect(Box::new(Connect {
         level: 5,
         client_id: String::new(),
         clean_session: true,
@@ -334,12 +334,12 @@ fn every_v5_packet_round_trips_with_every_property_it_may_carry() {
         username: None,
         password: Some(Bytes::from_static(b"pw without a user name")),
         props: full("connect"),
-    }));
-    v5(Packet::Connect(Connect {
+    })));
+    v5(Packet::Connect(Box::new(Connect {
         level: 5,
         will: None,
         ..v3_connect()
-    }));
+    })));
     v5(Packet::ConnAck(ConnAck {
         session_present: true,
         code: 0,
@@ -504,7 +504,7 @@ fn spec_layout_connect_with_properties_and_will() {
             ..Properties::default()
         },
     };
-    assert_eq!(got, Packet::Connect(want));
+    assert_eq!(got, Packet::Connect(Box::new(want)));
     // The smallest MQTT 5 CONNECT, decoded whatever the connection's
     // level so far: the session still refuses level 5 by its CONNACK.
     let min = [
@@ -555,7 +555,7 @@ fn spec_layout_publish_with_alias_user_properties_and_subscription_ids() {
     );
     // The same bytes at 3.1.1 are a topic and a payload, no properties.
     let got = decode_one(&packet(0x30, &[0, 1, b't', 0]), LEVEL_3_1_1).unwrap();
-    assert!(matches!(got, Packet::Publish(p) if &p.payload[..] == [0]));
+    assert!(matches!(got, Packet::Publish(p) if p.payload[..] == [0]));
 }
 
 /// PUBACK (§3.4.2.1): remaining length 2 is success without properties,

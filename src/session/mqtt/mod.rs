@@ -253,7 +253,7 @@ impl MqttSession {
     async fn packet(&mut self, packet: Packet) -> Result<(), MqttClose> {
         let Some(conn) = self.connected.as_mut() else {
             return match packet {
-                Packet::Connect(c) => self.connect(c).await,
+                Packet::Connect(c) => self.connect(*c).await,
                 _ => Err(violation("the first MQTT packet must be CONNECT")),
             };
         };

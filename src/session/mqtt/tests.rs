@@ -42,7 +42,7 @@ fn sent(session: &MqttSession) -> Vec<Packet> {
 }
 
 fn connect(client_id: &str) -> Packet {
-    Packet::Connect(Connect {
+    Packet::Connect(Box::new(Connect {
         level: 4,
         client_id: client_id.into(),
         clean_session: true,
@@ -51,7 +51,7 @@ fn connect(client_id: &str) -> Packet {
         username: None,
         password: None,
         props: Default::default(),
-    })
+    }))
 }
 
 fn publish(topic: &str, qos: u8, pid: Option<u16>, payload: &'static [u8]) -> Packet {
