@@ -218,8 +218,9 @@ mod mqtt_codec {
     use proptest::prelude::*;
     use proptest::sample::select;
     use wharf::protocol::mqtt::{
-        Ack, ConnAck, Connect, LEVEL_3_1, LEVEL_3_1_1, LEVEL_5, Packet, Properties, Publish,
-        Reasoned, SubAck, SubOptions, Subscribe, UnsubAck, Unsubscribe, Will, decode, encode,
+        Ack, ConnAck, Connect, LEVEL_3_1, LEVEL_3_1_1, LEVEL_5, Packet, Properties, PropertySet,
+        Publish, Reasoned, SubAck, SubOptions, Subscribe, UnsubAck, Unsubscribe, Will, decode,
+        encode,
     };
 
     /// A UTF-8 string without NUL, with a character of two bytes.
@@ -266,46 +267,50 @@ mod mqtt_codec {
             of(any::<bool>()),
             of(any::<bool>()),
         );
-        (a, b, c).prop_map(|(a, b, c)| Properties {
-            payload_format_indicator: a.0,
-            message_expiry_interval: a.1,
-            content_type: a.2,
-            response_topic: a.3,
-            correlation_data: a.4,
-            subscription_identifiers: a.5,
-            session_expiry_interval: a.6,
-            assigned_client_identifier: a.7,
-            server_keep_alive: a.8,
-            authentication_method: b.0,
-            authentication_data: b.1,
-            request_problem_information: b.2,
-            will_delay_interval: b.3,
-            request_response_information: b.4,
-            response_information: b.5,
-            server_reference: b.6,
-            reason_string: b.7,
-            receive_maximum: b.8,
-            topic_alias_maximum: b.9,
-            topic_alias: b.10,
-            maximum_qos: b.11,
-            retain_available: c.0,
-            user_properties: c.1,
-            maximum_packet_size: c.2,
-            wildcard_subscription_available: c.3,
-            subscription_identifier_available: c.4,
-            shared_subscription_available: c.5,
+        (a, b, c).prop_map(|(a, b, c)| {
+            PropertySet {
+                payload_format_indicator: a.0,
+                message_expiry_interval: a.1,
+                content_type: a.2,
+                response_topic: a.3,
+                correlation_data: a.4,
+                subscription_identifiers: a.5,
+                session_expiry_interval: a.6,
+                assigned_client_identifier: a.7,
+                server_keep_alive: a.8,
+                authentication_method: b.0,
+                authentication_data: b.1,
+                request_problem_information: b.2,
+                will_delay_interval: b.3,
+                request_response_information: b.4,
+                response_information: b.5,
+                server_reference: b.6,
+                reason_string: b.7,
+                receive_maximum: b.8,
+                topic_alias_maximum: b.9,
+                topic_alias: b.10,
+                maximum_qos: b.11,
+                retain_available: c.0,
+                user_properties: c.1,
+                maximum_packet_size: c.2,
+                wildcard_subscription_available: c.3,
+                subscription_identifier_available: c.4,
+                shared_subscription_available: c.5,
+            }
+            .into()
         })
     }
 
     /// Keeps the properties MQTT 5 allows in `packet` (its table 2-4,
     /// written out again here rather than taken from the codec).
     fn only(p: Properties, packet: &str) -> Properties {
-        let d = Properties {
+        let p: PropertySet = (*p).clone();
+        let d = PropertySet {
             user_properties: p.user_properties.clone(),
-            ..Properties::default()
+            ..PropertySet::default()
         };
         let mut out = match packet {
-            "CONNECT" => Properties {
+            "CONNECT" => PropertySet {
                 session_expiry_interval: p.session_expiry_interval,
                 authentication_method: p.authentication_method,
                 authentication_data: p.authentication_data,
@@ -316,7 +321,7 @@ mod mqtt_codec {
                 maximum_packet_size: p.maximum_packet_size,
                 ..d
             },
-            "CONNACK" => Properties {
+            "CONNACK" => PropertySet {
                 session_expiry_interval: p.session_expiry_interval,
                 assigned_client_identifier: p.assigned_client_identifier,
                 server_keep_alive: p.server_keep_alive,
@@ -335,7 +340,7 @@ mod mqtt_codec {
                 shared_subscription_available: p.shared_subscription_available,
                 ..d
             },
-            "PUBLISH" | "will" => Properties {
+            "PUBLISH" | "will" => PropertySet {
                 payload_format_indicator: p.payload_format_indicator,
                 message_expiry_interval: p.message_expiry_interval,
                 content_type: p.content_type,
@@ -350,25 +355,25 @@ mod mqtt_codec {
                 will_delay_interval: p.will_delay_interval.filter(|_| packet == "will"),
                 ..d
             },
-            "SUBSCRIBE" => Properties {
+            "SUBSCRIBE" => PropertySet {
                 subscription_identifiers: p.subscription_identifiers.into_iter().take(1).collect(),
                 ..d
             },
             "UNSUBSCRIBE" => d,
-            "DISCONNECT" => Properties {
+            "DISCONNECT" => PropertySet {
                 session_expiry_interval: p.session_expiry_interval,
                 server_reference: p.server_reference,
                 reason_string: p.reason_string,
                 ..d
             },
-            "AUTH" => Properties {
+            "AUTH" => PropertySet {
                 authentication_method: p.authentication_method,
                 authentication_data: p.authentication_data,
                 reason_string: p.reason_string,
                 ..d
             },
             // Acks, SUBACK, UNSUBACK.
-            _ => Properties {
+            _ => PropertySet {
                 reason_string: p.reason_string,
                 ..d
             },
@@ -376,7 +381,7 @@ mod mqtt_codec {
         if out.authentication_method.is_none() {
             out.authentication_data = None;
         }
-        out
+        out.into()
     }
 
     fn props(packet: &'static str) -> impl Strategy<Value = Properties> {

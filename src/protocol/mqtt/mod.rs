@@ -31,7 +31,7 @@ mod tests;
 
 pub use decode::decode;
 pub use encode::{encode, publish_head};
-pub use properties::{Properties, property};
+pub use properties::{Properties, PropertySet, property};
 
 /// Protocol level of MQTT 3.1 (protocol name `MQIsdp`), for CONNECT and for
 /// choosing the codec's rules.
@@ -430,10 +430,11 @@ impl Reasoned {
     pub fn with_reason_string(reason: u8, why: impl Into<String>) -> Self {
         Reasoned {
             reason,
-            props: Properties {
+            props: PropertySet {
                 reason_string: Some(why.into()),
-                ..Properties::default()
-            },
+                ..PropertySet::default()
+            }
+            .into(),
         }
     }
 }

@@ -118,12 +118,13 @@ fn every_packet_round_trips_and_waits_for_its_last_byte() {
 
 #[test]
 fn v3_bytes_leave_out_everything_mqtt5() {
-    let props = Properties {
+    let props: Properties = PropertySet {
         reason_string: Some("why".into()),
         user_properties: vec![("k".into(), "v".into())],
         topic_alias: Some(3),
-        ..Properties::default()
-    };
+        ..PropertySet::default()
+    }
+    .into();
     let cases: Vec<(Packet, &[u8])> = vec![
         (
             Packet::PubAck(Ack {
@@ -239,7 +240,7 @@ fn full(ctx: &str) -> Properties {
     ];
     let reason = Some("because".to_owned());
     match ctx {
-        "connect" => Properties {
+        "connect" => PropertySet {
             session_expiry_interval: Some(3600),
             authentication_method: Some("SCRAM-SHA-1".into()),
             authentication_data: Some(Bytes::from_static(b"\x00\x01")),
@@ -249,9 +250,10 @@ fn full(ctx: &str) -> Properties {
             topic_alias_maximum: Some(10),
             user_properties: users,
             maximum_packet_size: Some(1 << 16),
-            ..Properties::default()
-        },
-        "connack" => Properties {
+            ..PropertySet::default()
+        }
+        .into(),
+        "connack" => PropertySet {
             session_expiry_interval: Some(0),
             assigned_client_identifier: Some("auto-1".into()),
             server_keep_alive: Some(30),
@@ -269,9 +271,10 @@ fn full(ctx: &str) -> Properties {
             wildcard_subscription_available: Some(true),
             subscription_identifier_available: Some(false),
             shared_subscription_available: Some(true),
-            ..Properties::default()
-        },
-        "publish" | "will" => Properties {
+            ..PropertySet::default()
+        }
+        .into(),
+        "publish" | "will" => PropertySet {
             payload_format_indicator: Some(true),
             message_expiry_interval: Some(60),
             content_type: Some("text/plain".into()),
@@ -285,37 +288,43 @@ fn full(ctx: &str) -> Properties {
             topic_alias: (ctx == "publish").then_some(3),
             will_delay_interval: (ctx == "will").then_some(5),
             user_properties: users,
-            ..Properties::default()
-        },
-        "subscribe" => Properties {
+            ..PropertySet::default()
+        }
+        .into(),
+        "subscribe" => PropertySet {
             subscription_identifiers: vec![268_435_455],
             user_properties: users,
-            ..Properties::default()
-        },
-        "unsubscribe" => Properties {
+            ..PropertySet::default()
+        }
+        .into(),
+        "unsubscribe" => PropertySet {
             user_properties: users,
-            ..Properties::default()
-        },
-        "disconnect" => Properties {
+            ..PropertySet::default()
+        }
+        .into(),
+        "disconnect" => PropertySet {
             session_expiry_interval: Some(10),
             server_reference: Some("elsewhere".into()),
             reason_string: reason,
             user_properties: users,
-            ..Properties::default()
-        },
-        "auth" => Properties {
+            ..PropertySet::default()
+        }
+        .into(),
+        "auth" => PropertySet {
             authentication_method: Some("m".into()),
             authentication_data: Some(Bytes::from_static(b"d")),
             reason_string: reason,
             user_properties: users,
-            ..Properties::default()
-        },
+            ..PropertySet::default()
+        }
+        .into(),
         // Acks, SUBACK, UNSUBACK.
-        _ => Properties {
+        _ => PropertySet {
             reason_string: reason,
             user_properties: users,
-            ..Properties::default()
-        },
+            ..PropertySet::default()
+        }
+        .into(),
     }
 }
 
@@ -443,10 +452,11 @@ fn properties_a_packet_may_not_carry_are_not_written() {
     let mut s = Subscribe {
         pid: 1,
         filters: vec![("t".into(), SubOptions::qos(1))],
-        props: Properties {
+        props: PropertySet {
             subscription_identifiers: vec![1, 2],
-            ..Properties::default()
-        },
+            ..PropertySet::default()
+        }
+        .into(),
     };
     let mut out = BytesMut::new();
     encode(&Packet::Subscribe(s.clone()), &mut out, LEVEL_5);
@@ -488,21 +498,23 @@ fn spec_layout_connect_with_properties_and_will() {
             payload: Bytes::from_static(b"bye"),
             qos: 1,
             retain: true,
-            props: Properties {
+            props: PropertySet {
                 will_delay_interval: Some(5),
                 payload_format_indicator: Some(true),
                 content_type: Some("text".into()),
-                ..Properties::default()
-            },
+                ..PropertySet::default()
+            }
+            .into(),
         }),
         username: Some("u".into()),
         password: Some(Bytes::from_static(b"pw")),
-        props: Properties {
+        props: PropertySet {
             session_expiry_interval: Some(120),
             receive_maximum: Some(10),
             user_properties: vec![("k".into(), "v".into())],
-            ..Properties::default()
-        },
+            ..PropertySet::default()
+        }
+        .into(),
     };
     assert_eq!(got, Packet::Connect(Box::new(want)));
     // The smallest MQTT 5 CONNECT, decoded whatever the connection's
@@ -540,12 +552,13 @@ fn spec_layout_publish_with_alias_user_properties_and_subscription_ids() {
         topic: "a/b".into(),
         pid: Some(7),
         payload: Bytes::from_static(b"hi"),
-        props: Properties {
+        props: PropertySet {
             topic_alias: Some(2),
             user_properties: vec![("x".into(), "1".into()), ("x".into(), "2".into())],
             subscription_identifiers: vec![5, 128],
-            ..Properties::default()
-        },
+            ..PropertySet::default()
+        }
+        .into(),
     };
     assert_eq!(got, Packet::Publish(want));
     // An empty topic stands for the alias's.
@@ -579,10 +592,11 @@ fn spec_layout_puback_short_forms() {
         decode_one(&[0x40, 4, 0, 7, 0x10, 0], LEVEL_5),
         Ok(ack(0x10, none()))
     );
-    let with_reason = Properties {
+    let with_reason = PropertySet {
         reason_string: Some("n".into()),
-        ..none()
-    };
+        ..PropertySet::default()
+    }
+    .into();
     assert_eq!(
         decode_one(&[0x40, 8, 0, 7, 0x87, 4, 0x1F, 0, 1, b'n'], LEVEL_5),
         Ok(ack(0x87, with_reason))
@@ -633,10 +647,11 @@ fn spec_layout_subscribe_with_options() {
             ),
             ("b".into(), SubOptions::qos(2)),
         ],
-        props: Properties {
+        props: PropertySet {
             subscription_identifiers: vec![42],
-            ..Properties::default()
-        },
+            ..PropertySet::default()
+        }
+        .into(),
     };
     assert_eq!(got, Packet::Subscribe(want));
 }
@@ -663,11 +678,12 @@ fn spec_layout_disconnect_with_reason() {
         decode_one(&packet(0xe0, &body), LEVEL_5),
         Ok(Packet::Disconnect(Reasoned {
             reason: reason::DISCONNECT_WITH_WILL,
-            props: Properties {
+            props: PropertySet {
                 session_expiry_interval: Some(10),
                 reason_string: Some("bye!".into()),
-                ..Properties::default()
-            },
+                ..PropertySet::default()
+            }
+            .into(),
         }))
     );
     // At 3.1.1 a DISCONNECT has no body.
