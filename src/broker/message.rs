@@ -51,6 +51,13 @@ pub struct Published {
     pub retained: bool,
     /// MQTT quality of service of the publish (0-2).
     pub qos: u8,
+    /// The publisher's retain flag, which MQTT 5's "retain as published"
+    /// passes on to a subscriber (`retained` is the copy kept for new
+    /// subscribers).
+    pub retain_flag: bool,
+    /// The publishing connection's sink id (0 for none), so an MQTT 5
+    /// subscription with "no local" leaves out its own publishes.
+    pub origin: u64,
     encodings: [OnceLock<Bytes>; EncodingSlot::COUNT],
 }
 
@@ -72,6 +79,8 @@ impl Published {
             priority,
             retained,
             qos: 0,
+            retain_flag: false,
+            origin: 0,
             encodings: Default::default(),
         }
     }
@@ -79,6 +88,14 @@ impl Published {
     /// The same message with QoS `qos`.
     pub fn with_qos(mut self, qos: u8) -> Self {
         self.qos = qos;
+        self
+    }
+
+    /// The same message as published with the retain flag `retain` by
+    /// the connection whose sink is `origin`.
+    pub fn with_origin(mut self, origin: u64, retain: bool) -> Self {
+        self.origin = origin;
+        self.retain_flag = retain;
         self
     }
 
@@ -93,6 +110,7 @@ impl Published {
             true,
         )
         .with_qos(self.qos)
+        .with_origin(self.origin, true)
     }
 
     /// The message's encoding in `slot`, made by `encode` on first use and

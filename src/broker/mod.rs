@@ -39,7 +39,9 @@ pub use queue::{
 };
 pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
 pub use shared::{SHARED_PREFETCH, SHARED_PREFIX, shared_queue_name};
-pub use sink::{DeliveryOutcome, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id};
+pub use sink::{
+    DeliveryOutcome, MqttSubOptions, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id,
+};
 pub use topic::PublishOutcome;
 pub use txn::{TxnAck, TxnOps};
 
@@ -166,6 +168,9 @@ pub struct Publish {
     /// subscriber gets the lower of this and its subscription's. Native
     /// publishes are 0.
     pub qos: u8,
+    /// The publishing connection's sink id, 0 for none (native, HTTP and
+    /// embedded publishes): MQTT 5's "no local" compares it.
+    pub origin: u64,
 }
 
 /// The broker: cheap to clone, shared by every connection. Its methods
@@ -452,6 +457,7 @@ impl Broker {
             retain,
             priority,
             qos,
+            origin,
         } = msg;
         let mut message = Some((payload, headers));
         for _ in 0..GONE_RETRIES {
@@ -464,7 +470,7 @@ impl Broker {
                 break;
             };
             match topic
-                .submit(move |t| t.publish(payload, headers, priority, retain, qos))
+                .submit(move |t| t.publish(payload, headers, priority, retain, qos, origin))
                 .await?
             {
                 Ok((outcome, None)) => {

@@ -71,8 +71,27 @@ pub enum SubTag {
     /// The encoded start of a native session's `message` frames for this
     /// subscription (made once, sent before each shared body).
     Prefix(Bytes),
-    /// An MQTT subscription's granted QoS.
-    Qos(u8),
+    /// An MQTT subscription's granted QoS and MQTT 5 options.
+    Mqtt(MqttSubOptions),
+}
+
+/// What an MQTT subscription asked for, kept with it so a delivery is
+/// shaped without a lookup: the granted QoS, and MQTT 5's options (all
+/// off, and identifier 0, at levels 3 and 4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MqttSubOptions {
+    /// Granted QoS (0-2).
+    pub qos: u8,
+    /// Leave out messages the subscribing connection published.
+    pub no_local: bool,
+    /// Pass the publisher's retain flag on (otherwise only the copy sent
+    /// at subscribe time is marked retained).
+    pub retain_as_published: bool,
+    /// The subscription identifier deliveries carry (0: none).
+    pub id: u32,
+    /// Send no retained message at subscribe time (MQTT 5 retain
+    /// handling 2, or 1 for a subscription that existed).
+    pub skip_retained: bool,
 }
 
 /// One subscription as topics hold it.

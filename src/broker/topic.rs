@@ -112,6 +112,7 @@ impl TopicState {
         priority: Priority,
         retain: bool,
         qos: u8,
+        origin: u64,
     ) -> Result<(PublishOutcome, Option<Durable>), NotPublished> {
         if self.removed {
             return Err(NotPublished::Gone(payload, headers));
@@ -138,7 +139,8 @@ impl TopicState {
                 priority,
                 false,
             )
-            .with_qos(qos.min(2)),
+            .with_qos(qos.min(2))
+            .with_origin(origin, retain),
         );
         if retain {
             let kept = (!msg.payload.is_empty()).then(|| Arc::new(msg.as_retained()));

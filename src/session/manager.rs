@@ -49,6 +49,7 @@ pub struct SessionInfo {
 #[derive(Clone, Default)]
 pub struct Sessions {
     map: Arc<RwLock<HashMap<Uuid, Entry>>>,
+    later: super::Later,
 }
 
 impl Sessions {
@@ -174,8 +175,16 @@ impl Sessions {
         }
     }
 
-    /// Asks every session to close (used at shutdown).
+    /// Actions sessions left to run after they end (MQTT 5's delayed
+    /// wills and session expiry), cancelled when their client returns.
+    pub fn later(&self) -> &super::Later {
+        &self.later
+    }
+
+    /// Asks every session to close (used at shutdown); what sessions left
+    /// pending ([`Sessions::later`]) is dropped.
     pub fn close_all(&self, code: u16, reason: &str, drain: bool) {
+        self.later.close();
         let outs: Vec<Arc<Outbound>> = self.map.read().values().map(|e| e.out.clone()).collect();
         for out in outs {
             out.close(CloseRequest {

@@ -7,6 +7,7 @@
 //! touches the socket, so it is tested without one.
 
 mod jobs;
+mod later;
 mod manager;
 pub mod mqtt;
 mod ops;
@@ -24,9 +25,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use uuid::Uuid;
 
 pub(crate) use jobs::may_see_job;
+pub use later::{LATER_MAX, Later};
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
-    CloseRequest, OutFrame, Outbound, OutboundStats, OutboundStream, PushError, encoding_slot,
+    CloseRequest, Farewell, OutFrame, Outbound, OutboundStats, OutboundStream, PushError,
+    encoding_slot,
 };
 pub use rate::{RateLimiter, Verdict};
 

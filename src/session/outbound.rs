@@ -104,6 +104,10 @@ pub struct CloseRequest {
     pub drain: bool,
 }
 
+/// The last data a protocol writes before a connection closes, made from
+/// the close's code and reason (MQTT 5's DISCONNECT with a reason code).
+pub type Farewell = Box<dyn Fn(u16, &str) -> Bytes + Send + Sync>;
+
 #[derive(Default)]
 struct State {
     high: VecDeque<OutFrame>,
@@ -116,6 +120,7 @@ struct State {
     close: Option<CloseRequest>,
     finished: bool,
     waker: Option<Waker>,
+    farewell: Option<Farewell>,
 }
 
 /// Counters of one session's outbound side.
@@ -320,6 +325,14 @@ impl Outbound {
         self.raw.store(true, Ordering::Relaxed);
     }
 
+    /// Sets (or with `None` clears) what is written just before the close,
+    /// whoever asks for the close: a protocol that says goodbye in its own
+    /// packets (MQTT 5) learns of closes made by the registry, the
+    /// keep-alive timer or the slow-consumer policy.
+    pub fn set_farewell(&self, farewell: Option<Farewell>) {
+        self.state.lock().farewell = farewell;
+    }
+
     /// Stops `dropped` notices: for protocols that have none (MQTT).
     pub fn disable_notices(&self) {
         self.notices.store(false, Ordering::Relaxed);
@@ -422,6 +435,12 @@ impl Outbound {
         }
         if written > 0 {
             return Poll::Ready(false);
+        }
+        if st.close.is_some() {
+            if let (Some(f), Some(close)) = (st.farewell.take(), &st.close) {
+                let bytes = f(close.code, &close.reason);
+                write_frame(buf, &OutFrame::data(Format::Bincode, Bytes::new(), bytes), raw);
+            }
         }
         if let Some(close) = &st.close {
             if !raw {

@@ -128,6 +128,7 @@ impl Session {
                         retain: false,
                         priority: p.priority,
                         qos: 0,
+                        origin: 0,
                     };
                     self.push_op(format, rid, 1, |t| t.ops.publishes.push(publish));
                 }

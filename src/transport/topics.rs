@@ -91,6 +91,7 @@ pub(crate) async fn publish(
             retain: query.retain,
             priority: query.priority,
             qos: 0,
+            origin: 0,
         })
         .await
         .map_err(api_error)?;

@@ -1,7 +1,8 @@
-//! An MQTT 3.1.1 session over one WebSocket connection: packets in
-//! ([`MqttSession::data`], any split into WebSocket frames), packets out
-//! through the connection's [`Outbound`]. MQTT and native clients share
-//! the broker's topics: payloads are the same bytes.
+//! An MQTT session (levels 3.1, 3.1.1 and 5) over one connection
+//! (WebSocket, TCP or TLS): packets in ([`MqttSession::data`], any split
+//! into frames or reads), packets out through the connection's
+//! [`Outbound`]. MQTT and native clients share the broker's topics:
+//! payloads are the same bytes, MQTT 5 properties are headers (`v5.rs`).
 //!
 //! - QoS: inbound QoS 1 is acknowledged after the publish task ran (after
 //!   the durable write for a retained message), QoS 2 is published once
@@ -16,12 +17,20 @@
 //!   acknowledged when the client left is delivered again (DUP set).
 //! - Shared subscriptions (`$share/{group}/{filter}`) make the connection
 //!   a member of a group that splits the filter's messages (`shared.rs`).
-//! - A will is published when the connection ends without DISCONNECT.
+//! - A will is published when the connection ends without DISCONNECT
+//!   (MQTT 5: after its delay, unless the client returns first).
+//! - CONNECT, session lifetime and the end of a connection: `connect.rs`.
 
+mod connect;
+mod publish;
 mod shared;
 mod sink;
 #[cfg(test)]
 mod tests;
+mod v5;
+
+pub use connect::TOPIC_ALIAS_MAX;
+pub use v5::{CONTENT_TYPE, CORRELATION_DATA, EXPIRES_AT, PAYLOAD_FORMAT, RESPONSE_TOPIC};
 
 pub use sink::MqttSink;
 
@@ -31,16 +40,22 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::{Outbound, Sessions};
 use crate::auth::{Auth, AuthError, Credential, Principal, Right};
-use crate::broker::{Broker, Publish, Settlement, Sink, Subscription, next_sink_id};
+use crate::broker::{
+    Broker, MqttSubOptions, Publish, PublishOutcome, Settlement, Sink, Subscription, next_sink_id,
+};
 use crate::config::SessionConfig;
-use crate::protocol::frame::{Headers, Priority};
-use crate::protocol::mqtt::{self, Connect, MqttError, Packet, SUBACK_FAILURE, connack};
+use crate::protocol::frame::Priority;
+use crate::protocol::mqtt::{
+    self, Connect, MqttError, Packet, SubOptions, connack, reason, suback_to_v3,
+};
+use connect::{durable_id, may_hold_durable, options_of};
+use publish::ack_with;
 use sink::{OutState, Pending};
 
 /// Why the connection must end.
@@ -50,54 +65,25 @@ pub struct MqttClose {
     pub code: u16,
     /// Why (also logged).
     pub reason: String,
+    /// The MQTT 5 reason code the DISCONNECT says, when it is more precise
+    /// than what `code` maps to.
+    pub mqtt: Option<u8>,
 }
 
 fn violation(reason: impl Into<String>) -> MqttClose {
     MqttClose {
         code: 1002,
         reason: reason.into(),
+        mqtt: None,
     }
 }
 
-/// The client id as it appears in durable subscription names: `mqtt:`
-/// and the id with `%`, `/`, `+`, `#` percent-encoded.
-fn durable_client(client_id: &str) -> String {
-    let mut s = String::from("mqtt:");
-    for c in client_id.chars() {
-        match c {
-            '%' => s.push_str("%25"),
-            '/' => s.push_str("%2F"),
-            '+' => s.push_str("%2B"),
-            '#' => s.push_str("%23"),
-            '\0' => s.push_str("%00"),
-            c => s.push(c),
-        }
+/// A violation that MQTT 5 names with its own reason code.
+fn violation_v5(code: u8, why: impl Into<String>) -> MqttClose {
+    MqttClose {
+        mqtt: Some(code),
+        ..violation(why)
     }
-    s
-}
-
-/// Whether `p` may hold a durable subscription to `filter` (a persistent
-/// session's): subscribe and consume rights covering it.
-fn may_hold_durable(p: &Principal, filter: &str) -> bool {
-    p.may(Right::Subscribe(filter)) && p.may(Right::ConsumeFilter(filter))
-}
-
-/// A durable subscription's id for `filter` at `qos`.
-fn durable_id(filter: &str, qos: u8) -> String {
-    // FNV-1a: stable across builds and platforms.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in filter.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}q{qos}")
-}
-
-fn qos_of(durable_id: &str) -> u8 {
-    durable_id
-        .rsplit_once('q')
-        .and_then(|(_, q)| q.parse().ok())
-        .unwrap_or(0)
 }
 
 /// One MQTT connection's state.
@@ -128,6 +114,8 @@ pub struct MqttSession {
 }
 
 struct Connected {
+    /// The client id as the session registry knows it (`mqtt:` and the id).
+    client_key: String,
     /// The client id as durable subscription names carry it.
     durable_client: String,
     clean: bool,
@@ -141,6 +129,11 @@ struct Connected {
     shared: HashMap<String, Subscription>,
     /// Inbound QoS 2 packet ids published and waiting for PUBREL.
     awaiting_rel: HashSet<u16>,
+    /// MQTT 5: the session expiry interval in seconds (`None` below 5).
+    expiry: Option<u32>,
+    /// MQTT 5: topics the client named by alias (at most
+    /// [`TOPIC_ALIAS_MAX`]).
+    aliases_in: HashMap<u16, String>,
 }
 
 impl MqttSession {
@@ -226,10 +219,49 @@ impl MqttSession {
     /// packet. `Err` ends the connection (a protocol violation, or
     /// DISCONNECT with code 1000).
     pub async fn data(&mut self, bytes: &[u8]) -> Result<(), MqttClose> {
+        let result = self.read(bytes).await;
+        if let Err(close) = &result {
+            self.goodbye(close);
+        }
+        result
+    }
+
+    /// At MQTT 5, a DISCONNECT saying why the server ends the connection
+    /// (unless the client said DISCONNECT first); the outbound's farewell
+    /// (which covers closes from elsewhere) is then spent.
+    fn goodbye(&self, close: &MqttClose) {
+        // No DISCONNECT before CONNACK, nor after a refusing CONNACK.
+        if self.sink.level() != mqtt::LEVEL_5
+            || self.connected.is_none()
+            || self.graceful
+            || close.code == 1000
+        {
+            return;
+        }
+        let code = close
+            .mqtt
+            .unwrap_or_else(|| v5::disconnect_reason(close.code, &close.reason));
+        let max = self
+            .sink
+            .state
+            .lock()
+            .v5
+            .as_ref()
+            .map_or(usize::MAX, |v| v.max_packet);
+        self.sink.out.set_farewell(None);
+        let bytes = connect::disconnect_packet(code, &close.reason, max);
+        let _ = self.sink.out.push(
+            Priority::High,
+            crate::session::OutFrame::data(crate::protocol::codec::Format::Bincode, Bytes::new(), bytes),
+        );
+    }
+
+    async fn read(&mut self, bytes: &[u8]) -> Result<(), MqttClose> {
         if self.buf.len() + bytes.len() > self.cfg.max_frame.saturating_mul(2) {
             return Err(MqttClose {
                 code: 1009,
                 reason: "MQTT packet larger than max_frame".into(),
+                mqtt: None,
             });
         }
         self.buf.extend_from_slice(bytes);
@@ -241,9 +273,15 @@ impl MqttSession {
                     return Err(MqttClose {
                         code: 1009,
                         reason: format!("MQTT packet of {n} bytes is over max_frame"),
+                        mqtt: None,
                     });
                 }
-                Err(e) => return Err(violation(format!("MQTT protocol error: {e}"))),
+                Err(e) => {
+                    return Err(violation_v5(
+                        e.reason_code(),
+                        format!("MQTT protocol error: {e}"),
+                    ));
+                }
             };
             self.last_packet = std::time::Instant::now();
             self.packet(packet).await?;
@@ -257,16 +295,29 @@ impl MqttSession {
                 _ => Err(violation("the first MQTT packet must be CONNECT")),
             };
         };
+        let v5 = self.sink.level() == mqtt::LEVEL_5;
         match packet {
             Packet::Connect(_) => Err(violation("a second CONNECT")),
             Packet::Publish(p) => self.publish(p).await,
             Packet::PubAck(a) => {
                 self.acknowledged(a.pid, false);
+                self.sink.release_waiting();
                 Ok(())
             }
             Packet::PubRec(a) => {
-                self.acknowledged(a.pid, true);
-                self.sink.push(&Packet::pubrel(a.pid));
+                let known = self.acknowledged(a.pid, true);
+                // MQTT 5: a PUBREC with an error code ends the exchange.
+                if a.reason >= 0x80 {
+                    self.sink.state.lock().pending.remove(&a.pid);
+                    self.sink.release_waiting();
+                } else if known || !v5 {
+                    self.sink.push(&Packet::pubrel(a.pid));
+                } else {
+                    self.sink.push(&ack_with(
+                        Packet::pubrel(a.pid),
+                        reason::PACKET_IDENTIFIER_NOT_FOUND,
+                    ));
+                }
                 Ok(())
             }
             Packet::PubComp(a) => {
@@ -274,55 +325,93 @@ impl MqttSession {
                 if matches!(st.pending.get(&a.pid), Some(Pending::Released)) {
                     st.pending.remove(&a.pid);
                 }
+                drop(st);
+                self.sink.release_waiting();
                 Ok(())
             }
             Packet::PubRel(a) => {
-                conn.awaiting_rel.remove(&a.pid);
-                self.sink.push(&Packet::pubcomp(a.pid));
+                let known = conn.awaiting_rel.remove(&a.pid);
+                let comp = Packet::pubcomp(a.pid);
+                if known || !v5 {
+                    self.sink.push(&comp);
+                } else {
+                    self.sink
+                        .push(&ack_with(comp, reason::PACKET_IDENTIFIER_NOT_FOUND));
+                }
                 Ok(())
             }
             Packet::Subscribe(s) => {
+                let id = s.props.subscription_identifiers.first().copied().unwrap_or(0);
                 let mut codes = Vec::with_capacity(s.filters.len());
                 for (filter, options) in s.filters {
-                    codes.push(self.subscribe(filter, options.qos).await);
+                    let code = self.subscribe(filter, options, id).await;
+                    codes.push(if v5 { code } else { suback_to_v3(code) });
                 }
                 self.report_counts();
                 self.sink.push(&Packet::suback(s.pid, codes));
                 Ok(())
             }
             Packet::Unsubscribe(u) => {
+                let mut codes = Vec::with_capacity(u.filters.len());
                 for f in u.filters {
-                    self.unsubscribe(&f).await;
+                    codes.push(if self.unsubscribe(&f).await {
+                        reason::SUCCESS
+                    } else {
+                        reason::NO_SUBSCRIPTION_EXISTED
+                    });
                 }
                 self.report_counts();
-                self.sink.push(&Packet::unsuback(u.pid));
+                let mut ack = Packet::unsuback(u.pid);
+                if let (true, Packet::UnsubAck(a)) = (v5, &mut ack) {
+                    a.codes = codes;
+                }
+                self.sink.push(&ack);
                 Ok(())
             }
             Packet::PingReq => {
                 self.sink.push(&Packet::PingResp);
                 Ok(())
             }
-            Packet::Disconnect(_) => {
-                self.graceful = true;
+            Packet::Disconnect(d) => {
+                // MQTT 5: "disconnect with will message" still sends it;
+                // the session expiry may change, but not from 0.
+                if let (Some(new), Some(old)) = (d.props.session_expiry_interval, conn.expiry) {
+                    if old == 0 && new != 0 {
+                        return Err(violation_v5(
+                            reason::PROTOCOL_ERROR,
+                            "DISCONNECT set a session expiry where CONNECT had 0",
+                        ));
+                    }
+                    conn.expiry = Some(new);
+                }
+                self.graceful = d.reason != reason::DISCONNECT_WITH_WILL;
+                // The client closes: no DISCONNECT back.
+                self.sink.out.set_farewell(None);
                 Err(MqttClose {
                     code: 1000,
                     reason: "DISCONNECT".into(),
+                    mqtt: None,
                 })
             }
             Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
                 Err(violation("a server-to-client packet from the client"))
             }
-            // Only decoded at level 5, which this session does not serve.
-            Packet::Auth(_) => Err(violation("AUTH before MQTT 5")),
+            // Enhanced authentication is refused at CONNECT, so an AUTH
+            // (only decoded at level 5) is out of turn.
+            Packet::Auth(_) => Err(violation_v5(
+                reason::PROTOCOL_ERROR,
+                "AUTH without enhanced authentication",
+            )),
         }
     }
 
-    /// PUBACK (or PUBREC with `rec`): the client has the delivery.
-    fn acknowledged(&self, pid: u16, rec: bool) {
+    /// PUBACK (or PUBREC with `rec`): the client has the delivery; false
+    /// if no delivery had that packet id.
+    fn acknowledged(&self, pid: u16, rec: bool) -> bool {
         let done = {
             let mut st = self.sink.state.lock();
             let Some(p) = st.pending.remove(&pid) else {
-                return;
+                return false;
             };
             if rec {
                 st.pending.insert(pid, Pending::Released);
@@ -343,158 +432,7 @@ impl MqttSession {
                 Settlement::Ack,
             );
         }
-    }
-
-    async fn connect(&mut self, c: Connect) -> Result<(), MqttClose> {
-        let refuse = |sink: &MqttSink, code: u8, why: &str| {
-            sink.push(&Packet::connack(false, code));
-            Err(violation(format!("CONNECT refused: {why}")))
-        };
-        if c.level != 3 && c.level != 4 {
-            return refuse(
-                &self.sink,
-                connack::BAD_PROTOCOL,
-                &format!(
-                    "protocol level {} is not spoken here (3.1 and 3.1.1 are)",
-                    c.level
-                ),
-            );
-        }
-        // From here on the connection's packets are read and written at
-        // its level (3 and 4 are alike after CONNECT).
-        self.sink.set_level(c.level);
-        if c.client_id.is_empty() && !c.clean_session {
-            return refuse(
-                &self.sink,
-                connack::BAD_CLIENT_ID,
-                "an empty client id needs a clean session",
-            );
-        }
-        let principal = match (&c.password, &self.principal) {
-            (Some(password), _) => {
-                let user = c.username.as_deref().unwrap_or("");
-                self.auth
-                    .authenticate(Credential::Password { user, password }, self.peer)
-                    .await
-            }
-            (None, Some(p)) => Ok(p.clone()),
-            (None, None) => self.auth.without_credentials(),
-        };
-        let principal = match principal {
-            Ok(p) => p,
-            Err(e) => {
-                let code = match e {
-                    AuthError::Bad => connack::BAD_CREDENTIALS,
-                    AuthError::Busy => connack::UNAVAILABLE,
-                    AuthError::Missing | AuthError::TooManyFailures => connack::NOT_AUTHORIZED,
-                };
-                return refuse(&self.sink, code, &e.to_string());
-            }
-        };
-        if let Some(w) = &c.will {
-            if self.broker.topic_limits().check_topic(&w.topic).is_err()
-                || w.payload.len() > self.cfg.max_payload
-            {
-                return Err(violation("CONNECT with an invalid will"));
-            }
-            if !principal.may(Right::Publish(&w.topic)) {
-                return refuse(
-                    &self.sink,
-                    connack::NOT_AUTHORIZED,
-                    &format!(
-                        "{:?} may not publish its will to {:?}",
-                        principal.name(),
-                        w.topic
-                    ),
-                );
-            }
-        }
-        self.expires_at = principal.expires_at();
-        let client_id = if c.client_id.is_empty() {
-            format!("anon-{}", self.id.simple())
-        } else {
-            c.client_id.clone()
-        };
-        // A client id connects once per principal: an older connection
-        // of the same principal is taken over (another principal's is a
-        // different session).
-        let key = format!("mqtt:{client_id}");
-        for old in self.sessions.find_by_client(&key) {
-            if old.principal.as_deref() != Some(principal.id().as_str()) {
-                continue;
-            }
-            self.sessions.close(
-                old.id,
-                1000,
-                "session taken over by a new connection",
-                false,
-            );
-        }
-        self.sessions.insert(self.id, key, self.sink.out.clone());
-        self.sessions.set_principal(self.id, &principal.id());
-        let durable_client = principal.namespace(&durable_client(&client_id));
-        self.principal = Some(principal.clone());
-        let existing = self.broker.durable_subscriptions(&durable_client);
-        let mut conn = Connected {
-            durable_client: durable_client.clone(),
-            clean: c.clean_session,
-            keep_alive: c.keep_alive,
-            will: c.will,
-            subs: HashMap::new(),
-            durable: HashMap::new(),
-            shared: HashMap::new(),
-            awaiting_rel: HashSet::new(),
-        };
-        let session_present = !c.clean_session && !existing.is_empty();
-        if c.clean_session {
-            // A clean start forgets what a persistent session kept.
-            for (id, _) in &existing {
-                let sink = self.sink.id;
-                if let Err(e) = self
-                    .broker
-                    .unsubscribe_durable(&durable_client, id, sink)
-                    .await
-                {
-                    tracing::warn!("dropping an old MQTT session's subscription failed: {e}");
-                }
-            }
-        }
-        // CONNACK goes out before anything a resumed subscription sends:
-        // a PUBLISH may not precede it.
-        self.sink
-            .push(&Packet::connack(session_present, connack::ACCEPTED));
-        if !c.clean_session {
-            for (id, filters) in existing {
-                let Some(filter) = filters.into_iter().next() else {
-                    continue;
-                };
-                // Rights may have narrowed since the subscription was
-                // made (a new token, a new config): what the principal
-                // may no longer hold ends here.
-                if !may_hold_durable(&principal, &filter) {
-                    tracing::info!(
-                        principal = %principal.id(),
-                        %filter,
-                        "a kept MQTT subscription ended: the principal may no longer hold it"
-                    );
-                    let sink = self.sink.id;
-                    let _ = self
-                        .broker
-                        .unsubscribe_durable(&durable_client, &id, sink)
-                        .await;
-                    continue;
-                }
-                match self.consume_durable(&durable_client, &id, &filter).await {
-                    Ok(entry) => {
-                        conn.durable.insert(filter, entry);
-                    }
-                    Err(e) => tracing::warn!("resuming an MQTT subscription failed: {e}"),
-                }
-            }
-        }
-        self.connected = Some(conn);
-        self.report_counts();
-        Ok(())
+        true
     }
 
     async fn consume_durable(
@@ -508,7 +446,7 @@ impl MqttSession {
             self.sink.clone(),
             id,
             &queue,
-            crate::broker::SubTag::Qos(qos_of(id)),
+            sink::tag(options_of(id)),
             Some(crate::broker::EncodingSlot::MqttPublish),
         );
         self.broker
@@ -522,85 +460,26 @@ impl MqttSession {
         Ok((queue, consumer))
     }
 
-    async fn publish(&mut self, p: mqtt::Publish) -> Result<(), MqttClose> {
-        if let Err(e) = self.broker.topic_limits().check_topic(&p.topic) {
-            return Err(violation(format!("PUBLISH to an invalid topic: {e}")));
-        }
-        if p.payload.len() > self.cfg.max_payload {
-            return Err(MqttClose {
-                code: 1009,
-                reason: format!("payload over the {}-byte limit", self.cfg.max_payload),
-            });
-        }
-        if !self.may_publish(&p.topic) {
-            // 3.1.1 has no refusal: the packet is acknowledged as usual
-            // and dropped, with a log line.
-            tracing::info!(
-                principal = self.principal.as_ref().map(|p| p.id()),
-                topic = %p.topic,
-                "MQTT publish refused: not allowed"
-            );
-            match (p.qos, p.pid) {
-                (1, Some(pid)) => self.sink.push(&Packet::puback(pid)),
-                (2, Some(pid)) => self.sink.push(&Packet::pubrec(pid)),
-                _ => {}
-            }
-            return Ok(());
-        }
-        if p.qos == 2 {
-            let pid = p.pid.unwrap_or(0);
-            let fresh = match self.connected.as_mut() {
-                Some(c) => {
-                    if c.awaiting_rel.len() >= usize::from(u16::MAX) {
-                        return Err(violation("too many QoS 2 publishes awaiting PUBREL"));
-                    }
-                    c.awaiting_rel.insert(pid)
-                }
-                None => false,
-            };
-            // A repeated packet id is the same message: published once.
-            if fresh && !self.publish_to_broker(&p).await {
-                if let Some(c) = self.connected.as_mut() {
-                    c.awaiting_rel.remove(&pid);
-                }
-                return Ok(());
-            }
-            self.sink.push(&Packet::pubrec(pid));
-            return Ok(());
-        }
-        let ok = self.publish_to_broker(&p).await;
-        if p.qos == 1 && ok {
-            self.sink.push(&Packet::puback(p.pid.unwrap_or(0)));
-        }
-        Ok(())
-    }
-
-    /// Publishes; false if the broker refused (no acknowledgement then:
-    /// the client sends it again).
-    async fn publish_to_broker(&self, p: &mqtt::Publish) -> bool {
-        let msg = Publish {
-            topic: p.topic.clone(),
-            payload: p.payload.clone(),
-            headers: Headers::new(),
-            retain: p.retain,
-            priority: Priority::Normal,
-            qos: p.qos,
+    /// SUBSCRIBE to one filter: the MQTT 5 reason code (the granted QoS,
+    /// or why not; the caller turns a refusal into 0x80 below level 5).
+    async fn subscribe(&mut self, filter: String, o: SubOptions, id: u32) -> u8 {
+        let opts = MqttSubOptions {
+            qos: o.qos.min(2),
+            no_local: o.no_local,
+            retain_as_published: o.retain_as_published,
+            id,
+            skip_retained: o.retain_handling == 2,
         };
-        match self.broker.publish(msg).await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!(topic = %p.topic, "MQTT publish refused: {e}");
-                false
-            }
-        }
-    }
-
-    async fn subscribe(&mut self, filter: String, qos: u8) -> u8 {
         if shared::is_share(&filter) {
-            return self.subscribe_shared(filter, qos.min(2)).await;
+            // MQTT 5 §4.8.2: no local does not apply to shared ones.
+            let opts = MqttSubOptions {
+                no_local: false,
+                ..opts
+            };
+            return self.subscribe_shared(filter, opts).await;
         }
         if self.broker.topic_limits().check_filter(&filter).is_err() {
-            return SUBACK_FAILURE;
+            return reason::TOPIC_FILTER_INVALID;
         }
         if !self
             .principal
@@ -612,11 +491,16 @@ impl MqttSession {
                 %filter,
                 "MQTT subscription refused: not allowed"
             );
-            return SUBACK_FAILURE;
+            return reason::NOT_AUTHORIZED;
         }
-        let qos = qos.min(2);
         let Some(conn) = self.connected.as_ref() else {
-            return SUBACK_FAILURE;
+            return reason::UNSPECIFIED_ERROR;
+        };
+        // Retain handling 1: retained messages only for a new subscription.
+        let existed = conn.subs.contains_key(&filter) || conn.durable.contains_key(&filter);
+        let opts = MqttSubOptions {
+            skip_retained: opts.skip_retained || (o.retain_handling == 1 && existed),
+            ..opts
         };
         if !conn.clean {
             // A persistent session's subscription is a durable one: it
@@ -631,41 +515,42 @@ impl MqttSession {
                     %filter,
                     "MQTT persistent subscription refused: no consume right"
                 );
-                return SUBACK_FAILURE;
+                return reason::NOT_AUTHORIZED;
             }
-            return self.subscribe_durable(filter, qos).await;
+            return self.subscribe_durable(filter, opts).await;
         }
         self.unsubscribe(&filter).await;
         let Some(conn) = self.connected.as_ref() else {
-            return SUBACK_FAILURE;
+            return reason::UNSPECIFIED_ERROR;
         };
         if conn.subs.len() >= self.cfg.max_subscriptions {
-            return SUBACK_FAILURE;
+            return reason::QUOTA_EXCEEDED;
         }
         let sub = Subscription::new(
             self.sink.clone(),
             &filter,
             &filter,
-            crate::broker::SubTag::Qos(qos),
+            sink::tag(opts),
             Some(crate::broker::EncodingSlot::MqttPublish),
         );
         if self.broker.subscribe(sub.clone()).await.is_err() {
-            return SUBACK_FAILURE;
+            return reason::UNSPECIFIED_ERROR;
         }
         if let Some(c) = self.connected.as_mut() {
             c.subs.insert(filter, sub);
         }
-        qos
+        opts.qos
     }
 
     /// SUBSCRIBE in a persistent session: the filter's durable
-    /// subscription, kept (with its backlog) when it exists at this QoS.
-    async fn subscribe_durable(&mut self, filter: String, qos: u8) -> u8 {
+    /// subscription, kept (with its backlog) when it exists with these
+    /// options.
+    async fn subscribe_durable(&mut self, filter: String, opts: MqttSubOptions) -> u8 {
         let Some(conn) = self.connected.as_ref() else {
-            return SUBACK_FAILURE;
+            return reason::UNSPECIFIED_ERROR;
         };
         let client = conn.durable_client.clone();
-        let id = durable_id(&filter, qos);
+        let id = durable_id(&filter, opts);
         let existing = conn.durable.get(&filter).map(|(_, c)| c.clone());
         let entry = match existing {
             // Subscribing again (clients do after each reconnect) keeps
@@ -673,10 +558,10 @@ impl MqttSession {
             Some(consumer) if *consumer.id == *id => None,
             _ => {
                 if conn.durable.len() >= self.cfg.max_subscriptions {
-                    return SUBACK_FAILURE;
+                    return reason::QUOTA_EXCEEDED;
                 }
-                // Another QoS for the same filter is another subscription
-                // id: the old one goes.
+                // Other options for the same filter are another
+                // subscription id: the old one goes.
                 if let Some(c) = self.connected.as_mut() {
                     if let Some((queue, old)) = c.durable.remove(&filter) {
                         old.cancel();
@@ -686,11 +571,11 @@ impl MqttSession {
                             .await;
                     }
                 }
-                for q in 0..=2u8 {
-                    if q != qos {
+                for (old, filters) in self.broker.durable_subscriptions(&client) {
+                    if old != id && filters.first() == Some(&filter) {
                         let _ = self
                             .broker
-                            .unsubscribe_durable(&client, &durable_id(&filter, q), self.sink.id)
+                            .unsubscribe_durable(&client, &old, self.sink.id)
                             .await;
                     }
                 }
@@ -698,7 +583,7 @@ impl MqttSession {
                     Ok(e) => Some(e),
                     Err(e) => {
                         tracing::debug!(%filter, "MQTT durable subscription refused: {e}");
-                        return SUBACK_FAILURE;
+                        return reason::UNSPECIFIED_ERROR;
                     }
                 }
             }
@@ -707,20 +592,22 @@ impl MqttSession {
             Some((_, c)) => c.clone(),
             None => match self.connected.as_ref().and_then(|c| c.durable.get(&filter)) {
                 Some((_, c)) => c.clone(),
-                None => return SUBACK_FAILURE,
+                None => return reason::UNSPECIFIED_ERROR,
             },
         };
         // Retained messages go to the subscriber directly (the durable
         // subscription keeps only what is published from now on).
-        if let Ok(retained) = self.broker.retained_matching(&filter).await {
-            for m in retained {
-                let _ = self.sink.deliver(&consumer, &m);
+        if !opts.skip_retained {
+            if let Ok(retained) = self.broker.retained_matching(&filter).await {
+                for m in retained {
+                    let _ = self.sink.deliver(&consumer, &m);
+                }
             }
         }
         if let (Some(entry), Some(c)) = (entry, self.connected.as_mut()) {
             c.durable.insert(filter, entry);
         }
-        qos
+        opts.qos
     }
 
     /// Tells the registry how many subscriptions the connection holds
@@ -732,18 +619,22 @@ impl MqttSession {
         }
     }
 
-    async fn unsubscribe(&mut self, filter: &str) {
+    /// Ends the subscription to `filter`; false if there was none.
+    async fn unsubscribe(&mut self, filter: &str) -> bool {
         if shared::is_share(filter) {
             return self.leave_shared(filter).await;
         }
         let Some(conn) = self.connected.as_mut() else {
-            return;
+            return false;
         };
+        let mut existed = false;
         if let Some(sub) = conn.subs.remove(filter) {
+            existed = true;
             sub.cancel();
             let _ = self.broker.unsubscribe(self.sink.id, &sub.id, filter).await;
         }
         if let Some((_, consumer)) = conn.durable.remove(filter) {
+            existed = true;
             consumer.cancel();
             let client = conn.durable_client.clone();
             let _ = self
@@ -751,46 +642,6 @@ impl MqttSession {
                 .unsubscribe_durable(&client, &consumer.id, self.sink.id)
                 .await;
         }
-    }
-
-    /// The connection ended: the will (unless DISCONNECT came first),
-    /// then subscriptions end (a persistent session's stay, waiting).
-    pub async fn end(mut self) {
-        let Some(conn) = self.connected.take() else {
-            return;
-        };
-        if !self.graceful {
-            if let Some(w) = conn.will {
-                let msg = Publish {
-                    topic: w.topic,
-                    payload: w.payload,
-                    headers: Headers::new(),
-                    retain: w.retain,
-                    priority: Priority::Normal,
-                    qos: w.qos,
-                };
-                if let Err(e) = self.broker.publish(msg).await {
-                    tracing::warn!("publishing a will failed: {e}");
-                }
-            }
-        }
-        for (filter, sub) in conn.subs {
-            sub.cancel();
-            let _ = self
-                .broker
-                .unsubscribe(self.sink.id, &sub.id, &filter)
-                .await;
-        }
-        for (_, (queue, consumer)) in conn.durable {
-            consumer.cancel();
-            let _ = self
-                .broker
-                .cancel_consumer(&queue, self.sink.id, &consumer.id)
-                .await;
-        }
-        for (full, member) in conn.shared {
-            shared::leave(&self.broker, self.sink.id, &full, member).await;
-        }
-        self.sessions.remove(self.id);
+        existed
     }
 }

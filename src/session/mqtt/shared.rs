@@ -29,12 +29,12 @@ impl MqttSession {
     /// SUBSCRIBE to `$share/{group}/{filter}`: joins the group (again, at
     /// this QoS, if already a member). Needs the subscribe right on
     /// `filter`; no retained messages are sent (MQTT 5 §4.8.2).
-    pub(super) async fn subscribe_shared(&mut self, full: String, qos: u8) -> u8 {
+    pub(super) async fn subscribe_shared(&mut self, full: String, opts: MqttSubOptions) -> u8 {
         let Some((group, filter)) = parse_share(&full) else {
-            return SUBACK_FAILURE;
+            return reason::TOPIC_FILTER_INVALID;
         };
         if self.broker.topic_limits().check_filter(filter).is_err() {
-            return SUBACK_FAILURE;
+            return reason::TOPIC_FILTER_INVALID;
         }
         let allowed = self
             .principal
@@ -47,22 +47,22 @@ impl MqttSession {
                 group,
                 "MQTT shared subscription refused: not allowed"
             );
-            return SUBACK_FAILURE;
+            return reason::NOT_AUTHORIZED;
         }
         let Ok(queue) = shared_queue_name(group, filter) else {
-            return SUBACK_FAILURE;
+            return reason::TOPIC_FILTER_INVALID;
         };
         let (group, filter) = (group.to_owned(), filter.to_owned());
         self.leave_shared(&full).await;
         match &self.connected {
             Some(c) if c.shared.len() < self.cfg.max_subscriptions => {}
-            _ => return SUBACK_FAILURE,
+            _ => return reason::QUOTA_EXCEEDED,
         }
         let member = Subscription::new(
             self.sink.clone(),
             &full,
             &queue,
-            crate::broker::SubTag::Qos(qos),
+            sink::tag(opts),
             Some(crate::broker::EncodingSlot::MqttPublish),
         );
         let joined = self
@@ -71,20 +71,22 @@ impl MqttSession {
             .await;
         if let Err(e) = joined {
             tracing::debug!(%full, "MQTT shared subscription refused: {e}");
-            return SUBACK_FAILURE;
+            return reason::UNSPECIFIED_ERROR;
         }
         if let Some(c) = self.connected.as_mut() {
             c.shared.insert(full, member);
         }
-        qos
+        opts.qos
     }
 
-    /// Leaves the shared subscription `full` names, if a member.
-    pub(super) async fn leave_shared(&mut self, full: &str) {
+    /// Leaves the shared subscription `full` names; false if not a
+    /// member.
+    pub(super) async fn leave_shared(&mut self, full: &str) -> bool {
         let Some(member) = self.connected.as_mut().and_then(|c| c.shared.remove(full)) else {
-            return;
+            return false;
         };
         leave(&self.broker, self.sink.id, full, member).await;
+        true
     }
 }
 

@@ -2,17 +2,23 @@
 //! [`Sink`], turns topic messages and queue deliveries into PUBLISH packets
 //! on its outbound queue, and keeps the packet ids in flight
 //! ([`OutState`], [`Pending`]) until the session sees them acknowledged.
+//!
+//! At MQTT 5 a delivery is shaped per subscription and connection
+//! (`v5.rs`): headers become properties, the subscription's identifier and
+//! options apply, topic aliases stand for topics the client has seen, and
+//! the client's receive maximum and maximum packet size bound what is sent.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
+use super::v5;
 use crate::broker::{
-    DeliveryOutcome, EncodingSlot, Published, QOS_HEADER, QueuedDelivery, Settlement, Sink, SubTag,
-    Subscription, TOPIC_HEADER, WeakBroker,
+    DeliveryOutcome, EncodingSlot, MqttSubOptions, Published, QOS_HEADER, QueuedDelivery,
+    Settlement, Sink, SubTag, Subscription, TOPIC_HEADER, WeakBroker,
 };
 use crate::protocol::codec::Format;
 use crate::protocol::frame::Priority;
@@ -38,6 +44,43 @@ pub(super) enum Pending {
 pub(super) struct OutState {
     next_pid: u16,
     pub(super) pending: HashMap<u16, Pending>,
+    /// What an MQTT 5 connection agreed at CONNECT (`None` below level 5).
+    pub(super) v5: Option<Box<V5Out>>,
+}
+
+/// QoS 1/2 topic deliveries an MQTT 5 connection may have waiting for room
+/// under its receive maximum; past it they are dropped and counted.
+pub(super) const WAITING_MAX: usize = 1000;
+
+/// The limits an MQTT 5 client set at CONNECT on what it receives, and the
+/// topic aliases the server gave it.
+pub(super) struct V5Out {
+    /// The client's receive maximum: QoS 1/2 publishes unacknowledged at
+    /// most.
+    pub(super) receive_max: usize,
+    /// The client's maximum packet size in bytes.
+    pub(super) max_packet: usize,
+    /// Topic aliases the server may use (the client's maximum, capped by
+    /// `[mqtt] topic_alias_maximum`).
+    pub(super) alias_max: u16,
+    /// Aliases given out, by topic: assigned once per connection.
+    pub(super) aliases: HashMap<String, u16>,
+    /// QoS 1/2 topic deliveries waiting for the receive maximum (at most
+    /// [`WAITING_MAX`]).
+    pub(super) waiting: VecDeque<mqtt::Publish>,
+}
+
+impl V5Out {
+    /// Limits for a client that asked for none.
+    pub(super) fn new(receive_max: u16, max_packet: u32, alias_max: u16) -> V5Out {
+        V5Out {
+            receive_max: usize::from(receive_max.max(1)),
+            max_packet: usize::try_from(max_packet).unwrap_or(usize::MAX),
+            alias_max,
+            aliases: HashMap::new(),
+            waiting: VecDeque::new(),
+        }
+    }
 }
 
 impl OutState {
@@ -78,6 +121,9 @@ impl MqttSink {
     }
 
     fn send(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
+        if self.level() == mqtt::LEVEL_5 {
+            return self.send_v5(p, what);
+        }
         if p.qos > 0 {
             match self.state.lock().take_pid(what) {
                 Some(pid) => p.pid = Some(pid),
@@ -109,6 +155,119 @@ impl MqttSink {
         }
     }
 
+    /// An MQTT 5 delivery: held back past the client's receive maximum
+    /// (topic deliveries wait, queue deliveries stay in their queue), then
+    /// aliased and bounded by the client's maximum packet size.
+    fn send_v5(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
+        let mut st = self.state.lock();
+        if p.qos > 0 {
+            let full = st
+                .v5
+                .as_ref()
+                .is_some_and(|v| st.pending.len() >= v.receive_max);
+            if full {
+                return match (&what, st.v5.as_mut()) {
+                    (Pending::Topic, Some(v)) if v.waiting.len() < WAITING_MAX => {
+                        v.waiting.push_back(p);
+                        DeliveryOutcome::Queued
+                    }
+                    _ => DeliveryOutcome::Dropped,
+                };
+            }
+            match st.take_pid(what) {
+                Some(pid) => p.pid = Some(pid),
+                None => return DeliveryOutcome::Dropped,
+            }
+        }
+        self.write_v5(&mut st, p)
+    }
+
+    /// Encodes and queues an MQTT 5 PUBLISH whose packet id (if any) is
+    /// taken; `st` is the locked state.
+    fn write_v5(&self, st: &mut OutState, mut p: mqtt::Publish) -> DeliveryOutcome {
+        let (alias_max, max_packet) = st
+            .v5
+            .as_ref()
+            .map_or((0, usize::MAX), |v| (v.alias_max, v.max_packet));
+        // A topic the client knows by alias goes as the alias alone; a new
+        // one takes a free alias, and the packet that tells the client
+        // goes in the high lane, which nothing evicts, so the client never
+        // sees an alias it was not told.
+        let mut assigned = None;
+        if alias_max > 0 {
+            if let Some(v) = st.v5.as_mut() {
+                match v.aliases.get(p.topic.as_str()) {
+                    Some(&a) => {
+                        p.props.topic_alias = Some(a);
+                        p.topic.clear();
+                    }
+                    None if v.aliases.len() < usize::from(alias_max) => {
+                        let a = u16::try_from(v.aliases.len() + 1).unwrap_or(u16::MAX);
+                        v.aliases.insert(p.topic.clone(), a);
+                        p.props.topic_alias = Some(a);
+                        assigned = Some(p.topic.clone());
+                    }
+                    None => {}
+                }
+            }
+        }
+        let mut head = BytesMut::with_capacity(16 + p.topic.len());
+        mqtt::publish_head(&mut head, &p, mqtt::LEVEL_5);
+        let undo = |st: &mut OutState, p: &mqtt::Publish| {
+            if let Some(pid) = p.pid {
+                st.pending.remove(&pid);
+            }
+            if let (Some(topic), Some(v)) = (&assigned, st.v5.as_mut()) {
+                v.aliases.remove(topic);
+            }
+        };
+        if head.len() + p.payload.len() > max_packet {
+            // MQTT 5 §3.1.2.11.4: a packet over the client's maximum is
+            // discarded as if it had been sent.
+            undo(st, &p);
+            return DeliveryOutcome::Dropped;
+        }
+        let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
+        let pushed = if p.qos > 0 || assigned.is_some() {
+            self.out.push_if_room(Priority::High, frame)
+        } else {
+            self.out.push(Priority::Normal, frame)
+        };
+        match pushed {
+            Ok(()) => DeliveryOutcome::Queued,
+            Err(e) => {
+                undo(st, &p);
+                match e {
+                    PushError::Dropped => DeliveryOutcome::Dropped,
+                    PushError::Closed => DeliveryOutcome::Closed,
+                }
+            }
+        }
+    }
+
+    /// Sends the topic deliveries that waited for the receive maximum, as
+    /// far as acknowledgements made room (MQTT 5).
+    pub(super) fn release_waiting(&self) {
+        let mut st = self.state.lock();
+        loop {
+            let inflight = st.pending.len();
+            let Some(v) = st.v5.as_ref() else { return };
+            if v.waiting.is_empty() || inflight >= v.receive_max {
+                return;
+            }
+            let Some(mut p) = st.v5.as_mut().and_then(|v| v.waiting.pop_front()) else {
+                return;
+            };
+            match st.take_pid(Pending::Topic) {
+                Some(pid) => p.pid = Some(pid),
+                None => return,
+            }
+            if self.write_v5(&mut st, p) == DeliveryOutcome::Closed {
+                return;
+            }
+        }
+    }
+
     pub(super) fn push(&self, packet: &Packet) {
         let mut buf = BytesMut::new();
         mqtt::encode(packet, &mut buf, self.level());
@@ -119,11 +278,20 @@ impl MqttSink {
     }
 }
 
-fn granted(sub: &Subscription) -> u8 {
+/// The options an MQTT subscription was made with.
+fn options(sub: &Subscription) -> MqttSubOptions {
     match sub.tag {
-        SubTag::Qos(q) => q.min(2),
-        _ => 0,
+        SubTag::Mqtt(o) => o,
+        _ => MqttSubOptions::default(),
     }
+}
+
+/// A subscription's tag for `options`.
+pub(super) fn tag(options: MqttSubOptions) -> SubTag {
+    SubTag::Mqtt(MqttSubOptions {
+        qos: options.qos.min(2),
+        ..options
+    })
 }
 
 impl Sink for MqttSink {
@@ -132,7 +300,34 @@ impl Sink for MqttSink {
     }
 
     fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
-        let qos = granted(sub).min(msg.qos);
+        let opts = options(sub);
+        let qos = opts.qos.min(msg.qos);
+        if msg.retained && (opts.skip_retained || v5::expired(&msg.headers)) {
+            // Retain handling said no, or a retained message is past its
+            // MQTT 5 message expiry.
+            return DeliveryOutcome::Queued;
+        }
+        if self.level() == mqtt::LEVEL_5 {
+            if opts.no_local && msg.origin == self.id {
+                return DeliveryOutcome::Queued;
+            }
+            let Some(mut props) = v5::message_props(&msg.headers) else {
+                return DeliveryOutcome::Queued;
+            };
+            if opts.id != 0 {
+                props.subscription_identifiers.push(opts.id);
+            }
+            let p = mqtt::Publish {
+                dup: false,
+                qos,
+                retain: msg.retained || (opts.retain_as_published && msg.retain_flag),
+                topic: msg.topic.to_string(),
+                pid: None,
+                payload: msg.payload.clone(),
+                props,
+            };
+            return self.send(p, Pending::Topic);
+        }
         if qos == 0 {
             let head = msg.encoded(EncodingSlot::MqttPublish, |m| {
                 let mut head = BytesMut::new();
@@ -147,8 +342,8 @@ impl Sink for MqttSink {
                         payload: m.payload.clone(),
                         props: mqtt::Properties::default(),
                     },
-                    // The shared slot holds the 3.1.1 form (an MQTT 5
-                    // connection will need a slot of its own).
+                    // The shared slot holds the 3.1.1 form (MQTT 5
+                    // deliveries are shaped per subscription above).
                     mqtt::LEVEL_3_1_1,
                 );
                 head.freeze()
@@ -181,7 +376,24 @@ impl Sink for MqttSink {
             .get(QOS_HEADER)
             .and_then(|q| q.parse::<u8>().ok())
             .unwrap_or(0);
-        let qos = granted(sub).min(published_qos);
+        let opts = options(sub);
+        let qos = opts.qos.min(published_qos);
+        let v5 = self.level() == mqtt::LEVEL_5;
+        let props = if v5 {
+            v5::message_props(&m.headers)
+        } else if v5::expired(&m.headers) {
+            None
+        } else {
+            Some(mqtt::Properties::default())
+        };
+        let Some(mut props) = props else {
+            // Past its message expiry: consumed without being sent.
+            self.settle(d, sub, Settlement::Ack);
+            return DeliveryOutcome::Queued;
+        };
+        if v5 && opts.id != 0 {
+            props.subscription_identifiers.push(opts.id);
+        }
         let topic = m
             .headers
             .get(TOPIC_HEADER)
@@ -194,8 +406,14 @@ impl Sink for MqttSink {
             topic,
             pid: None,
             payload: m.payload.clone(),
-            props: mqtt::Properties::default(),
+            props,
         };
+        if v5 && self.too_large(&p) {
+            // Over the client's maximum packet size: never deliverable to
+            // it, so consumed (MQTT 5 discards such a packet as if sent).
+            self.settle(d, sub, Settlement::Ack);
+            return DeliveryOutcome::Queued;
+        }
         let what = Pending::Queue {
             queue: d.queue.into(),
             sub: sub.id.clone(),
@@ -204,14 +422,36 @@ impl Sink for MqttSink {
         let outcome = self.send(p, what);
         if qos == 0 && outcome == DeliveryOutcome::Queued {
             // Nothing will acknowledge a QoS 0 delivery: it is done.
-            if let Some(b) = self.broker.upgrade() {
-                b.settle_detached(d.queue, self.id, &sub.id, vec![d.id], Settlement::Ack);
-            }
+            self.settle(d, sub, Settlement::Ack);
         }
         outcome
     }
 
     fn is_closed(&self) -> bool {
         self.out.is_closing()
+    }
+}
+
+impl MqttSink {
+    /// Whether `p` would be over an MQTT 5 client's maximum packet size.
+    fn too_large(&self, p: &mqtt::Publish) -> bool {
+        let max = self
+            .state
+            .lock()
+            .v5
+            .as_ref()
+            .map_or(usize::MAX, |v| v.max_packet);
+        if max == usize::MAX {
+            return false;
+        }
+        let mut head = BytesMut::new();
+        mqtt::publish_head(&mut head, p, mqtt::LEVEL_5);
+        head.len() + p.payload.len() > max
+    }
+
+    fn settle(&self, d: &QueuedDelivery<'_>, sub: &Subscription, how: Settlement) {
+        if let Some(b) = self.broker.upgrade() {
+            b.settle_detached(d.queue, self.id, &sub.id, vec![d.id], how);
+        }
     }
 }

@@ -21,6 +21,7 @@ pub(in crate::session) async fn publish(session: &Session, format: Format, p: fr
         retain: p.retain,
         priority: p.priority,
         qos: 0,
+        origin: 0,
     };
     match session.broker.publish(msg).await {
         Ok(_) => session.receipt(format, p.rid),

@@ -1,0 +1,467 @@
+//! CONNECT and the end of a connection: who the client is, what is kept of
+//! its session, and what MQTT 5 agreed (CONNACK properties, the client's
+//! limits on what it receives, session expiry, the will's delay).
+//!
+//! Sessions and their lifetime: at levels 3 and 4 `clean_session = false`
+//! makes a persistent session, kept until the client starts clean. At
+//! level 5 the session expiry interval decides: 0 (the default) ends the
+//! session with the connection, `0xFFFFFFFF` never, anything else that
+//! many seconds after the connection ends unless the client returns;
+//! clean start only says whether an existing session is resumed. A
+//! persistent session's subscriptions are durable subscriptions named from
+//! the client id (see [`durable_id`]).
+
+use super::sink::V5Out;
+use super::*;
+use crate::protocol::mqtt::{ConnAck, PropertySet, reason};
+
+/// Topic aliases each way per MQTT 5 connection: what CONNACK offers the
+/// client, and the most the server gives out to a client that accepts
+/// more.
+pub const TOPIC_ALIAS_MAX: u16 = 64;
+
+/// The client id as it appears in durable subscription names: `mqtt:`
+/// and the id with `%`, `/`, `+`, `#` percent-encoded.
+pub(super) fn durable_client(client_id: &str) -> String {
+    let mut s = String::from("mqtt:");
+    for c in client_id.chars() {
+        match c {
+            '%' => s.push_str("%25"),
+            '/' => s.push_str("%2F"),
+            '+' => s.push_str("%2B"),
+            '#' => s.push_str("%23"),
+            '\0' => s.push_str("%00"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Whether `p` may hold a durable subscription to `filter` (a persistent
+/// session's): subscribe and consume rights covering it.
+pub(super) fn may_hold_durable(p: &Principal, filter: &str) -> bool {
+    p.may(Right::Subscribe(filter)) && p.may(Right::ConsumeFilter(filter))
+}
+
+/// A durable subscription's id for `filter` with `o`: a hash of the
+/// filter, `q` and the QoS, and for MQTT 5 options `o` and their flags
+/// (1 no local, 2 retain as published) and `i` and the subscription
+/// identifier when set; so the options survive a restart with the
+/// subscription. Level 3/4 ids are those of earlier versions.
+pub(super) fn durable_id(filter: &str, o: MqttSubOptions) -> String {
+    // FNV-1a: stable across builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in filter.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut id = format!("{h:016x}q{}", o.qos);
+    let flags = u8::from(o.no_local) | u8::from(o.retain_as_published) << 1;
+    if flags != 0 {
+        id.push_str(&format!("o{flags}"));
+    }
+    if o.id != 0 {
+        id.push_str(&format!("i{}", o.id));
+    }
+    id
+}
+
+/// The options a durable subscription id records ([`durable_id`]).
+pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
+    let mut o = MqttSubOptions::default();
+    let Some((_, rest)) = durable_id.split_once('q') else {
+        return o;
+    };
+    let end = rest.find(['o', 'i']).unwrap_or(rest.len());
+    o.qos = rest[..end].parse::<u8>().unwrap_or(0).min(2);
+    let mut rest = &rest[end..];
+    if let Some(r) = rest.strip_prefix('o') {
+        let end = r.find('i').unwrap_or(r.len());
+        let flags: u8 = r[..end].parse().unwrap_or(0);
+        o.no_local = flags & 1 != 0;
+        o.retain_as_published = flags & 2 != 0;
+        rest = &r[end..];
+    }
+    if let Some(r) = rest.strip_prefix('i') {
+        o.id = r.parse().unwrap_or(0);
+    }
+    o
+}
+
+/// The longest reason string the server puts in a CONNACK or DISCONNECT.
+const REASON_MAX: usize = 120;
+
+/// `why`, cut to [`REASON_MAX`] bytes at a character boundary.
+pub(super) fn short_reason(why: &str) -> String {
+    let mut end = why.len().min(REASON_MAX);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    why[..end].to_owned()
+}
+
+/// An MQTT 5 DISCONNECT with `code` and, when the client accepts packets
+/// that large, `why`.
+pub(super) fn disconnect_packet(code: u8, why: &str, max_packet: usize) -> Bytes {
+    let mut buf = BytesMut::new();
+    let mut packet = Packet::Disconnect(mqtt::Reasoned::with_reason_string(code, short_reason(why)));
+    mqtt::encode(&packet, &mut buf, mqtt::LEVEL_5);
+    if buf.len() > max_packet {
+        buf.clear();
+        packet = Packet::Disconnect(mqtt::Reasoned {
+            reason: code,
+            props: mqtt::Properties::default(),
+        });
+        mqtt::encode(&packet, &mut buf, mqtt::LEVEL_5);
+    }
+    buf.freeze()
+}
+
+impl MqttSession {
+    /// CONNECT refused with the MQTT 5 reason `code` (its 3.1.1 return
+    /// code below level 5); the connection then ends.
+    fn refuse(&self, code: u8, why: &str) -> Result<(), MqttClose> {
+        let packet = if self.sink.level() == mqtt::LEVEL_5 {
+            Packet::ConnAck(ConnAck {
+                session_present: false,
+                code,
+                props: PropertySet {
+                    reason_string: Some(short_reason(why)),
+                    ..PropertySet::default()
+                }
+                .into(),
+            })
+        } else {
+            Packet::connack(false, connack::to_v3(code))
+        };
+        self.sink.push(&packet);
+        Err(violation(format!("CONNECT refused: {why}")))
+    }
+
+    pub(super) async fn connect(&mut self, c: Connect) -> Result<(), MqttClose> {
+        if !matches!(c.level, mqtt::LEVEL_3_1 | mqtt::LEVEL_3_1_1 | mqtt::LEVEL_5) {
+            return self.refuse(
+                reason::UNSUPPORTED_PROTOCOL_VERSION,
+                &format!(
+                    "protocol level {} is not spoken here (3.1, 3.1.1 and 5 are)",
+                    c.level
+                ),
+            );
+        }
+        // From here on the connection's packets are read and written at
+        // its level (3 and 4 are alike after CONNECT).
+        self.sink.set_level(c.level);
+        let v5 = c.level == mqtt::LEVEL_5;
+        if v5 && c.props.authentication_method.is_some() {
+            return self.refuse(
+                reason::BAD_AUTHENTICATION_METHOD,
+                "enhanced authentication (AUTH) is not supported",
+            );
+        }
+        if c.client_id.is_empty() && !c.clean_session && !v5 {
+            return self.refuse(
+                reason::CLIENT_IDENTIFIER_NOT_VALID,
+                "an empty client id needs a clean session",
+            );
+        }
+        let principal = match (&c.password, &self.principal) {
+            (Some(password), _) => {
+                let user = c.username.as_deref().unwrap_or("");
+                self.auth
+                    .authenticate(Credential::Password { user, password }, self.peer)
+                    .await
+            }
+            (None, Some(p)) => Ok(p.clone()),
+            (None, None) => self.auth.without_credentials(),
+        };
+        let principal = match principal {
+            Ok(p) => p,
+            Err(e) => {
+                let code = match e {
+                    AuthError::Bad => reason::BAD_USER_NAME_OR_PASSWORD,
+                    AuthError::Busy => reason::SERVER_BUSY,
+                    AuthError::Missing | AuthError::TooManyFailures => reason::NOT_AUTHORIZED,
+                };
+                return self.refuse(code, &e.to_string());
+            }
+        };
+        if let Some(w) = &c.will {
+            if self.broker.topic_limits().check_topic(&w.topic).is_err() {
+                if v5 {
+                    return self.refuse(reason::TOPIC_NAME_INVALID, "the will's topic is invalid");
+                }
+                return Err(violation("CONNECT with an invalid will"));
+            }
+            if w.payload.len() > self.cfg.max_payload {
+                if v5 {
+                    return self.refuse(reason::PACKET_TOO_LARGE, "the will's payload is too large");
+                }
+                return Err(violation("CONNECT with an invalid will"));
+            }
+            if !principal.may(Right::Publish(&w.topic)) {
+                return self.refuse(
+                    reason::NOT_AUTHORIZED,
+                    &format!(
+                        "{:?} may not publish its will to {:?}",
+                        principal.name(),
+                        w.topic
+                    ),
+                );
+            }
+        }
+        self.expires_at = principal.expires_at();
+        let assigned = c.client_id.is_empty();
+        let client_id = if assigned {
+            format!("anon-{}", self.id.simple())
+        } else {
+            c.client_id.clone()
+        };
+        // A client id connects once per principal: an older connection
+        // of the same principal is taken over (another principal's is a
+        // different session).
+        let key = format!("mqtt:{client_id}");
+        for old in self.sessions.find_by_client(&key) {
+            if old.principal.as_deref() != Some(principal.id().as_str()) {
+                continue;
+            }
+            self.sessions.close(
+                old.id,
+                1000,
+                "session taken over by a new connection",
+                false,
+            );
+        }
+        self.sessions.insert(self.id, key.clone(), self.sink.out.clone());
+        self.sessions.set_principal(self.id, &principal.id());
+        let durable_client = principal.namespace(&durable_client(&client_id));
+        // Back in time: a delayed will or a pending session expiry of the
+        // last connection is off.
+        self.sessions.later().cancel(&durable_client);
+        self.principal = Some(principal.clone());
+        // MQTT 5: the session lives as long as its expiry interval says;
+        // 3.1.1: a persistent session until a clean start.
+        let expiry = v5.then(|| c.props.session_expiry_interval.unwrap_or(0));
+        let persistent = expiry.map_or(!c.clean_session, |e| e > 0);
+        let existing = self.broker.durable_subscriptions(&durable_client);
+        let conn = Connected {
+            client_key: key.clone(),
+            durable_client: durable_client.clone(),
+            clean: !persistent,
+            keep_alive: c.keep_alive,
+            will: c.will,
+            subs: HashMap::new(),
+            durable: HashMap::new(),
+            shared: HashMap::new(),
+            awaiting_rel: HashSet::new(),
+            expiry,
+            aliases_in: HashMap::new(),
+        };
+        let session_present = !c.clean_session && !existing.is_empty();
+        if c.clean_session {
+            // A clean start forgets what a persistent session kept.
+            for (id, _) in &existing {
+                let sink = self.sink.id;
+                if let Err(e) = self
+                    .broker
+                    .unsubscribe_durable(&durable_client, id, sink)
+                    .await
+                {
+                    tracing::warn!("dropping an old MQTT session's subscription failed: {e}");
+                }
+            }
+        }
+        // CONNACK goes out before anything a resumed subscription sends:
+        // a PUBLISH may not precede it.
+        if v5 {
+            self.sink.state.lock().v5 = Some(Box::new(V5Out::new(
+                c.props.receive_maximum.unwrap_or(u16::MAX),
+                c.props.maximum_packet_size.unwrap_or(u32::MAX),
+                c.props.topic_alias_maximum.unwrap_or(0).min(TOPIC_ALIAS_MAX),
+            )));
+            let max_packet = c
+                .props
+                .maximum_packet_size
+                .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+            self.sink.out.set_farewell(Some(Box::new(move |code, why| {
+                disconnect_packet(v5::disconnect_reason(code, why), why, max_packet)
+            })));
+            let props = PropertySet {
+                assigned_client_identifier: assigned.then(|| client_id.clone()),
+                topic_alias_maximum: Some(TOPIC_ALIAS_MAX),
+                maximum_packet_size: u32::try_from(self.cfg.max_frame).ok(),
+                ..PropertySet::default()
+            };
+            self.sink.push(&Packet::ConnAck(ConnAck {
+                session_present,
+                code: reason::SUCCESS,
+                props: props.into(),
+            }));
+        } else {
+            self.sink
+                .push(&Packet::connack(session_present, connack::ACCEPTED));
+        }
+        self.connected = Some(conn);
+        if !c.clean_session {
+            self.resume(&principal, &durable_client, existing).await;
+        }
+        self.report_counts();
+        Ok(())
+    }
+
+    /// Consumes again the durable subscriptions a session kept.
+    async fn resume(
+        &mut self,
+        principal: &Principal,
+        durable_client: &str,
+        existing: Vec<(String, Vec<String>)>,
+    ) {
+        for (id, filters) in existing {
+            let Some(filter) = filters.into_iter().next() else {
+                continue;
+            };
+            // Rights may have narrowed since the subscription was made (a
+            // new token, a new config): what the principal may no longer
+            // hold ends here.
+            if !may_hold_durable(principal, &filter) {
+                tracing::info!(
+                    principal = %principal.id(),
+                    %filter,
+                    "a kept MQTT subscription ended: the principal may no longer hold it"
+                );
+                let sink = self.sink.id;
+                let _ = self
+                    .broker
+                    .unsubscribe_durable(durable_client, &id, sink)
+                    .await;
+                continue;
+            }
+            match self.consume_durable(durable_client, &id, &filter).await {
+                Ok(entry) => {
+                    if let Some(c) = self.connected.as_mut() {
+                        c.durable.insert(filter, entry);
+                    }
+                }
+                Err(e) => tracing::warn!("resuming an MQTT subscription failed: {e}"),
+            }
+        }
+    }
+
+    /// The connection ended: the will (unless DISCONNECT came first; at
+    /// MQTT 5 after its delay), then subscriptions end (a persistent
+    /// session's stay, waiting, until its expiry).
+    pub async fn end(mut self) {
+        let Some(conn) = self.connected.take() else {
+            return;
+        };
+        let later = self.sessions.later().clone();
+        let key = conn.durable_client.clone();
+        // Taken over by a new connection of the same principal: the
+        // session goes on there, so it neither expires nor sends a delayed
+        // will from here.
+        let me = self.principal.as_ref().map(|p| p.id());
+        let taken_over = self
+            .sessions
+            .find_by_client(&conn.client_key)
+            .iter()
+            .any(|s| s.id != self.id && s.principal == me);
+        // The session ends at once (expiry 0), never (`u32::MAX`, and
+        // 3.1.1's persistent sessions), or after the interval.
+        let ends_in = match conn.expiry {
+            _ if taken_over => None,
+            Some(0) => Some(Duration::ZERO),
+            Some(u32::MAX) | None => None,
+            Some(s) => Some(Duration::from_secs(u64::from(s))),
+        };
+        if !self.graceful {
+            if let Some(w) = conn.will {
+                let delay = Duration::from_secs(u64::from(w.props.will_delay_interval.unwrap_or(0)));
+                let delay = ends_in.map_or(delay, |e| delay.min(e));
+                let msg = Publish {
+                    topic: w.topic,
+                    headers: v5::headers_of(&w.props),
+                    payload: w.payload,
+                    retain: w.retain,
+                    priority: Priority::Normal,
+                    qos: w.qos,
+                    origin: self.sink.id,
+                };
+                let broker = self.broker.clone();
+                let publish = async move {
+                    if let Err(e) = broker.publish(msg).await {
+                        tracing::warn!("publishing a will failed: {e}");
+                    }
+                };
+                if delay.is_zero() {
+                    publish.await;
+                } else if !taken_over {
+                    later.schedule(&key, delay, publish);
+                }
+            }
+        }
+        for (filter, sub) in conn.subs {
+            sub.cancel();
+            let _ = self
+                .broker
+                .unsubscribe(self.sink.id, &sub.id, &filter)
+                .await;
+        }
+        for (_, (queue, consumer)) in conn.durable {
+            consumer.cancel();
+            let _ = self
+                .broker
+                .cancel_consumer(&queue, self.sink.id, &consumer.id)
+                .await;
+        }
+        for (full, member) in conn.shared {
+            shared::leave(&self.broker, self.sink.id, &full, member).await;
+        }
+        if let Some(after) = ends_in {
+            let broker = self.broker.clone();
+            let client = key.clone();
+            let expire = async move {
+                for (id, _) in broker.durable_subscriptions(&client) {
+                    if let Err(e) = broker.unsubscribe_durable(&client, &id, 0).await {
+                        tracing::warn!("ending an expired MQTT session failed: {e}");
+                    }
+                }
+            };
+            if after.is_zero() {
+                expire.await;
+            } else {
+                later.schedule(&key, after, expire);
+            }
+        }
+        self.sessions.remove(self.id);
+    }
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::*;
+
+    #[test]
+    fn durable_ids_keep_the_options() {
+        let plain = MqttSubOptions {
+            qos: 1,
+            ..MqttSubOptions::default()
+        };
+        let id = durable_id("a/+", plain);
+        assert!(id.ends_with("q1"), "{id}");
+        assert_eq!(options_of(&id), plain);
+        let all = MqttSubOptions {
+            qos: 2,
+            no_local: true,
+            retain_as_published: true,
+            id: 268_435_455,
+        };
+        let id = durable_id("a/+", all);
+        assert!(id.ends_with("q2o3i268435455"), "{id}");
+        assert_eq!(options_of(&id), all);
+        let some = MqttSubOptions {
+            qos: 0,
+            id: 7,
+            ..MqttSubOptions::default()
+        };
+        assert_eq!(options_of(&durable_id("#", some)), some);
+    }
+}
