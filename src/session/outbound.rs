@@ -439,7 +439,11 @@ impl Outbound {
         if st.close.is_some() {
             if let (Some(f), Some(close)) = (st.farewell.take(), &st.close) {
                 let bytes = f(close.code, &close.reason);
-                write_frame(buf, &OutFrame::data(Format::Bincode, Bytes::new(), bytes), raw);
+                write_frame(
+                    buf,
+                    &OutFrame::data(Format::Bincode, Bytes::new(), bytes),
+                    raw,
+                );
             }
         }
         if let Some(close) = &st.close {

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod raw_mqtt;
+
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;

@@ -104,7 +104,8 @@ pub(super) fn short_reason(why: &str) -> String {
 /// that large, `why`.
 pub(super) fn disconnect_packet(code: u8, why: &str, max_packet: usize) -> Bytes {
     let mut buf = BytesMut::new();
-    let mut packet = Packet::Disconnect(mqtt::Reasoned::with_reason_string(code, short_reason(why)));
+    let mut packet =
+        Packet::Disconnect(mqtt::Reasoned::with_reason_string(code, short_reason(why)));
     mqtt::encode(&packet, &mut buf, mqtt::LEVEL_5);
     if buf.len() > max_packet {
         buf.clear();
@@ -194,7 +195,8 @@ impl MqttSession {
             }
             if w.payload.len() > self.cfg.max_payload {
                 if v5 {
-                    return self.refuse(reason::PACKET_TOO_LARGE, "the will's payload is too large");
+                    return self
+                        .refuse(reason::PACKET_TOO_LARGE, "the will's payload is too large");
                 }
                 return Err(violation("CONNECT with an invalid will"));
             }
@@ -231,7 +233,8 @@ impl MqttSession {
                 false,
             );
         }
-        self.sessions.insert(self.id, key.clone(), self.sink.out.clone());
+        self.sessions
+            .insert(self.id, key.clone(), self.sink.out.clone());
         self.sessions.set_principal(self.id, &principal.id());
         let durable_client = principal.namespace(&durable_client(&client_id));
         // Back in time: a delayed will or a pending session expiry of the
@@ -276,7 +279,10 @@ impl MqttSession {
             self.sink.state.lock().v5 = Some(Box::new(V5Out::new(
                 c.props.receive_maximum.unwrap_or(u16::MAX),
                 c.props.maximum_packet_size.unwrap_or(u32::MAX),
-                c.props.topic_alias_maximum.unwrap_or(0).min(TOPIC_ALIAS_MAX),
+                c.props
+                    .topic_alias_maximum
+                    .unwrap_or(0)
+                    .min(TOPIC_ALIAS_MAX),
             )));
             let max_packet = c
                 .props
@@ -374,7 +380,8 @@ impl MqttSession {
         };
         if !self.graceful {
             if let Some(w) = conn.will {
-                let delay = Duration::from_secs(u64::from(w.props.will_delay_interval.unwrap_or(0)));
+                let delay =
+                    Duration::from_secs(u64::from(w.props.will_delay_interval.unwrap_or(0)));
                 let delay = ends_in.map_or(delay, |e| delay.min(e));
                 let msg = Publish {
                     topic: w.topic,
@@ -453,6 +460,7 @@ mod id_tests {
             no_local: true,
             retain_as_published: true,
             id: 268_435_455,
+            skip_retained: false,
         };
         let id = durable_id("a/+", all);
         assert!(id.ends_with("q2o3i268435455"), "{id}");

@@ -252,7 +252,11 @@ impl MqttSession {
         let bytes = connect::disconnect_packet(code, &close.reason, max);
         let _ = self.sink.out.push(
             Priority::High,
-            crate::session::OutFrame::data(crate::protocol::codec::Format::Bincode, Bytes::new(), bytes),
+            crate::session::OutFrame::data(
+                crate::protocol::codec::Format::Bincode,
+                Bytes::new(),
+                bytes,
+            ),
         );
     }
 
@@ -341,7 +345,12 @@ impl MqttSession {
                 Ok(())
             }
             Packet::Subscribe(s) => {
-                let id = s.props.subscription_identifiers.first().copied().unwrap_or(0);
+                let id = s
+                    .props
+                    .subscription_identifiers
+                    .first()
+                    .copied()
+                    .unwrap_or(0);
                 let mut codes = Vec::with_capacity(s.filters.len());
                 for (filter, options) in s.filters {
                     let code = self.subscribe(filter, options, id).await;

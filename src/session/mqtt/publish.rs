@@ -108,7 +108,9 @@ impl MqttSession {
         if p.qos == 1 {
             let pid = p.pid.unwrap_or(0);
             match published {
-                Ok(o) => self.sink.push(&ack_with(Packet::puback(pid), ack_reason(&o))),
+                Ok(o) => self
+                    .sink
+                    .push(&ack_with(Packet::puback(pid), ack_reason(&o))),
                 Err(code) if v5 => self.sink.push(&ack_with(Packet::puback(pid), code)),
                 Err(_) => {}
             }
@@ -125,7 +127,10 @@ impl MqttSession {
         if alias == 0 || alias > connect::TOPIC_ALIAS_MAX {
             return Err(violation_v5(
                 reason::TOPIC_ALIAS_INVALID,
-                format!("topic alias {alias} is over the maximum of {}", connect::TOPIC_ALIAS_MAX),
+                format!(
+                    "topic alias {alias} is over the maximum of {}",
+                    connect::TOPIC_ALIAS_MAX
+                ),
             ));
         }
         let Some(conn) = self.connected.as_mut() else {

@@ -90,7 +90,10 @@ fn subscribe_grants_the_qos_and_refuses_a_filter_past_max_levels() {
         send(&mut s, &Packet::subscribe(7, filters))
             .await
             .expect("SUBSCRIBE handled");
-        assert_eq!(sent(&s), [Packet::suback(7, vec![1, 2, SUBACK_FAILURE])]);
+        assert_eq!(
+            sent(&s),
+            [Packet::suback(7, vec![1, 2, mqtt::SUBACK_FAILURE])]
+        );
     });
 }
 
