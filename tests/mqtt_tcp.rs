@@ -5,68 +5,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use common::raw_mqtt::{Raw, T};
 use common::{TestBroker, block_on};
 use wharf::client::mqtt::{MqttClient, MqttOptions};
 use wharf::protocol::mqtt::{self, Connect, Packet, Publish, Will};
-
-const T: Duration = Duration::from_secs(10);
-
-/// A blocking MQTT client on a raw TCP stream.
-struct Raw {
-    stream: TcpStream,
-    buf: BytesMut,
-}
-
-impl Raw {
-    fn open(addr: SocketAddr) -> Raw {
-        let stream = TcpStream::connect_timeout(&addr, T).unwrap();
-        stream.set_read_timeout(Some(T)).unwrap();
-        Raw {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn connect(addr: SocketAddr, c: Connect) -> (Raw, u8) {
-        let mut raw = Raw::open(addr);
-        raw.send(&Packet::Connect(Box::new(c)));
-        match raw.recv() {
-            Some(Packet::ConnAck(a)) => (raw, a.code),
-            other => panic!("expected CONNACK, got {other:?}"),
-        }
-    }
-
-    fn send(&mut self, p: &Packet) {
-        let mut out = BytesMut::new();
-        mqtt::encode(p, &mut out, mqtt::LEVEL_3_1_1);
-        self.stream.write_all(&out).unwrap();
-    }
-
-    /// The next packet; `None` once the server closed the connection.
-    fn recv(&mut self) -> Option<Packet> {
-        loop {
-            match mqtt::decode(&mut self.buf, 1 << 20, mqtt::LEVEL_3_1_1) {
-                Ok(Some(p)) => return Some(p),
-                Ok(None) => {}
-                // Not MQTT (a TLS alert on a TLS port): nothing for us.
-                Err(_) => return None,
-            }
-            let mut chunk = [0u8; 4096];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-}
 
 fn hello(id: &str) -> Connect {
     Connect {
