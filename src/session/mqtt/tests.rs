@@ -148,7 +148,7 @@ fn a_publish_before_connect_closes_the_connection() {
 }
 
 #[test]
-fn an_mqtt5_connect_with_properties_gets_the_3_1_1_connack_1() {
+fn an_mqtt5_connect_is_served_and_an_unknown_level_gets_connack_1() {
     let (_scheduler, mut s) = session();
     run(async {
         let mut c = match connect("v5") {
@@ -159,12 +159,31 @@ fn an_mqtt5_connect_with_properties_gets_the_3_1_1_connack_1() {
         c.props.session_expiry_interval = Some(60);
         c.props.user_properties = vec![("k".into(), "v".into())];
         let mut buf = BytesMut::new();
-        mqtt::encode(&Packet::Connect(c), &mut buf, mqtt::LEVEL_5);
-        let close = s.data(&buf).await.expect_err("MQTT 5 refused");
+        mqtt::encode(&Packet::Connect(c.clone()), &mut buf, mqtt::LEVEL_5);
+        s.data(&buf).await.expect("MQTT 5 served");
+        assert_eq!(s.sink.level(), mqtt::LEVEL_5);
+        let frames: Vec<_> = s.outbound().take_queued();
+        let mut bytes: BytesMut = frames.iter().flat_map(|f| f.iter().copied()).collect();
+        match mqtt::decode(&mut bytes, 1 << 20, mqtt::LEVEL_5) {
+            Ok(Some(Packet::ConnAck(a))) => {
+                assert_eq!(a.code, mqtt::reason::SUCCESS);
+                assert_eq!(a.props.topic_alias_maximum, Some(TOPIC_ALIAS_MAX));
+            }
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+    });
+    let (_scheduler, mut s) = session();
+    run(async {
+        // A level nobody speaks: the 3.1.1 refusal, and the close.
+        let mut buf = BytesMut::new();
+        mqtt::encode(&connect("v6"), &mut buf, mqtt::LEVEL_3_1_1);
+        // The level byte sits after the protocol name "MQTT".
+        let at = buf.iter().position(|&b| b == b'T').unwrap() + 2;
+        buf[at] = 6;
+        let close = s.data(&buf).await.expect_err("level 6 refused");
         assert_eq!(close.code, 1002);
         let frames: Vec<_> = s.outbound().take_queued();
         let bytes: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
         assert_eq!(bytes, [0x20, 2, 0, connack::BAD_PROTOCOL]);
-        assert_eq!(s.sink.level(), mqtt::LEVEL_3_1_1);
     });
 }
