@@ -1,8 +1,8 @@
-//! A small MQTT 3.1.1-over-WebSocket client: enough for the tests and the
-//! benchmark to drive Wharf's `/mqtt` endpoint (or any broker's MQTT
-//! WebSocket listener) with the same code. It answers the broker's QoS 1
-//! and 2 deliveries itself; publishes with QoS 1 and 2 wait for their
-//! acknowledgement.
+//! A small MQTT 3.1.1 client over WebSocket (`ws://`, `wss://`) or plain
+//! TCP (`mqtt://host:port`): enough for the tests and the benchmark to
+//! drive Wharf's `/mqtt` endpoint and MQTT listener (or any broker's) with
+//! the same code. It answers the broker's QoS 1 and 2 deliveries itself;
+//! publishes with QoS 1 and 2 wait for their acknowledgement.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use actix_http::ws;
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::ClientError;
 use super::handshake::{self, Connection};
@@ -18,10 +19,18 @@ use crate::protocol::mqtt::{self, ConnAck, Connect, Packet, Publish, Will};
 /// The client speaks MQTT 3.1.1 after CONNECT (3.1 is the same there).
 const LEVEL: u8 = mqtt::LEVEL_3_1_1;
 
+/// How the packets travel.
+enum Link {
+    /// In binary WebSocket messages.
+    Ws(Box<Connection>),
+    /// On a TCP stream, with the bytes fed but not yet written.
+    Tcp(tokio::net::TcpStream, BytesMut),
+}
+
 /// An MQTT connection. Not `Send`: it lives on the actix thread that made
 /// it.
 pub struct MqttClient {
-    conn: Connection,
+    conn: Link,
     buf: BytesMut,
     next_pid: u16,
     /// Deliveries read while waiting for something else.
@@ -68,17 +77,29 @@ impl Default for MqttOptions {
 }
 
 impl MqttClient {
-    /// Connects to `url` (`ws://host:port/mqtt`) with subprotocol `mqtt`
-    /// and sends CONNECT; returns once CONNACK accepts.
+    /// Connects to `url` (`ws://host:port/mqtt` with subprotocol `mqtt`,
+    /// or `mqtt://host:port` over TCP) and sends CONNECT; returns once
+    /// CONNACK accepts.
     ///
     /// # Errors
     /// A failed connection, a refusing CONNACK (its code in the message),
     /// or a timeout.
     pub async fn connect(url: &str, o: MqttOptions) -> Result<MqttClient, ClientError> {
-        let conn = actix_rt::time::timeout(
-            o.timeout,
-            handshake::connect(url, "mqtt", 16 << 20, o.tls.as_ref()),
-        )
+        let conn = actix_rt::time::timeout(o.timeout, async {
+            match url.strip_prefix("mqtt://") {
+                Some(addr) => {
+                    let addr = addr.trim_end_matches('/');
+                    let stream = tokio::net::TcpStream::connect(addr)
+                        .await
+                        .map_err(|e| ClientError::Connect(format!("{addr}: {e}")))?;
+                    let _ = stream.set_nodelay(true);
+                    Ok(Link::Tcp(stream, BytesMut::new()))
+                }
+                None => handshake::connect(url, "mqtt", 16 << 20, o.tls.as_ref())
+                    .await
+                    .map(|c| Link::Ws(Box::new(c))),
+            }
+        })
         .await
         .map_err(|_| ClientError::Timeout(o.timeout))??;
         let mut c = MqttClient {
@@ -133,16 +154,63 @@ impl MqttClient {
     }
 
     async fn feed(&mut self, p: &Packet) -> Result<(), ClientError> {
-        let mut buf = BytesMut::new();
-        mqtt::encode(p, &mut buf, LEVEL);
-        self.conn
-            .feed(ws::Message::Binary(buf.freeze()))
-            .await
-            .map_err(|_| ClientError::Closed)
+        match &mut self.conn {
+            Link::Ws(conn) => {
+                let mut buf = BytesMut::new();
+                mqtt::encode(p, &mut buf, LEVEL);
+                conn.feed(ws::Message::Binary(buf.freeze()))
+                    .await
+                    .map_err(|_| ClientError::Closed)
+            }
+            Link::Tcp(_, out) => {
+                mqtt::encode(p, out, LEVEL);
+                Ok(())
+            }
+        }
     }
 
     async fn flush(&mut self) -> Result<(), ClientError> {
-        self.conn.flush().await.map_err(|_| ClientError::Closed)
+        match &mut self.conn {
+            Link::Ws(conn) => conn.flush().await.map_err(|_| ClientError::Closed),
+            Link::Tcp(stream, out) => {
+                if out.is_empty() {
+                    return Ok(());
+                }
+                let r = stream.write_all(out).await;
+                out.clear();
+                r.map_err(|_| ClientError::Closed)
+            }
+        }
+    }
+
+    /// Reads more bytes into the buffer; `Ok(false)` once the broker closed.
+    async fn fill(&mut self) -> Result<bool, ClientError> {
+        let timeout = self.timeout;
+        match &mut self.conn {
+            Link::Ws(conn) => loop {
+                let frame = actix_rt::time::timeout(timeout, conn.next())
+                    .await
+                    .map_err(|_| ClientError::Timeout(timeout))?;
+                match frame {
+                    Some(Ok(ws::Frame::Binary(b))) => {
+                        self.buf.extend_from_slice(&b);
+                        return Ok(true);
+                    }
+                    Some(Ok(ws::Frame::Ping(b))) => {
+                        let _ = conn.send(ws::Message::Pong(b)).await;
+                    }
+                    Some(Ok(ws::Frame::Close(_))) | Some(Err(_)) | None => return Ok(false),
+                    Some(Ok(_)) => {}
+                }
+            },
+            Link::Tcp(stream, _) => {
+                self.buf.reserve(64 << 10);
+                let n = actix_rt::time::timeout(timeout, stream.read_buf(&mut self.buf))
+                    .await
+                    .map_err(|_| ClientError::Timeout(timeout))?;
+                Ok(matches!(n, Ok(n) if n > 0))
+            }
+        }
     }
 
     /// The next packet from the broker (answering deliveries' QoS flows).
@@ -155,18 +223,8 @@ impl MqttClient {
             }
             // Acknowledgements fed since the last read go out together.
             self.flush().await?;
-            let frame = actix_rt::time::timeout(self.timeout, self.conn.next())
-                .await
-                .map_err(|_| ClientError::Timeout(self.timeout))?;
-            match frame {
-                Some(Ok(ws::Frame::Binary(b))) => self.buf.extend_from_slice(&b),
-                Some(Ok(ws::Frame::Ping(b))) => {
-                    let _ = self.conn.send(ws::Message::Pong(b)).await;
-                }
-                Some(Ok(ws::Frame::Close(_))) | Some(Err(_)) | None => {
-                    return Err(ClientError::Closed);
-                }
-                Some(Ok(_)) => {}
+            if !self.fill().await? {
+                return Err(ClientError::Closed);
             }
         }
     }
@@ -325,24 +383,37 @@ impl MqttClient {
         }
     }
 
-    /// Sends raw bytes in one binary frame (tests of malformed input).
+    /// Sends raw bytes in one binary frame, or one write over TCP (tests
+    /// of malformed input).
     ///
     /// # Errors
     /// A closed connection.
     pub async fn send_raw(&mut self, bytes: Bytes) -> Result<(), ClientError> {
-        self.conn
-            .send(ws::Message::Binary(bytes))
-            .await
-            .map_err(|_| ClientError::Closed)
+        match &mut self.conn {
+            Link::Ws(conn) => conn
+                .send(ws::Message::Binary(bytes))
+                .await
+                .map_err(|_| ClientError::Closed),
+            Link::Tcp(stream, _) => stream
+                .write_all(&bytes)
+                .await
+                .map_err(|_| ClientError::Closed),
+        }
     }
 
-    /// Waits for the connection to close; the close code, if any.
+    /// Waits for the connection to close; the WebSocket close code, if
+    /// any (over TCP: `None` once closed).
     pub async fn closed(&mut self) -> Option<u16> {
+        let timeout = self.timeout;
+        let Link::Ws(conn) = &mut self.conn else {
+            while let Ok(true) = self.fill().await {}
+            return None;
+        };
         loop {
-            match actix_rt::time::timeout(self.timeout, self.conn.next()).await {
+            match actix_rt::time::timeout(timeout, conn.next()).await {
                 Ok(Some(Ok(ws::Frame::Close(reason)))) => return reason.map(|r| r.code.into()),
                 Ok(Some(Ok(ws::Frame::Ping(b)))) => {
-                    let _ = self.conn.send(ws::Message::Pong(b)).await;
+                    let _ = conn.send(ws::Message::Pong(b)).await;
                 }
                 Ok(Some(Ok(_))) => {}
                 Ok(Some(Err(_))) | Ok(None) | Err(_) => return None,
@@ -369,7 +440,14 @@ impl MqttClient {
     /// A closed connection.
     pub async fn disconnect(mut self) -> Result<(), ClientError> {
         self.send(&Packet::disconnect()).await?;
-        let _ = self.conn.close().await;
+        match &mut self.conn {
+            Link::Ws(conn) => {
+                let _ = conn.close().await;
+            }
+            Link::Tcp(stream, _) => {
+                let _ = stream.shutdown().await;
+            }
+        }
         Ok(())
     }
 }

@@ -87,9 +87,15 @@ struct Args {
     #[arg(long, default_value_t = 200_000)]
     mqtt_messages: usize,
     /// Point the MQTT scenarios at this URL (another broker's MQTT
-    /// WebSocket listener) instead of Wharf's /mqtt; only they run.
+    /// WebSocket listener, `ws://host:port/mqtt`, or TCP listener,
+    /// `mqtt://host:port`) instead of Wharf's; only they run.
     #[arg(long)]
     mqtt_url: Option<String>,
+    /// Wharf's MQTT-over-TCP listener (`host:port`), for the MQTT
+    /// scenarios over TCP next to those over WebSocket; a broker
+    /// wharf-bench starts gets a free port.
+    #[arg(long)]
+    mqtt_tcp: Option<String>,
     /// Only the MQTT scenarios.
     #[arg(long)]
     mqtt_only: bool,
@@ -480,6 +486,8 @@ fn idle_connections(args: &Args, url: &str) -> Option<Row> {
 struct Spawned {
     child: Child,
     _dir: PathBuf,
+    /// Its MQTT-over-TCP listener.
+    mqtt_tcp: String,
 }
 
 impl Spawned {
@@ -534,6 +542,11 @@ fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned,
     let exe = broker_exe(args);
     let config = dir.join("bench.toml");
     std::fs::create_dir_all(dir).expect("bench dir");
+    // A free port for MQTT over TCP (found by binding port 0, then freed).
+    let mqtt_tcp = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     std::fs::write(&config, format!("{BENCH_CONFIG}{extra}")).expect("bench config");
     let mut child = Command::new(&exe)
         .args([
@@ -541,7 +554,7 @@ fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned,
             "--bind",
             "127.0.0.1:0",
             "--mqtt-bind",
-            "",
+            &mqtt_tcp,
             "--config",
         ])
         .arg(&config)
@@ -567,6 +580,7 @@ fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned,
         Spawned {
             child,
             _dir: dir.to_owned(),
+            mqtt_tcp,
         },
         format!("ws://{addr}/ws"),
     )
@@ -580,8 +594,18 @@ fn main() {
         None => {
             let (s, url) = spawn_broker(&args);
             args.pid = Some(s.child.id());
+            args.mqtt_tcp.get_or_insert_with(|| s.mqtt_tcp.clone());
             (Some(s), url)
         }
+    };
+    // Wharf's MQTT scenarios: over WebSocket, and over TCP when there is
+    // a TCP listener.
+    let wharf_mqtt = |args: &Args| {
+        let mut rows = mqtt::scenarios(args, &url.replace("/ws", "/mqtt"));
+        if let Some(tcp) = args.mqtt_tcp.as_deref().filter(|t| !t.is_empty()) {
+            rows.extend(mqtt::scenarios(args, &format!("mqtt://{tcp}")));
+        }
+        rows
     };
     println!(
         "broker: {url}  format: {}  payload: {} B",
@@ -593,7 +617,7 @@ fn main() {
         return;
     }
     if args.mqtt_only {
-        print_rows(mqtt::scenarios(&args, &url.replace("/ws", "/mqtt")));
+        print_rows(wharf_mqtt(&args));
         return;
     }
     if !args.queues_only {
@@ -624,7 +648,7 @@ fn main() {
         }
     }
     if !args.queues_only && args.mqtt_messages > 0 {
-        rows.extend(mqtt::scenarios(&args, &url.replace("/ws", "/mqtt")));
+        rows.extend(wharf_mqtt(&args));
     }
     if !args.queues_only {
         rows.extend(idle_connections(&args, &url));

@@ -1,6 +1,7 @@
-//! MQTT over WebSocket: 1 -> 1 and 1 -> N at QoS 0 and 1, with Wharf's own
-//! MQTT client, so the same load can be pointed at another broker's MQTT
-//! WebSocket listener (`--mqtt-url ws://host:port/mqtt`).
+//! MQTT over WebSocket or TCP: 1 -> 1 and 1 -> N at QoS 0 and 1, with
+//! Wharf's own MQTT client, so the same load can be pointed at another
+//! broker's MQTT listener (`--mqtt-url ws://host:port/mqtt` or
+//! `mqtt://host:port`).
 
 use std::time::{Duration, Instant};
 
@@ -110,7 +111,12 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
     let total = n * subs;
     Row {
         scenario: format!(
-            "MQTT/WebSocket QoS {qos}, 1 -> {subs}, {} B, {n} msgs",
+            "MQTT/{} QoS {qos}, 1 -> {subs}, {} B, {n} msgs",
+            if url.starts_with("mqtt://") {
+                "TCP"
+            } else {
+                "WebSocket"
+            },
             args.size
         ),
         result: format!("{:.0} deliveries/s", total as f64 / elapsed.as_secs_f64()),
