@@ -158,6 +158,7 @@ impl MqttSink {
     /// An MQTT 5 delivery: held back past the client's receive maximum
     /// (topic deliveries wait, queue deliveries stay in their queue), then
     /// aliased and bounded by the client's maximum packet size.
+    #[inline(never)]
     fn send_v5(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
         let mut st = self.state.lock();
         if p.qos > 0 {
@@ -308,25 +309,7 @@ impl Sink for MqttSink {
             return DeliveryOutcome::Queued;
         }
         if self.level() == mqtt::LEVEL_5 {
-            if opts.no_local && msg.origin == self.id {
-                return DeliveryOutcome::Queued;
-            }
-            let Some(mut props) = v5::message_props(&msg.headers) else {
-                return DeliveryOutcome::Queued;
-            };
-            if opts.id != 0 {
-                props.subscription_identifiers.push(opts.id);
-            }
-            let p = mqtt::Publish {
-                dup: false,
-                qos,
-                retain: msg.retained || (opts.retain_as_published && msg.retain_flag),
-                topic: msg.topic.to_string(),
-                pid: None,
-                payload: msg.payload.clone(),
-                props,
-            };
-            return self.send(p, Pending::Topic);
+            return self.deliver_v5(opts, qos, msg);
         }
         if qos == 0 {
             let head = msg.encoded(EncodingSlot::MqttPublish, |m| {
@@ -433,6 +416,32 @@ impl Sink for MqttSink {
 }
 
 impl MqttSink {
+    /// A topic message to an MQTT 5 subscription: shaped for it (no local,
+    /// retain as published, properties, identifier). Out of line, so the
+    /// 3.1.1 path above stays as small as it was.
+    #[inline(never)]
+    fn deliver_v5(&self, opts: MqttSubOptions, qos: u8, msg: &Published) -> DeliveryOutcome {
+        if opts.no_local && msg.origin == self.id {
+            return DeliveryOutcome::Queued;
+        }
+        let Some(mut props) = v5::message_props(&msg.headers) else {
+            return DeliveryOutcome::Queued;
+        };
+        if opts.id != 0 {
+            props.subscription_identifiers.push(opts.id);
+        }
+        let p = mqtt::Publish {
+            dup: false,
+            qos,
+            retain: msg.retained || (opts.retain_as_published && msg.retain_flag),
+            topic: msg.topic.to_string(),
+            pid: None,
+            payload: msg.payload.clone(),
+            props,
+        };
+        self.send(p, Pending::Topic)
+    }
+
     /// Whether `p` would be over an MQTT 5 client's maximum packet size.
     fn too_large(&self, p: &mqtt::Publish) -> bool {
         let max = self
