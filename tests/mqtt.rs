@@ -328,19 +328,19 @@ mod own_client {
     }
 
     #[test]
-    fn mqtt5_connect_gets_connack_1_and_a_close() {
+    fn an_unknown_level_gets_connack_1_and_a_second_connect_a_close() {
         use wharf::protocol::mqtt::{self, Packet};
         let b = TestBroker::start(|_| {});
         let (status, _) = common::http(b.addr, "GET", "/mqtt", "");
         assert_eq!(status, 426, "not an upgrade");
         block_on(async {
-            let v5 = MqttOptions {
-                level: 5,
-                ..opts("v5")
+            let v6 = MqttOptions {
+                level: 6,
+                ..opts("v6")
             };
-            match MqttClient::connect(&url(&b), v5).await {
+            match MqttClient::connect(&url(&b), v6).await {
                 Err(e) => assert!(e.to_string().contains("code 1"), "{e}"),
-                Ok(_) => panic!("MQTT 5 was accepted"),
+                Ok(_) => panic!("level 6 was accepted"),
             }
             // A second CONNECT is a protocol violation: closed with 1002.
             let mut raw = MqttClient::connect(&url(&b), opts("y")).await.unwrap();

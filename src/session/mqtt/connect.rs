@@ -378,6 +378,9 @@ impl MqttSession {
             Some(u32::MAX) | None => None,
             Some(s) => Some(Duration::from_secs(u64::from(s))),
         };
+        // What it kept goes then (ending at once, only a resumed session
+        // has durable subscriptions).
+        let delete_in = ends_in.filter(|d| !d.is_zero() || !conn.durable.is_empty());
         if !self.graceful {
             if let Some(w) = conn.will {
                 let delay =
@@ -422,7 +425,7 @@ impl MqttSession {
         for (full, member) in conn.shared {
             shared::leave(&self.broker, self.sink.id, &full, member).await;
         }
-        if let Some(after) = ends_in {
+        if let Some(after) = delete_in {
             let broker = self.broker.clone();
             let client = key.clone();
             let expire = async move {
