@@ -133,25 +133,27 @@ impl MqttSink {
         let mut head = BytesMut::with_capacity(8 + p.topic.len());
         mqtt::publish_head(&mut head, &p, self.level());
         let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
-        // QoS 1/2 deliveries hold a packet id until acknowledged: they go
-        // in the high lane, which the drop-oldest policy never evicts, and
-        // only when there is room.
-        let pushed = if p.qos > 0 {
-            self.out.push_if_room(Priority::High, frame)
-        } else {
-            self.out.push(Priority::Normal, frame)
-        };
-        match pushed {
+        match self.push_publish(frame, p.qos > 0) {
             Ok(()) => DeliveryOutcome::Queued,
             Err(e) => {
                 if let Some(pid) = p.pid {
                     self.state.lock().pending.remove(&pid);
                 }
-                match e {
-                    PushError::Dropped => DeliveryOutcome::Dropped,
-                    PushError::Closed => DeliveryOutcome::Closed,
-                }
+                lost(e)
             }
+        }
+    }
+
+    /// Queues a PUBLISH. One that must not be evicted (QoS 1/2 ones hold
+    /// a packet id until acknowledged; an MQTT 5 one may tell the client a
+    /// topic alias) goes in the high lane, which the drop-oldest policy
+    /// never evicts, and only when there is room; others take the normal
+    /// lane under the slow-consumer policy.
+    fn push_publish(&self, frame: OutFrame, keep: bool) -> Result<(), PushError> {
+        if keep {
+            self.out.push_if_room(Priority::High, frame)
+        } else {
+            self.out.push(Priority::Normal, frame)
         }
     }
 
@@ -229,19 +231,11 @@ impl MqttSink {
             return DeliveryOutcome::Dropped;
         }
         let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
-        let pushed = if p.qos > 0 || assigned.is_some() {
-            self.out.push_if_room(Priority::High, frame)
-        } else {
-            self.out.push(Priority::Normal, frame)
-        };
-        match pushed {
+        match self.push_publish(frame, p.qos > 0 || assigned.is_some()) {
             Ok(()) => DeliveryOutcome::Queued,
             Err(e) => {
                 undo(st, &p);
-                match e {
-                    PushError::Dropped => DeliveryOutcome::Dropped,
-                    PushError::Closed => DeliveryOutcome::Closed,
-                }
+                lost(e)
             }
         }
     }
@@ -276,6 +270,14 @@ impl MqttSink {
             Priority::High,
             OutFrame::data(Format::Bincode, Bytes::new(), buf.freeze()),
         );
+    }
+}
+
+/// What a refused push means for the delivery.
+fn lost(e: PushError) -> DeliveryOutcome {
+    match e {
+        PushError::Dropped => DeliveryOutcome::Dropped,
+        PushError::Closed => DeliveryOutcome::Closed,
     }
 }
 
@@ -336,8 +338,7 @@ impl Sink for MqttSink {
                 OutFrame::data(Format::Bincode, head, msg.payload.clone()),
             ) {
                 Ok(()) => DeliveryOutcome::Queued,
-                Err(PushError::Dropped) => DeliveryOutcome::Dropped,
-                Err(PushError::Closed) => DeliveryOutcome::Closed,
+                Err(e) => lost(e),
             };
         }
         let p = mqtt::Publish {
