@@ -156,6 +156,116 @@ fn paho_persistent_session_survives_a_restart() {
     paho(&b, "persist2");
 }
 
+/// MQTT 5 with Eclipse Paho over WebSocket: user properties, content
+/// type, response topic and correlation data between two clients (a
+/// request and its reply), PUBACK 0x10 and 0x99, CONNACK's properties
+/// and an assigned client id.
+#[test]
+fn paho_v5_properties_round_trip() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_properties");
+}
+
+/// MQTT 5 session expiry with Paho: kept while away, resumed with
+/// session present; expiry 0 and a passed interval end it.
+#[test]
+fn paho_v5_session_expiry() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_session");
+}
+
+/// MQTT 5 subscription options with Paho: no local, retain as
+/// published, retain handling 0/1/2, subscription identifiers; UNSUBACK
+/// 0x11 and SUBACK 0x8F.
+#[test]
+fn paho_v5_subscription_options() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_sub_options");
+}
+
+/// A second Paho connection with the same client id: the first gets
+/// DISCONNECT 0x8E, the second the session and its subscription.
+#[test]
+fn paho_v5_session_takeover() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_takeover");
+}
+
+/// MQTT 5 wills with Paho: after the will delay, not at all when the
+/// client comes back in time, and on DISCONNECT 0x04.
+#[test]
+fn paho_v5_will_delay() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_will");
+}
+
+/// MQTT 5 flow control with Paho: the client's receive maximum (2, acks
+/// by hand) and maximum packet size (256) are kept.
+#[test]
+fn paho_v5_receive_maximum_and_maximum_packet_size() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_flow");
+}
+
+/// A silent Paho client (keep-alive 1 s) gets DISCONNECT 0x8D.
+#[test]
+fn paho_v5_keep_alive_timeout() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_keepalive");
+}
+
+/// A connected Paho client gets DISCONNECT 0x8B when the broker stops.
+#[test]
+fn paho_v5_server_shutting_down() {
+    use std::io::BufRead;
+    let b = TestBroker::start(|_| {});
+    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
+    let port = b.addr.port().to_string();
+    let mut child = Command::new(python)
+        .args([script.as_str(), port.as_str(), "v5_shutdown"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs (scripts/test installs Paho)");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    if line.trim() != "connected" {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+        panic!("the script did not connect: {line}{rest}");
+    }
+    b.stop().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{rest}");
+}
+
+/// No local and retain as published on a persistent session's (session
+/// expiry 60) subscription, with Paho.
+#[test]
+fn paho_v5_persistent_subscription_options() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_persistent_options");
+}
+
+/// A Paho connection with a delayed will, taken over by a new connection
+/// with Clean Start 1: its session ends, so the will is sent.
+#[test]
+fn paho_v5_takeover_with_clean_start_sends_the_delayed_will() {
+    let b = TestBroker::start(|_| {});
+    paho(&b, "v5_takeover_will");
+}
+
+/// MQTT.js at protocol version 5 over WebSocket: user properties, topic
+/// aliases both ways, subscription identifiers, message expiry.
+#[test]
+fn mqtt_js_v5_properties_aliases_and_expiry() {
+    let b = TestBroker::start(|_| {});
+    interop("node", "mqtt_js.mjs", &b, &["v5", "ws"]);
+}
+
 mod own_client {
     use super::*;
     use bytes::Bytes;

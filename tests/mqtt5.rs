@@ -490,6 +490,16 @@ fn session_expiry_keeps_a_session_for_its_interval() {
         common::wait_until(Duration::from_secs(10), || durable_queues(&b).is_empty()),
         "the session expired"
     );
+    // A kept session without subscriptions is still a session.
+    let (mut s, _) = Raw::connack(addr, with(hello("exp-empty"), keep(60)));
+    s.send(&Packet::disconnect());
+    assert_eq!(s.recv(), None);
+    let resume = Connect {
+        clean_session: false,
+        ..with(hello("exp-empty"), keep(60))
+    };
+    let (_s, ack) = Raw::connack(addr, resume);
+    assert!(ack.session_present, "MQTT-3.2.2-2");
     // An expiry of 0 (the default) ends the session with the connection.
     let (mut s, _) = Raw::connack(addr, with(hello("exp-zero"), keep(0)));
     s.send(&subscribe(1, "sess/t", SubOptions::qos(1), None));

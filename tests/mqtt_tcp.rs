@@ -480,3 +480,359 @@ fn mosquitto_clients_share_a_subscription() {
     lines.dedup();
     assert_eq!(lines.len(), 10, "each message once: {lines:?}");
 }
+
+/// Runs an MQTT 5 scenario of tests/interop/mqtt_paho.py with Eclipse
+/// Paho over TCP; it must exit 0.
+fn paho_v5_tcp(b: &TestBroker, scenario: &str) {
+    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
+    let port = b.mqtt_addr.unwrap().port().to_string();
+    let out = Command::new(python)
+        .args([script.as_str(), port.as_str(), scenario, "tcp"])
+        .output()
+        .expect("python runs (scripts/test installs Paho)");
+    assert!(
+        out.status.success(),
+        "{scenario}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// MQTT 5 with Eclipse Paho over TCP: properties round trip between two
+/// clients, PUBACK 0x10 and 0x99, CONNACK's properties, an assigned id.
+#[test]
+fn paho_v5_properties_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    paho_v5_tcp(&b, "v5_properties");
+}
+
+/// MQTT 5 session expiry with Paho over TCP.
+#[test]
+fn paho_v5_session_expiry_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    paho_v5_tcp(&b, "v5_session");
+}
+
+/// MQTT 5 subscription options and identifiers with Paho over TCP.
+#[test]
+fn paho_v5_subscription_options_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    paho_v5_tcp(&b, "v5_sub_options");
+}
+
+/// Session taken over (DISCONNECT 0x8E) with Paho over TCP.
+#[test]
+fn paho_v5_session_takeover_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    paho_v5_tcp(&b, "v5_takeover");
+}
+
+/// Will delay and DISCONNECT 0x04 with Paho over TCP.
+#[test]
+fn paho_v5_will_delay_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    paho_v5_tcp(&b, "v5_will");
+}
+
+/// MQTT 5 refusals with Paho over TCP: CONNACK 0x86, 0x87 and 0x8C
+/// (enhanced authentication), SUBACK and PUBACK 0x87.
+#[test]
+fn paho_v5_refusals_over_tcp() {
+    use wharf::config::auth::{Permissions, UserConfig};
+    let b = TestBroker::start_tcp(|c| {
+        c.auth.users.push(UserConfig {
+            name: "sensor".into(),
+            password_hash: wharf::auth::hash_password(b"s3cret").unwrap(),
+            allow: Permissions {
+                publish: vec!["sensors/%u/#".into()],
+                subscribe: vec!["sensors/%u/#".into()],
+                ..Permissions::default()
+            },
+        });
+    });
+    paho_v5_tcp(&b, "v5_refusals");
+}
+
+/// The client's receive maximum and maximum packet size with Paho over
+/// TCP.
+#[test]
+fn paho_v5_receive_maximum_and_maximum_packet_size_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    paho_v5_tcp(&b, "v5_flow");
+}
+
+/// A silent Paho client gets DISCONNECT 0x8D over TCP.
+#[test]
+fn paho_v5_keep_alive_timeout_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    paho_v5_tcp(&b, "v5_keepalive");
+}
+
+/// A Paho client connected over TCP gets DISCONNECT 0x8B when the broker
+/// stops.
+#[test]
+fn paho_v5_server_shutting_down_over_tcp() {
+    use std::io::BufRead;
+    let b = TestBroker::start_tcp(|_| {});
+    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
+    let port = b.mqtt_addr.unwrap().port().to_string();
+    let mut child = Command::new(python)
+        .args([script.as_str(), port.as_str(), "v5_shutdown", "tcp"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs (scripts/test installs Paho)");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    if line.trim() != "connected" {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+        panic!("the script did not connect: {line}{rest}");
+    }
+    b.stop().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{rest}");
+}
+
+/// MQTT.js at protocol version 5 over TCP (mqtt://): user properties,
+/// topic aliases both ways, subscription identifiers, message expiry.
+#[test]
+fn mqtt_js_v5_over_tcp() {
+    let b = TestBroker::start_tcp(|_| {});
+    let script = format!("{}/tests/interop/mqtt_js.mjs", env!("CARGO_MANIFEST_DIR"));
+    let port = b.mqtt_addr.unwrap().port().to_string();
+    let out = Command::new("node")
+        .args([script.as_str(), port.as_str(), "v5", "tcp"])
+        .output()
+        .expect("node runs (scripts/test installs MQTT.js)");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs mosquitto_pub with `args` on port `port`; it must exit 0.
+fn mosquitto_pub(port: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", port])
+        .args(args)
+        .output()
+        .expect("mosquitto_pub runs (.ci/run installs mosquitto-clients)");
+    assert!(
+        out.status.success(),
+        "mosquitto_pub {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `mosquitto_pub -V mqttv5 -D publish ...`: the user properties, content
+/// type, response topic, correlation data, payload format and message
+/// expiry reach a native WebSocket subscriber as message headers.
+#[test]
+fn mosquitto_pub_v5_properties_become_native_headers() {
+    use base64::Engine as _;
+    let b = TestBroker::start_tcp(|_| {});
+    let port = b.mqtt_addr.unwrap().port().to_string();
+    block_on(async {
+        let native = wharf::client::Client::connect(&b.ws_url(), Default::default())
+            .await
+            .unwrap();
+        let mut sub = native.subscribe("mosq5/#").await.unwrap();
+        let before = wharf_now_ms();
+        mosquitto_pub(
+            &port,
+            &[
+                "-V",
+                "mqttv5",
+                "-q",
+                "1",
+                "-t",
+                "mosq5/orders/7",
+                "-m",
+                "placed",
+                "-D",
+                "publish",
+                "user-property",
+                "tenant",
+                "acme",
+                "-D",
+                "publish",
+                "user-property",
+                "k",
+                "v",
+                "-D",
+                "publish",
+                "content-type",
+                "application/json",
+                "-D",
+                "publish",
+                "response-topic",
+                "mosq5/replies/7",
+                "-D",
+                "publish",
+                "correlation-data",
+                "req-7",
+                "-D",
+                "publish",
+                "payload-format-indicator",
+                "1",
+                "-D",
+                "publish",
+                "message-expiry-interval",
+                "90",
+            ],
+        );
+        let after = wharf_now_ms();
+        let m = sub
+            .recv_timeout(Duration::from_secs(10))
+            .await
+            .expect("the native subscriber gets mosquitto_pub's message");
+        assert_eq!(
+            (m.topic.as_str(), &m.payload[..]),
+            ("mosq5/orders/7", &b"placed"[..])
+        );
+        let mut headers = m.headers.clone();
+        let expires: u64 = headers
+            .remove("expires-at")
+            .expect("an expires-at header")
+            .parse()
+            .expect("expires-at in Unix ms");
+        assert!(
+            (before + 90_000..=after + 90_000).contains(&expires),
+            "expires-at {expires}, published between {before} and {after} with 90 s"
+        );
+        let want: wharf::protocol::frame::Headers = [
+            ("tenant", "acme"),
+            ("k", "v"),
+            ("content-type", "application/json"),
+            ("response-topic", "mosq5/replies/7"),
+            (
+                "correlation-data",
+                &*base64::engine::general_purpose::STANDARD.encode(b"req-7"),
+            ),
+            ("payload-format", "utf-8"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(headers, want);
+        // Without -D, no headers at all.
+        mosquitto_pub(
+            &port,
+            &["-V", "mqttv5", "-q", "1", "-t", "mosq5/plain", "-m", "p"],
+        );
+        let m = sub.recv_timeout(Duration::from_secs(10)).await.unwrap();
+        assert_eq!(m.topic, "mosq5/plain");
+        assert!(m.headers.is_empty(), "{:?}", m.headers);
+    });
+}
+
+fn wharf_now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// `mosquitto_sub -V mqttv5 -F` prints, as MQTT 5 properties, the headers
+/// of an HTTP publish and of a native WebSocket publish.
+#[test]
+fn mosquitto_sub_v5_prints_native_headers_as_properties() {
+    use base64::Engine as _;
+    let b = TestBroker::start_tcp(|_| {});
+    let port = b.mqtt_addr.unwrap().port().to_string();
+    // Topic, user properties, content type, response topic, correlation
+    // data, message expiry, payload format, payload.
+    let sub = Command::new("mosquitto_sub")
+        .args(["-h", "127.0.0.1", "-p", &port, "-V", "mqttv5", "-q", "1"])
+        .args(["-t", "mosq5/#", "-C", "2", "-W", "15"])
+        .args(["-F", "%t|%P|%C|%R|%D|%E|%F|%p"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mosquitto_sub runs (.ci/run installs mosquitto-clients)");
+    // Publish over HTTP until the publish is delivered to one subscriber:
+    // mosquitto_sub's subscription exists then, and it has that message.
+    let subscribed = common::wait_until(T, || {
+        let (status, _, body) = common::http_request(
+            b.addr,
+            "POST",
+            "/topics/mosq5/http",
+            "x-wharf-tenant: globex\r\n",
+            "over http",
+        );
+        // 202 while no one has it yet, 200 once delivered.
+        assert!(matches!(status, 200 | 202), "{status} {body}");
+        body.contains(r#""delivered":1"#)
+    });
+    assert!(subscribed, "mosquitto_sub subscribed");
+    block_on(async {
+        let native = wharf::client::Client::connect(&b.ws_url(), Default::default())
+            .await
+            .unwrap();
+        let headers: wharf::protocol::frame::Headers = [
+            ("tenant", "acme"),
+            ("trace-id", "t-1"),
+            ("content-type", "application/json"),
+            ("response-topic", "mosq5/replies"),
+            (
+                "correlation-data",
+                &*base64::engine::general_purpose::STANDARD.encode(b"corr-1"),
+            ),
+            ("payload-format", "utf-8"),
+            ("expires-at", &(wharf_now_ms() + 60_000).to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        native
+            .publish_with(
+                "mosq5/native",
+                b"{\"n\":1}".to_vec(),
+                headers,
+                false,
+                Default::default(),
+                true,
+            )
+            .await
+            .unwrap();
+    });
+    let out = sub.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0], "mosq5/http|tenant:globex||||||over http");
+    // What is left of 60 s, rounded up: 60, or 59 on a slow machine.
+    let fields: Vec<&str> = lines[1].split('|').collect();
+    assert!(matches!(fields[5], "59" | "60"), "{}", lines[1]);
+    assert_eq!(
+        [
+            fields[0], fields[1], fields[2], fields[3], fields[4], fields[6], fields[7]
+        ],
+        [
+            "mosq5/native",
+            "tenant:acme trace-id:t-1",
+            "application/json",
+            "mosq5/replies",
+            "corr-1",
+            "1",
+            "{\"n\":1}"
+        ],
+        "{}",
+        lines[1]
+    );
+}

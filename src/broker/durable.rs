@@ -22,6 +22,28 @@ pub const TOPIC_HEADER: &str = "topic";
 /// QoS above 0: the QoS.
 pub const QOS_HEADER: &str = "mqtt-qos";
 
+/// Header a bound queue adds to a copied message its publisher sent with
+/// the retain flag: `1` (for MQTT 5's retain as published).
+pub const RETAIN_HEADER: &str = "mqtt-retain";
+
+/// Header a bound queue adds to a copied message an MQTT connection
+/// published: that connection, as [`origin_tag`] writes it (for MQTT 5's
+/// no local).
+pub const ORIGIN_HEADER: &str = "mqtt-origin";
+
+/// The [`ORIGIN_HEADER`] value of the connection whose sink is `sink`:
+/// the sink id after a number drawn once per process, so a message kept
+/// across a restart is never taken for a new connection's own.
+pub fn origin_tag(sink: u64) -> String {
+    static BOOT: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        nanos ^ (u64::from(std::process::id()) << 32)
+    });
+    format!("{:016x}-{sink}", *BOOT)
+}
+
 /// Prefix of the queues that hold durable subscriptions:
 /// `$durable/<client id>/<subscription id>`.
 pub const DURABLE_PREFIX: &str = "$durable/";
@@ -58,6 +80,12 @@ impl Sink for BindSink {
         headers.insert(TOPIC_HEADER.into(), msg.topic.to_string());
         if msg.qos > 0 {
             headers.insert(QOS_HEADER.into(), msg.qos.to_string());
+        }
+        if msg.retain_flag {
+            headers.insert(RETAIN_HEADER.into(), "1".into());
+        }
+        if msg.origin != 0 {
+            headers.insert(ORIGIN_HEADER.into(), origin_tag(msg.origin));
         }
         let incoming = Incoming::new(0, headers, msg.payload.clone(), None);
         let name = self.name.clone();

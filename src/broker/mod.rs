@@ -30,7 +30,10 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 
-pub use durable::{DURABLE_PREFETCH, DURABLE_PREFIX, QOS_HEADER, TOPIC_HEADER, durable_queue_name};
+pub use durable::{
+    DURABLE_PREFETCH, DURABLE_PREFIX, ORIGIN_HEADER, QOS_HEADER, RETAIN_HEADER, TOPIC_HEADER,
+    durable_queue_name, origin_tag,
+};
 pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};
 pub use queue::{

@@ -313,6 +313,15 @@ impl Outbound {
         self.state.lock().finished
     }
 
+    /// The code and reason of the close asked for, if any.
+    pub fn close_reason(&self) -> Option<(u16, String)> {
+        self.state
+            .lock()
+            .close
+            .as_ref()
+            .map(|c| (c.code, c.reason.clone()))
+    }
+
     /// Whether a close was requested or done.
     pub fn is_closing(&self) -> bool {
         let st = self.state.lock();

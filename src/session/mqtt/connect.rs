@@ -88,6 +88,10 @@ pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
     o
 }
 
+/// Why an older connection is closed when a CONNECT with clean start
+/// takes its client id over.
+const TAKEN_OVER_CLEAN: &str = "session taken over by a new connection with a clean start";
+
 /// The longest reason string the server puts in a CONNACK or DISCONNECT.
 const REASON_MAX: usize = 120;
 
@@ -226,20 +230,23 @@ impl MqttSession {
             if old.principal.as_deref() != Some(principal.id().as_str()) {
                 continue;
             }
-            self.sessions.close(
-                old.id,
-                1000,
-                "session taken over by a new connection",
-                false,
-            );
+            // A clean start ends the old session (its will goes out at
+            // once, MQTT 5 §3.1.3.2.2); the old connection reads why.
+            let why = if c.clean_session {
+                TAKEN_OVER_CLEAN
+            } else {
+                "session taken over by a new connection"
+            };
+            self.sessions.close(old.id, 1000, why, false);
         }
         self.sessions
             .insert(self.id, key.clone(), self.sink.out.clone());
         self.sessions.set_principal(self.id, &principal.id());
         let durable_client = principal.namespace(&durable_client(&client_id));
         // Back in time: a delayed will or a pending session expiry of the
-        // last connection is off.
-        self.sessions.later().cancel(&durable_client);
+        // last connection is off (and says a session was kept, even one
+        // without subscriptions).
+        let pending = self.sessions.later().cancel(&durable_client);
         self.principal = Some(principal.clone());
         // MQTT 5: the session lives as long as its expiry interval says;
         // 3.1.1: a persistent session until a clean start.
@@ -259,7 +266,7 @@ impl MqttSession {
             expiry,
             aliases_in: HashMap::new(),
         };
-        let session_present = !c.clean_session && !existing.is_empty();
+        let session_present = !c.clean_session && (!existing.is_empty() || pending > 0);
         if c.clean_session {
             // A clean start forgets what a persistent session kept.
             for (id, _) in &existing {
@@ -370,9 +377,18 @@ impl MqttSession {
             .find_by_client(&conn.client_key)
             .iter()
             .any(|s| s.id != self.id && s.principal == me);
+        // Taken over with a clean start, the session ended here: the will
+        // goes out at once (the new connection dropped what was kept).
+        let clean_takeover = taken_over
+            && self
+                .sink
+                .out
+                .close_reason()
+                .is_some_and(|(_, why)| why == TAKEN_OVER_CLEAN);
         // The session ends at once (expiry 0), never (`u32::MAX`, and
         // 3.1.1's persistent sessions), or after the interval.
         let ends_in = match conn.expiry {
+            _ if clean_takeover => Some(Duration::ZERO),
             _ if taken_over => None,
             Some(0) => Some(Duration::ZERO),
             Some(u32::MAX) | None => None,
@@ -380,7 +396,8 @@ impl MqttSession {
         };
         // What it kept goes then (ending at once, only a resumed session
         // has durable subscriptions).
-        let delete_in = ends_in.filter(|d| !d.is_zero() || !conn.durable.is_empty());
+        let delete_in =
+            ends_in.filter(|d| !taken_over && (!d.is_zero() || !conn.durable.is_empty()));
         if !self.graceful {
             if let Some(w) = conn.will {
                 let delay =
@@ -403,7 +420,7 @@ impl MqttSession {
                 };
                 if delay.is_zero() {
                     publish.await;
-                } else if !taken_over {
+                } else if !taken_over || clean_takeover {
                     later.schedule(&key, delay, publish);
                 }
             }

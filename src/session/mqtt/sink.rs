@@ -17,8 +17,9 @@ use parking_lot::Mutex;
 
 use super::v5;
 use crate::broker::{
-    DeliveryOutcome, EncodingSlot, MqttSubOptions, Published, QOS_HEADER, QueuedDelivery,
-    Settlement, Sink, SubTag, Subscription, TOPIC_HEADER, WeakBroker,
+    DeliveryOutcome, EncodingSlot, MqttSubOptions, ORIGIN_HEADER, Published, QOS_HEADER,
+    QueuedDelivery, RETAIN_HEADER, Settlement, Sink, SubTag, Subscription, TOPIC_HEADER,
+    WeakBroker, origin_tag,
 };
 use crate::protocol::codec::Format;
 use crate::protocol::frame::Priority;
@@ -370,8 +371,14 @@ impl Sink for MqttSink {
         } else {
             Some(mqtt::Properties::default())
         };
-        let Some(mut props) = props else {
-            // Past its message expiry: consumed without being sent.
+        // Past its message expiry, or (MQTT 5's no local) published by
+        // this connection: consumed without being sent.
+        let own = || {
+            m.headers
+                .get(ORIGIN_HEADER)
+                .is_some_and(|o| *o == origin_tag(self.id))
+        };
+        let Some(mut props) = props.filter(|_| !(v5 && opts.no_local && own())) else {
             self.settle(d, sub, Settlement::Ack);
             return DeliveryOutcome::Queued;
         };
@@ -386,7 +393,7 @@ impl Sink for MqttSink {
         let p = mqtt::Publish {
             dup: m.deliveries > 1,
             qos,
-            retain: false,
+            retain: v5 && opts.retain_as_published && m.headers.contains_key(RETAIN_HEADER),
             topic,
             pid: None,
             payload: m.payload.clone(),

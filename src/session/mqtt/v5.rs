@@ -17,7 +17,7 @@
 
 use base64::Engine as _;
 
-use crate::broker::{QOS_HEADER, TOPIC_HEADER, now_ms};
+use crate::broker::{ORIGIN_HEADER, QOS_HEADER, RETAIN_HEADER, TOPIC_HEADER, now_ms};
 use crate::protocol::frame::Headers;
 use crate::protocol::mqtt::{Properties, PropertySet, reason};
 use crate::session::{CLOSE_EXPIRED, CLOSE_UNAUTHORIZED};
@@ -105,7 +105,7 @@ pub(super) fn message_props(headers: &Headers) -> Option<Properties> {
                 }
                 Err(_) => p.user_properties.push((k.clone(), v.clone())),
             },
-            TOPIC_HEADER | QOS_HEADER => {}
+            TOPIC_HEADER | QOS_HEADER | RETAIN_HEADER | ORIGIN_HEADER => {}
             _ => p.user_properties.push((k.clone(), v.clone())),
         }
     }
