@@ -5,35 +5,17 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::TestBroker;
 
-/// Runs an interop script of tests/interop with the broker's port (and
-/// more arguments); it must exit 0.
+/// Runs an interop script of tests/interop against `b`'s HTTP port.
 fn interop(program: &str, script: &str, b: &TestBroker, more: &[&str]) {
-    let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
-    let port = b.addr.port().to_string();
-    let mut args = vec![path.as_str(), port.as_str()];
-    args.extend_from_slice(more);
-    let out = Command::new(program)
-        .args(&args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program} runs (scripts/test installs the clients): {e}"));
-    assert!(
-        out.status.success(),
-        "{script} {more:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::interop(program, script, b.addr.port(), more);
 }
 
 fn paho(b: &TestBroker, scenario: &str) {
-    // scripts/test installs Paho in a virtual environment of its own and
-    // names its interpreter here.
-    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
-    interop(&python, "mqtt_paho.py", b, &[scenario]);
+    interop(&common::python(), "mqtt_paho.py", b, &[scenario]);
 }
 
 /// MQTT.js (npm), a second client nobody here wrote.
@@ -217,29 +199,9 @@ fn paho_v5_keep_alive_timeout() {
 /// A connected Paho client gets DISCONNECT 0x8B when the broker stops.
 #[test]
 fn paho_v5_server_shutting_down() {
-    use std::io::BufRead;
     let b = TestBroker::start(|_| {});
-    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
-    let port = b.addr.port().to_string();
-    let mut child = Command::new(python)
-        .args([script.as_str(), port.as_str(), "v5_shutdown"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python runs (scripts/test installs Paho)");
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    if line.trim() != "connected" {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut out, &mut rest);
-        panic!("the script did not connect: {line}{rest}");
-    }
-    b.stop().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{rest}");
+    let port = b.addr.port();
+    common::paho_through_shutdown(b, port, &["v5_shutdown"]);
 }
 
 /// No local and retain as published on a persistent session's (session

@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::raw_mqtt::Raw;
+use common::raw_mqtt::{self, Raw};
 use common::{TestBroker, block_on, http};
 use wharf::client::{Client, ClientOptions};
 use wharf::protocol::frame::{Headers, Priority};
@@ -21,16 +21,7 @@ use wharf::protocol::mqtt::{
 };
 
 fn hello(id: &str) -> Connect {
-    Connect {
-        level: mqtt::LEVEL_5,
-        client_id: id.into(),
-        clean_session: true,
-        keep_alive: 60,
-        will: None,
-        username: None,
-        password: None,
-        props: Default::default(),
-    }
+    raw_mqtt::hello_at(mqtt::LEVEL_5, id)
 }
 
 fn with(c: Connect, props: PropertySet) -> Connect {

@@ -10,22 +10,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::raw_mqtt::{Raw, T};
+use common::raw_mqtt::{self, Raw, T};
 use common::{TestBroker, block_on};
 use wharf::client::mqtt::{MqttClient, MqttOptions};
 use wharf::protocol::mqtt::{self, Connect, Packet, Publish, Will};
 
 fn hello(id: &str) -> Connect {
-    Connect {
-        level: 4,
-        client_id: id.into(),
-        clean_session: true,
-        keep_alive: 60,
-        will: None,
-        username: None,
-        password: None,
-        props: Default::default(),
-    }
+    raw_mqtt::hello_at(4, id)
 }
 
 fn publish(topic: &str, payload: &'static [u8], qos: u8, pid: Option<u16>) -> Packet {
@@ -258,18 +249,11 @@ fn mqtt_over_tls_with_the_test_ca() {
 #[test]
 fn paho_over_tcp() {
     let b = TestBroker::start_tcp(|_| {});
-    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
-    let port = b.mqtt_addr.unwrap().port().to_string();
-    let out = Command::new(python)
-        .args([script.as_str(), port.as_str(), "tcp"])
-        .output()
-        .expect("python runs (scripts/test installs Paho)");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    common::interop(
+        &common::python(),
+        "mqtt_paho.py",
+        b.mqtt_addr.unwrap().port(),
+        &["tcp"],
     );
 }
 
@@ -484,19 +468,8 @@ fn mosquitto_clients_share_a_subscription() {
 /// Runs an MQTT 5 scenario of tests/interop/mqtt_paho.py with Eclipse
 /// Paho over TCP; it must exit 0.
 fn paho_v5_tcp(b: &TestBroker, scenario: &str) {
-    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
-    let port = b.mqtt_addr.unwrap().port().to_string();
-    let out = Command::new(python)
-        .args([script.as_str(), port.as_str(), scenario, "tcp"])
-        .output()
-        .expect("python runs (scripts/test installs Paho)");
-    assert!(
-        out.status.success(),
-        "{scenario}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let port = b.mqtt_addr.unwrap().port();
+    common::interop(&common::python(), "mqtt_paho.py", port, &[scenario, "tcp"]);
 }
 
 /// MQTT 5 with Eclipse Paho over TCP: properties round trip between two
@@ -573,28 +546,9 @@ fn paho_v5_keep_alive_timeout_over_tcp() {
 /// stops.
 #[test]
 fn paho_v5_server_shutting_down_over_tcp() {
-    use std::io::BufRead;
     let b = TestBroker::start_tcp(|_| {});
-    let python = std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
-    let port = b.mqtt_addr.unwrap().port().to_string();
-    let mut child = Command::new(python)
-        .args([script.as_str(), port.as_str(), "v5_shutdown", "tcp"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python runs (scripts/test installs Paho)");
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    if line.trim() != "connected" {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut out, &mut rest);
-        panic!("the script did not connect: {line}{rest}");
-    }
-    b.stop().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(child.wait().unwrap().success(), "{rest}");
+    let port = b.mqtt_addr.unwrap().port();
+    common::paho_through_shutdown(b, port, &["v5_shutdown", "tcp"]);
 }
 
 /// MQTT.js at protocol version 5 over TCP (mqtt://): user properties,

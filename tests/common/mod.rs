@@ -414,3 +414,57 @@ pub fn make_certs(
     std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
     paths
 }
+
+/// The Python that runs the interop scripts: scripts/test installs Paho in
+/// a virtual environment of its own and names its interpreter in
+/// `WHARF_PYTHON`.
+pub fn python() -> String {
+    std::env::var("WHARF_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Runs an interop script of tests/interop with `port` (and more
+/// arguments); it must exit 0.
+pub fn interop(program: &str, script: &str, port: u16, more: &[&str]) {
+    let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
+    let port = port.to_string();
+    let mut args = vec![path.as_str(), port.as_str()];
+    args.extend_from_slice(more);
+    let out = std::process::Command::new(program)
+        .args(&args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs (scripts/test installs the clients): {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {more:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs the Paho script with `port` and `more` until it prints
+/// `connected`, stops the broker, and expects the script to exit 0 (it
+/// checks what it was told on the way out).
+pub fn paho_through_shutdown(b: TestBroker, port: u16, more: &[&str]) {
+    use std::io::{BufRead, Read};
+    let script = format!("{}/tests/interop/mqtt_paho.py", env!("CARGO_MANIFEST_DIR"));
+    let port = port.to_string();
+    let mut child = std::process::Command::new(python())
+        .arg(&script)
+        .arg(&port)
+        .args(more)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs (scripts/test installs Paho)");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the script's first line");
+    if line.trim() != "connected" {
+        let mut rest = String::new();
+        let _ = out.read_to_string(&mut rest);
+        panic!("the script did not connect: {line}{rest}");
+    }
+    b.stop().expect("the broker stops");
+    let mut rest = String::new();
+    let _ = out.read_to_string(&mut rest);
+    assert!(child.wait().expect("the script ends").success(), "{rest}");
+}

@@ -88,3 +88,18 @@ impl Raw {
         }
     }
 }
+
+/// A CONNECT at `level` for client `id`: clean, keep-alive 60 s, nothing
+/// else.
+pub fn hello_at(level: u8, id: &str) -> Connect {
+    Connect {
+        level,
+        client_id: id.into(),
+        clean_session: true,
+        keep_alive: 60,
+        will: None,
+        username: None,
+        password: None,
+        props: Default::default(),
+    }
+}
