@@ -568,6 +568,19 @@ fn a_will_waits_for_its_delay_and_a_returning_client_cancels_it() {
         std::thread::sleep(Duration::from_millis(200));
     }
     drop(back);
+    // Back with a clean start: that ends the old session, so its will
+    // (delay 30 s) goes out now.
+    let (c, _) = Raw::connect(addr, will(30));
+    drop(c);
+    watcher
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let reconnected = Instant::now();
+    let (_fresh, _) = Raw::connect(addr, hello("will-client"));
+    let p = expect_publish(&mut watcher);
+    assert_eq!(p.topic, "wills/late");
+    assert!(reconnected.elapsed() < Duration::from_secs(10));
 }
 
 #[test]

@@ -14,11 +14,18 @@ use parking_lot::Mutex;
 /// Delayed actions held at most: past it, an action runs at once.
 pub const LATER_MAX: usize = 100_000;
 
+/// One pending action: its task, and what makes it run before its time.
+struct Pending {
+    id: u64,
+    task: tokio::task::AbortHandle,
+    now: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
 #[derive(Default)]
 struct State {
     next: u64,
-    /// By session key: (id, task) of each pending action.
-    tasks: HashMap<String, Vec<(u64, tokio::task::AbortHandle)>>,
+    /// By key: each pending action.
+    tasks: HashMap<String, Vec<Pending>>,
     count: usize,
     closed: bool,
 }
@@ -50,16 +57,19 @@ impl Later {
         let id = st.next;
         let this = self.clone();
         let owned = key.to_owned();
+        let (now, early) = tokio::sync::oneshot::channel::<()>();
         let task = actix_rt::spawn(async move {
-            actix_rt::time::sleep(delay).await;
+            // The delay, or [`Later::fire`] before it.
+            let _ = actix_rt::time::timeout(delay, early).await;
             // Forget it first: the action may schedule again.
             this.forget(&owned, id);
             action.await;
         });
-        st.tasks
-            .entry(key.to_owned())
-            .or_default()
-            .push((id, task.abort_handle()));
+        st.tasks.entry(key.to_owned()).or_default().push(Pending {
+            id,
+            task: task.abort_handle(),
+            now: Some(now),
+        });
         st.count += 1;
     }
 
@@ -69,7 +79,7 @@ impl Later {
             return;
         };
         let before = list.len();
-        list.retain(|(i, _)| *i != id);
+        list.retain(|p| p.id != id);
         let removed = before - list.len();
         if list.is_empty() {
             st.tasks.remove(key);
@@ -83,10 +93,27 @@ impl Later {
         let mut st = self.state.lock();
         let list = st.tasks.remove(key).unwrap_or_default();
         st.count -= list.len();
-        for (_, task) in &list {
-            task.abort();
+        for p in &list {
+            p.task.abort();
         }
         list.len()
+    }
+
+    /// Runs what is pending for `key` now instead of at its time; returns
+    /// how many actions were due.
+    pub fn fire(&self, key: &str) -> usize {
+        let mut st = self.state.lock();
+        let Some(list) = st.tasks.get_mut(key) else {
+            return 0;
+        };
+        let mut fired = 0;
+        for p in list.iter_mut() {
+            if let Some(now) = p.now.take() {
+                let _ = now.send(());
+                fired += 1;
+            }
+        }
+        fired
     }
 
     /// How many actions are pending.
@@ -105,8 +132,8 @@ impl Later {
         st.closed = true;
         st.count = 0;
         for (_, list) in st.tasks.drain() {
-            for (_, task) in list {
-                task.abort();
+            for p in list {
+                p.task.abort();
             }
         }
     }
@@ -137,12 +164,26 @@ mod tests {
         }
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         assert!(later.is_empty());
+        // Fired early: runs at once, not after its hour.
+        let r = ran.clone();
+        later.schedule("d", Duration::from_secs(3600), async move {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(later.fire("d"), 1);
+        for _ in 0..500 {
+            if ran.load(Ordering::SeqCst) == 2 && later.is_empty() {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
+        assert!(later.is_empty());
         later.close();
         let r = ran.clone();
         later.schedule("c", Duration::ZERO, async move {
             r.fetch_add(1, Ordering::SeqCst);
         });
         actix_rt::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(ran.load(Ordering::SeqCst), 1, "nothing runs after close");
+        assert_eq!(ran.load(Ordering::SeqCst), 2, "nothing runs after close");
     }
 }

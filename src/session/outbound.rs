@@ -313,6 +313,11 @@ impl Outbound {
         self.state.lock().finished
     }
 
+    /// The most bytes it holds (`session.outbound_limit`).
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// The code and reason of the close asked for, if any.
     pub fn close_reason(&self) -> Option<(u16, String)> {
         self.state

@@ -88,9 +88,26 @@ pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
     o
 }
 
+/// Why an older connection is closed when a CONNECT takes its client id
+/// over (the start of the reason, for a clean start too).
+const TAKEN_OVER: &str = "session taken over by a new connection";
 /// Why an older connection is closed when a CONNECT with clean start
 /// takes its client id over.
 const TAKEN_OVER_CLEAN: &str = "session taken over by a new connection with a clean start";
+
+/// The key of a client's delayed will in [`Sessions::later`].
+///
+/// [`Sessions::later`]: crate::session::Sessions::later
+fn will_key(client: &str) -> String {
+    format!("will:{client}")
+}
+
+/// The key of a client's pending session expiry in [`Sessions::later`].
+///
+/// [`Sessions::later`]: crate::session::Sessions::later
+fn expiry_key(client: &str) -> String {
+    format!("expiry:{client}")
+}
 
 /// The longest reason string the server puts in a CONNACK or DISCONNECT.
 const REASON_MAX: usize = 120;
@@ -235,7 +252,7 @@ impl MqttSession {
             let why = if c.clean_session {
                 TAKEN_OVER_CLEAN
             } else {
-                "session taken over by a new connection"
+                TAKEN_OVER
             };
             self.sessions.close(old.id, 1000, why, false);
         }
@@ -243,10 +260,17 @@ impl MqttSession {
             .insert(self.id, key.clone(), self.sink.out.clone());
         self.sessions.set_principal(self.id, &principal.id());
         let durable_client = principal.namespace(&durable_client(&client_id));
-        // Back in time: a delayed will or a pending session expiry of the
-        // last connection is off (and says a session was kept, even one
-        // without subscriptions).
-        let pending = self.sessions.later().cancel(&durable_client);
+        // Back in time: a pending session expiry of the last connection is
+        // off (and says a session was kept, even one without
+        // subscriptions); its delayed will is off too, unless this is a
+        // clean start, which ends that session: then it goes out now.
+        let later = self.sessions.later();
+        let mut pending = later.cancel(&expiry_key(&durable_client));
+        pending += if c.clean_session {
+            later.fire(&will_key(&durable_client))
+        } else {
+            later.cancel(&will_key(&durable_client))
+        };
         self.principal = Some(principal.clone());
         // MQTT 5: the session lives as long as its expiry interval says;
         // 3.1.1: a persistent session until a clean start.
@@ -254,7 +278,6 @@ impl MqttSession {
         let persistent = expiry.map_or(!c.clean_session, |e| e > 0);
         let existing = self.broker.durable_subscriptions(&durable_client);
         let conn = Connected {
-            client_key: key.clone(),
             durable_client: durable_client.clone(),
             clean: !persistent,
             keep_alive: c.keep_alive,
@@ -295,9 +318,6 @@ impl MqttSession {
                 .props
                 .maximum_packet_size
                 .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
-            self.sink.out.set_farewell(Some(Box::new(move |code, why| {
-                disconnect_packet(v5::disconnect_reason(code, why), why, max_packet)
-            })));
             let props = PropertySet {
                 assigned_client_identifier: assigned.then(|| client_id.clone()),
                 topic_alias_maximum: Some(TOPIC_ALIAS_MAX),
@@ -309,6 +329,11 @@ impl MqttSession {
                 code: reason::SUCCESS,
                 props: props.into(),
             }));
+            // Only after CONNACK: a DISCONNECT may not come first. (A
+            // close asked for before this point closes without one.)
+            self.sink.out.set_farewell(Some(Box::new(move |code, why| {
+                disconnect_packet(v5::disconnect_reason(code, why), why, max_packet)
+            })));
         } else {
             self.sink
                 .push(&Packet::connack(session_present, connack::ACCEPTED));
@@ -368,23 +393,14 @@ impl MqttSession {
         };
         let later = self.sessions.later().clone();
         let key = conn.durable_client.clone();
-        // Taken over by a new connection of the same principal: the
-        // session goes on there, so it neither expires nor sends a delayed
-        // will from here.
-        let me = self.principal.as_ref().map(|p| p.id());
-        let taken_over = self
-            .sessions
-            .find_by_client(&conn.client_key)
-            .iter()
-            .any(|s| s.id != self.id && s.principal == me);
-        // Taken over with a clean start, the session ended here: the will
+        // Taken over by a new connection of the same principal (this
+        // connection's close says so): the session goes on there, so it
+        // neither expires nor sends a delayed will from here; unless the
+        // new one started clean, which ended the session here: the will
         // goes out at once (the new connection dropped what was kept).
-        let clean_takeover = taken_over
-            && self
-                .sink
-                .out
-                .close_reason()
-                .is_some_and(|(_, why)| why == TAKEN_OVER_CLEAN);
+        let why = self.sink.out.close_reason().map(|(_, why)| why);
+        let taken_over = why.as_deref().is_some_and(|w| w.starts_with(TAKEN_OVER));
+        let clean_takeover = why.as_deref() == Some(TAKEN_OVER_CLEAN);
         // The session ends at once (expiry 0), never (`u32::MAX`, and
         // 3.1.1's persistent sessions), or after the interval.
         let ends_in = match conn.expiry {
@@ -403,17 +419,20 @@ impl MqttSession {
                 let delay =
                     Duration::from_secs(u64::from(w.props.will_delay_interval.unwrap_or(0)));
                 let delay = ends_in.map_or(delay, |e| delay.min(e));
-                let msg = Publish {
-                    topic: w.topic,
-                    headers: v5::headers_of(&w.props),
-                    payload: w.payload,
-                    retain: w.retain,
-                    priority: Priority::Normal,
-                    qos: w.qos,
-                    origin: self.sink.id,
-                };
                 let broker = self.broker.clone();
+                let origin = self.sink.id;
                 let publish = async move {
+                    // Headers made now: a message expiry counts from when
+                    // the will is published, not from when it was set.
+                    let msg = Publish {
+                        topic: w.topic,
+                        headers: v5::headers_of(&w.props),
+                        payload: w.payload,
+                        retain: w.retain,
+                        priority: Priority::Normal,
+                        qos: w.qos,
+                        origin,
+                    };
                     if let Err(e) = broker.publish(msg).await {
                         tracing::warn!("publishing a will failed: {e}");
                     }
@@ -421,7 +440,7 @@ impl MqttSession {
                 if delay.is_zero() {
                     publish.await;
                 } else if !taken_over || clean_takeover {
-                    later.schedule(&key, delay, publish);
+                    later.schedule(&will_key(&key), delay, publish);
                 }
             }
         }
@@ -455,7 +474,7 @@ impl MqttSession {
             if after.is_zero() {
                 expire.await;
             } else {
-                later.schedule(&key, after, expire);
+                later.schedule(&expiry_key(&key), after, expire);
             }
         }
         self.sessions.remove(self.id);

@@ -114,8 +114,6 @@ pub struct MqttSession {
 }
 
 struct Connected {
-    /// The client id as the session registry knows it (`mqtt:` and the id).
-    client_key: String,
     /// The client id as durable subscription names carry it.
     durable_client: String,
     clean: bool,
@@ -248,9 +246,8 @@ impl MqttSession {
             .v5
             .as_ref()
             .map_or(usize::MAX, |v| v.max_packet);
-        self.sink.out.set_farewell(None);
         let bytes = connect::disconnect_packet(code, &close.reason, max);
-        let _ = self.sink.out.push(
+        let pushed = self.sink.out.push(
             Priority::High,
             crate::session::OutFrame::data(
                 crate::protocol::codec::Format::Bincode,
@@ -258,6 +255,10 @@ impl MqttSession {
                 bytes,
             ),
         );
+        // Not queued (the outbound full): the farewell says it instead.
+        if pushed.is_ok() {
+            self.sink.out.set_farewell(None);
+        }
     }
 
     async fn read(&mut self, bytes: &[u8]) -> Result<(), MqttClose> {

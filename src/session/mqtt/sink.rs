@@ -50,7 +50,8 @@ pub(super) struct OutState {
 }
 
 /// QoS 1/2 topic deliveries an MQTT 5 connection may have waiting for room
-/// under its receive maximum; past it they are dropped and counted.
+/// under its receive maximum (and at most `session.outbound_limit` bytes
+/// of payload); past either they are dropped and counted.
 pub(super) const WAITING_MAX: usize = 1000;
 
 /// The limits an MQTT 5 client set at CONNECT on what it receives, and the
@@ -67,8 +68,10 @@ pub(super) struct V5Out {
     /// Aliases given out, by topic: assigned once per connection.
     pub(super) aliases: HashMap<String, u16>,
     /// QoS 1/2 topic deliveries waiting for the receive maximum (at most
-    /// [`WAITING_MAX`]).
+    /// [`WAITING_MAX`], and the outbound limit in payload bytes).
     pub(super) waiting: VecDeque<mqtt::Publish>,
+    /// Payload bytes in `waiting`.
+    pub(super) waiting_bytes: usize,
 }
 
 impl V5Out {
@@ -80,6 +83,7 @@ impl V5Out {
             alias_max,
             aliases: HashMap::new(),
             waiting: VecDeque::new(),
+            waiting_bytes: 0,
         }
     }
 }
@@ -165,13 +169,19 @@ impl MqttSink {
     fn send_v5(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
         let mut st = self.state.lock();
         if p.qos > 0 {
+            // Full, or others waiting already (they go first: order).
             let full = st
                 .v5
                 .as_ref()
-                .is_some_and(|v| st.pending.len() >= v.receive_max);
+                .is_some_and(|v| st.pending.len() >= v.receive_max || !v.waiting.is_empty());
             if full {
+                let limit = self.out.limit();
                 return match (&what, st.v5.as_mut()) {
-                    (Pending::Topic, Some(v)) if v.waiting.len() < WAITING_MAX => {
+                    (Pending::Topic, Some(v))
+                        if v.waiting.len() < WAITING_MAX
+                            && v.waiting_bytes + p.payload.len() <= limit =>
+                    {
+                        v.waiting_bytes += p.payload.len();
                         v.waiting.push_back(p);
                         DeliveryOutcome::Queued
                     }
@@ -217,6 +227,16 @@ impl MqttSink {
         }
         let mut head = BytesMut::with_capacity(16 + p.topic.len());
         mqtt::publish_head(&mut head, &p, mqtt::LEVEL_5);
+        if let (Some(topic), true) = (&assigned, head.len() + p.payload.len() > max_packet) {
+            // The alias property made it too large: without it, then.
+            if let Some(v) = st.v5.as_mut() {
+                v.aliases.remove(topic);
+            }
+            p.props.topic_alias = None;
+            assigned = None;
+            head.clear();
+            mqtt::publish_head(&mut head, &p, mqtt::LEVEL_5);
+        }
         let undo = |st: &mut OutState, p: &mqtt::Publish| {
             if let Some(pid) = p.pid {
                 st.pending.remove(&pid);
@@ -254,11 +274,16 @@ impl MqttSink {
             let Some(mut p) = st.v5.as_mut().and_then(|v| v.waiting.pop_front()) else {
                 return;
             };
+            if let Some(v) = st.v5.as_mut() {
+                v.waiting_bytes -= p.payload.len();
+            }
             match st.take_pid(Pending::Topic) {
                 Some(pid) => p.pid = Some(pid),
                 None => return,
             }
-            if self.write_v5(&mut st, p) == DeliveryOutcome::Closed {
+            // Refused (the outbound full or closing): that one is lost
+            // (counted), the rest wait for the next acknowledgement.
+            if self.write_v5(&mut st, p) != DeliveryOutcome::Queued {
                 return;
             }
         }
