@@ -370,7 +370,7 @@ impl Wharf {
     pub async fn shutdown(&self) -> Result<(), Error> {
         self.inner
             .sessions
-            .close_all(1001, "server shutting down", true);
+            .close_all(1001, crate::session::close_reason::SHUTDOWN, true);
         self.inner.state.streams.close();
         let Some(running) = self.inner.running.lock().take() else {
             return Ok(());
@@ -383,7 +383,8 @@ impl Wharf {
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(running) = self.running.get_mut().take() {
-            self.sessions.close_all(1001, "server shutting down", true);
+            self.sessions
+                .close_all(1001, crate::session::close_reason::SHUTDOWN, true);
             let timeout = Duration::from_secs(self.config.server.shutdown_timeout_s.max(1));
             if let Err(e) = running.stop(timeout) {
                 tracing::error!("stopping the broker: {e}");

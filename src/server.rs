@@ -207,7 +207,7 @@ pub async fn serve(
         );
         // Sessions get their queued messages and a 1001 close frame; the
         // graceful stop below waits for them up to the shutdown timeout.
-        sessions.close_all(1001, "server shutting down", true);
+        sessions.close_all(1001, crate::session::close_reason::SHUTDOWN, true);
         // Open dashboards' streams end within a second.
         streams.close();
         if let Some(mqtt) = mqtt_handle {

@@ -429,12 +429,7 @@ fn expired_messages_are_not_delivered() {
 fn durable_queues(b: &TestBroker) -> Vec<String> {
     let (status, body) = http(b.addr, "GET", "/queues", "");
     assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let list = v
-        .as_array()
-        .or_else(|| v["queues"].as_array())
-        .unwrap()
-        .clone();
+    let list: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
     list.iter()
         .filter_map(|q| q["name"].as_str().map(str::to_owned))
         .filter(|n| n.starts_with("$durable/"))

@@ -138,10 +138,11 @@ fn a_protocol_violation_closes_only_that_connection() {
     assert_eq!(good.recv(), Some(Packet::PingResp));
 }
 
-#[test]
-fn credentials_and_permissions_over_tcp() {
+/// A broker with MQTT over TCP and one user, `sensor` (password
+/// `s3cret`), who may publish and subscribe only under `sensors/sensor/`.
+fn sensor_broker() -> TestBroker {
     use wharf::config::auth::{Permissions, UserConfig};
-    let b = TestBroker::start_tcp(|c| {
+    TestBroker::start_tcp(|c| {
         c.auth.users.push(UserConfig {
             name: "sensor".into(),
             password_hash: wharf::auth::hash_password(b"s3cret").unwrap(),
@@ -151,7 +152,12 @@ fn credentials_and_permissions_over_tcp() {
                 ..Permissions::default()
             },
         });
-    });
+    })
+}
+
+#[test]
+fn credentials_and_permissions_over_tcp() {
+    let b = sensor_broker();
     let addr = b.mqtt_addr.unwrap();
     let login = |pw: &'static [u8]| Connect {
         username: Some("sensor".into()),
@@ -512,18 +518,7 @@ fn paho_v5_will_delay_over_tcp() {
 /// (enhanced authentication), SUBACK and PUBACK 0x87.
 #[test]
 fn paho_v5_refusals_over_tcp() {
-    use wharf::config::auth::{Permissions, UserConfig};
-    let b = TestBroker::start_tcp(|c| {
-        c.auth.users.push(UserConfig {
-            name: "sensor".into(),
-            password_hash: wharf::auth::hash_password(b"s3cret").unwrap(),
-            allow: Permissions {
-                publish: vec!["sensors/%u/#".into()],
-                subscribe: vec!["sensors/%u/#".into()],
-                ..Permissions::default()
-            },
-        });
-    });
+    let b = sensor_broker();
     paho_v5_tcp(&b, "v5_refusals");
 }
 

@@ -69,6 +69,23 @@ pub const CLOSE_UNAUTHORIZED: u16 = 4401;
 /// `refresh`.
 pub const CLOSE_EXPIRED: u16 = 4403;
 
+/// Close reasons the broker gives, written once: they go to clients in
+/// close frames and logs, and MQTT 5 turns them into DISCONNECT reason
+/// codes (`session/mqtt/v5.rs`).
+pub mod close_reason {
+    /// Shutdown (code 1001).
+    pub const SHUTDOWN: &str = "server shutting down";
+    /// A WebSocket session silent past its idle timeout (1001).
+    pub const IDLE: &str = "idle timeout";
+    /// An MQTT-over-TCP connection silent past 1.5 times its keep-alive
+    /// (1001).
+    pub const KEEP_ALIVE: &str = "keep-alive timeout";
+    /// Far past the session's rate (1008).
+    pub const RATE_LIMIT: &str = "rate limit exceeded";
+    /// `POST /admin/sessions/{id}/close` (1008).
+    pub const ADMIN: &str = "closed by an administrator";
+}
+
 /// One client's session.
 pub struct Session {
     id: Uuid,

@@ -186,7 +186,7 @@ pub(crate) async fn close_session(
     let drain = q.drain.unwrap_or(true);
     if app
         .sessions
-        .close(uuid, 1008, "closed by an administrator", drain)
+        .close(uuid, 1008, crate::session::close_reason::ADMIN, drain)
     {
         Ok(HttpResponse::NoContent().finish())
     } else {

@@ -66,7 +66,7 @@ impl Handler for Mqtt {
         // the packet stream); far past it the connection is closed.
         if let Verdict::Close = self.rate.check(now) {
             self.metrics.rate_limited.add(1);
-            return self.close(1008, "rate limit exceeded".into());
+            return self.close(1008, crate::session::close_reason::RATE_LIMIT.into());
         }
         match self.session.data(&bytes).await {
             Ok(()) => Flow::Go,

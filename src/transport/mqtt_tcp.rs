@@ -20,7 +20,7 @@ use super::wsloop::outbound;
 use crate::metrics::Protocol;
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
-use crate::session::{CloseRequest, Outbound, OutboundStream, RateLimiter, Verdict};
+use crate::session::{CloseRequest, Outbound, OutboundStream, RateLimiter, Verdict, close_reason};
 
 /// Longest the writer may take to send what is queued once the
 /// connection ends.
@@ -76,7 +76,7 @@ where
                     metrics.bytes_in.add(Protocol::MqttTcp, n as u64);
                     if let Verdict::Close = rate.check(Instant::now()) {
                         metrics.rate_limited.add(1);
-                        close(&out, 1008, "rate limit exceeded".into());
+                        close(&out, 1008, close_reason::RATE_LIMIT.into());
                         break;
                     }
                     let chunk = buf.split().freeze();
@@ -93,7 +93,7 @@ where
                     break;
                 }
                 if now >= session.idle_deadline() {
-                    close(&out, 1001, "keep-alive timeout".into());
+                    close(&out, 1001, close_reason::KEEP_ALIVE.into());
                     break;
                 }
                 due = deadline(&session);

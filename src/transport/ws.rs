@@ -162,7 +162,7 @@ impl Handler for Native {
                 // Drain, so the rate_limited errors reach the client first.
                 self.session.outbound().close(CloseRequest {
                     code: 1008,
-                    reason: "rate limit exceeded".into(),
+                    reason: crate::session::close_reason::RATE_LIMIT.into(),
                     drain: true,
                 });
                 return Flow::Stop;

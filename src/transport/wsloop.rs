@@ -285,7 +285,7 @@ pub(crate) async fn read_loop<H: Handler>(
                     break 'conn;
                 }
                 if now >= reader.handler.idle_deadline(last_heard) {
-                    reader.close(1001, "idle timeout", false);
+                    reader.close(1001, crate::session::close_reason::IDLE, false);
                     break 'conn;
                 }
                 idle_at = reader.deadline(last_heard);

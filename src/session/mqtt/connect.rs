@@ -90,7 +90,7 @@ pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
 
 /// Why an older connection is closed when a CONNECT takes its client id
 /// over (the start of the reason, for a clean start too).
-const TAKEN_OVER: &str = "session taken over by a new connection";
+pub(super) const TAKEN_OVER: &str = "session taken over by a new connection";
 /// Why an older connection is closed when a CONNECT with clean start
 /// takes its client id over.
 const TAKEN_OVER_CLEAN: &str = "session taken over by a new connection with a clean start";

@@ -20,7 +20,7 @@ use base64::Engine as _;
 use crate::broker::{ORIGIN_HEADER, QOS_HEADER, RETAIN_HEADER, TOPIC_HEADER, now_ms};
 use crate::protocol::frame::Headers;
 use crate::protocol::mqtt::{Properties, PropertySet, reason};
-use crate::session::{CLOSE_EXPIRED, CLOSE_UNAUTHORIZED};
+use crate::session::{CLOSE_EXPIRED, CLOSE_UNAUTHORIZED, close_reason};
 
 /// Header carrying MQTT 5's content type.
 pub const CONTENT_TYPE: &str = "content-type";
@@ -113,18 +113,20 @@ pub(super) fn message_props(headers: &Headers) -> Option<Properties> {
 }
 
 /// The DISCONNECT reason code for a connection closed with WebSocket
-/// close `code` and `why` (the close reasons the broker gives: a session
-/// taken over, a keep-alive timeout, shutdown, an administrator, limits).
+/// close `code` and `why` (the broker's [`close_reason`]s, and a takeover's
+/// [`TAKEN_OVER`](super::connect::TAKEN_OVER)).
 pub(super) fn disconnect_reason(code: u16, why: &str) -> u8 {
     match code {
-        1000 if why.contains("taken over") => reason::SESSION_TAKEN_OVER,
+        1000 if why.starts_with(super::connect::TAKEN_OVER) => reason::SESSION_TAKEN_OVER,
         1000 => reason::NORMAL_DISCONNECTION,
-        1001 if why.contains("keep-alive") || why.contains("idle") => reason::KEEP_ALIVE_TIMEOUT,
+        1001 if why == close_reason::KEEP_ALIVE || why == close_reason::IDLE => {
+            reason::KEEP_ALIVE_TIMEOUT
+        }
         1001 => reason::SERVER_SHUTTING_DOWN,
         1002 => reason::PROTOCOL_ERROR,
         1003 | 1007 => reason::MALFORMED_PACKET,
-        1008 if why.contains("administrator") => reason::ADMINISTRATIVE_ACTION,
-        1008 if why.contains("rate limit") => reason::MESSAGE_RATE_TOO_HIGH,
+        1008 if why == close_reason::ADMIN => reason::ADMINISTRATIVE_ACTION,
+        1008 if why == close_reason::RATE_LIMIT => reason::MESSAGE_RATE_TOO_HIGH,
         1008 => reason::QUOTA_EXCEEDED,
         1009 => reason::PACKET_TOO_LARGE,
         CLOSE_UNAUTHORIZED | CLOSE_EXPIRED => reason::NOT_AUTHORIZED,
@@ -184,12 +186,20 @@ mod tests {
             reason::KEEP_ALIVE_TIMEOUT
         );
         assert_eq!(
+            disconnect_reason(1001, "idle timeout"),
+            reason::KEEP_ALIVE_TIMEOUT
+        );
+        assert_eq!(
             disconnect_reason(1001, "server shutting down"),
             reason::SERVER_SHUTTING_DOWN
         );
         assert_eq!(
             disconnect_reason(1008, "closed by an administrator"),
             reason::ADMINISTRATIVE_ACTION
+        );
+        assert_eq!(
+            disconnect_reason(1008, "rate limit exceeded"),
+            reason::MESSAGE_RATE_TOO_HIGH
         );
         assert_eq!(
             disconnect_reason(1008, "slow consumer: more than 10 bytes"),
