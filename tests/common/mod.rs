@@ -252,7 +252,10 @@ impl TestBroker {
                 let started = Instant::now();
                 let deadline = started + Duration::from_secs(60);
                 while !t.is_finished() {
-                    assert!(Instant::now() < deadline, "broker did not stop");
+                    if Instant::now() >= deadline {
+                        dump_threads();
+                        panic!("broker did not stop");
+                    }
                     thread::sleep(Duration::from_millis(10));
                 }
                 if started.elapsed() > Duration::from_secs(3) {
@@ -262,6 +265,23 @@ impl TestBroker {
             }
             None => Ok(()),
         }
+    }
+}
+
+/// Prints every thread's stack to stderr (with gdb, when it is installed),
+/// so a broker that hangs says where.
+fn dump_threads() {
+    let out = std::process::Command::new("gdb")
+        .args(["-p", &std::process::id().to_string(), "-batch", "-nx"])
+        .args(["-ex", "set pagination off", "-ex", "thread apply all bt"])
+        .output();
+    match out {
+        Ok(out) => eprintln!(
+            "threads at the deadline:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("no thread dump (gdb: {e})"),
     }
 }
 
