@@ -50,6 +50,14 @@ pub struct Config {
     pub log: LogConfig,
     /// `[auth]`: credentials, anonymous access and permissions.
     pub auth: auth::AuthConfig,
+    /// `[[rules]]`: matcher trees and the actions they trigger on
+    /// published messages (see [`crate::rules`]).
+    pub rules: Vec<crate::rules::RuleDecl>,
+    /// The file this was read from, which a rules reload (`SIGHUP`,
+    /// `POST /admin/rules/reload`) reads again; `None` for the embedded
+    /// defaults and configs built in code.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 /// `[server]` settings.
@@ -512,7 +520,9 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Config::from_toml(&text)
+        let mut config = Config::from_toml(&text)?;
+        config.file = Some(path.to_owned());
+        Ok(config)
     }
 
     /// Checks ranges and relations, naming the first bad key.
@@ -697,6 +707,7 @@ impl Config {
                 reason: format!("not a tracing filter: {e}"),
             });
         }
+        crate::rules::compile(&self.rules)?;
         Ok(())
     }
 }

@@ -85,6 +85,9 @@ struct Inner {
 }
 
 struct Running {
+    /// Whose rules' forwards end first (their dead letters need the
+    /// queues).
+    rules: Broker,
     store: Store,
     writer: StoreWriter,
     scheduler: Scheduler,
@@ -99,6 +102,7 @@ impl Running {
     /// then the database files are synced and, if everything finished,
     /// the clean shutdown is recorded. Blocking.
     fn stop(mut self, timeout: Duration) -> Result<(), Error> {
+        self.rules.rules().shutdown(timeout);
         self.sweeper.abort();
         self.ticker.abort();
         for t in self.threads.drain(..) {
@@ -172,6 +176,9 @@ impl Wharf {
             );
         }
         broker.declare_queues(&config.queues).await?;
+        broker
+            .rules()
+            .set_configured(crate::rules::compile(&config.rules)?, config.file.clone());
         let dead_letters = broker.downgrade();
         let jobs = Jobs::new(
             config.jobs.clone(),
@@ -229,6 +236,7 @@ impl Wharf {
                 ticking_jobs.tick();
             }
         });
+        let rules_of = broker.clone();
         Ok(Wharf {
             inner: Arc::new(Inner {
                 broker,
@@ -238,6 +246,7 @@ impl Wharf {
                 health: web::Data::new(Health::new()),
                 config,
                 running: Mutex::new(Some(Running {
+                    rules: rules_of.clone(),
                     store,
                     writer,
                     scheduler,
@@ -325,6 +334,28 @@ impl Wharf {
                 ..Publish::default()
             })
             .await
+    }
+
+    /// Replaces the app's own rules (run after the config file's
+    /// `[[rules]]`, on every message published from any way in). An app
+    /// adds matcher kinds of its own with [`crate::rules::Matcher`].
+    ///
+    /// ```
+    /// use wharf::rules::{Action, Rule, Template, When};
+    /// # async fn f(wharf: wharf::Wharf) {
+    /// wharf.set_rules(vec![
+    ///     Rule::when(When::topic("sensors/+/temp"))
+    ///         .then([Action::Enqueue {
+    ///             queue: Template::parse("readings-{1}").unwrap(),
+    ///             priority: 0,
+    ///             ttl_ms: None,
+    ///         }])
+    ///         .named("readings"),
+    /// ]);
+    /// # }
+    /// ```
+    pub fn set_rules(&self, rules: Vec<crate::rules::Rule>) {
+        self.inner.broker.rules().set_code(rules);
     }
 
     /// Subscribes an actor to a topic filter: each message arrives as a

@@ -57,6 +57,7 @@ mod embed;
 pub mod metrics;
 pub mod protocol;
 pub mod routing;
+pub mod rules;
 mod server;
 pub mod session;
 pub mod store;

@@ -156,6 +156,13 @@ pub async fn serve(
                     tracing::warn!("authentication keys not reloaded, the old ones stay: {e}")
                 }
             }
+            let broker = reloading.broker().clone();
+            match web::block(move || broker.rules().reload()).await {
+                Ok(Ok(rules)) => tracing::info!(rules, "rules reloaded"),
+                Ok(Err(crate::rules::ReloadError::NoFile)) => {}
+                Ok(Err(e)) => tracing::warn!("rules not reloaded, the old ones stay: {e}"),
+                Err(e) => tracing::warn!("rules not reloaded: {e}"),
+            }
         }
     });
     let workers = config.server.effective_http_workers();

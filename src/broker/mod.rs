@@ -176,6 +176,64 @@ pub struct Publish {
     pub origin: u64,
 }
 
+/// How a message came in, for rules that match on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingress {
+    /// The native protocol (`/ws`).
+    Native,
+    /// MQTT, over any listener.
+    Mqtt,
+    /// `POST /topics/{name}`.
+    Http,
+    /// The embedding app ([`crate::Wharf::publish`], or the broker itself).
+    Embedded,
+}
+
+impl Ingress {
+    /// Its name in rules (`protocol = "mqtt"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ingress::Native => "native",
+            Ingress::Mqtt => "mqtt",
+            Ingress::Http => "http",
+            Ingress::Embedded => "embedded",
+        }
+    }
+
+    /// The ingress named `name`.
+    pub fn parse(name: &str) -> Option<Ingress> {
+        [
+            Ingress::Native,
+            Ingress::Mqtt,
+            Ingress::Http,
+            Ingress::Embedded,
+        ]
+        .into_iter()
+        .find(|i| i.as_str() == name)
+    }
+}
+
+/// Who published a message and how: what rules see of the publisher
+/// (borrowed from the connection, so it costs nothing when no rule runs).
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    /// The way in.
+    pub ingress: Ingress,
+    /// The client id of the connection, if it has one.
+    pub client_id: Option<&'a str>,
+    /// The authenticated principal's name, if any.
+    pub principal: Option<&'a str>,
+}
+
+impl Source<'static> {
+    /// A publish by the embedding app.
+    pub const EMBEDDED: Source<'static> = Source {
+        ingress: Ingress::Embedded,
+        client_id: None,
+        principal: None,
+    };
+}
+
 /// The broker: cheap to clone, shared by every connection. Its methods
 /// come in six parts, each in a file of its own:
 ///
@@ -221,6 +279,8 @@ struct Inner {
     metrics: Arc<crate::metrics::Metrics>,
     /// Held while a member joins or leaves a shared subscription.
     shared: tokio::sync::Mutex<()>,
+    /// The rules every publish goes through.
+    rules: crate::rules::Rules,
 }
 
 #[derive(Default)]
@@ -318,6 +378,7 @@ impl Broker {
                 queues: RwLock::new(queues::QueueRegistry::default()),
                 shared: tokio::sync::Mutex::new(()),
                 metrics: Arc::default(),
+                rules: crate::rules::Rules::default(),
             }),
         }
     }
@@ -452,7 +513,44 @@ impl Broker {
     /// An invalid topic name, or the topic's queue refusing the task
     /// (overloaded).
     pub async fn publish(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
+        self.publish_at(msg, &Source::EMBEDDED, 0).await
+    }
+
+    /// [`Broker::publish`] for a connection: `source` is what rules see of
+    /// the publisher. A message a rule drops is published nowhere (the
+    /// outcome counts no delivery).
+    ///
+    /// # Errors
+    /// As [`Broker::publish`].
+    pub async fn publish_from(
+        &self,
+        msg: Publish,
+        source: &Source<'_>,
+    ) -> Result<PublishOutcome, BrokerError> {
+        self.publish_at(msg, source, 0).await
+    }
+
+    /// The rules every publish goes through (`[[rules]]`, and the app's).
+    pub fn rules(&self) -> &crate::rules::Rules {
+        &self.inner.rules
+    }
+
+    /// A publish `depth` republishes deep in a chain of rules.
+    pub(crate) async fn publish_at(
+        &self,
+        msg: Publish,
+        source: &Source<'_>,
+        depth: u8,
+    ) -> Result<PublishOutcome, BrokerError> {
         self.check_topic(&msg.topic)?;
+        let msg = if self.inner.rules.active() {
+            match self.inner.rules.apply(self, msg, source, depth).await {
+                Some(msg) => msg,
+                None => return Ok(PublishOutcome::default()),
+            }
+        } else {
+            msg
+        };
         let Publish {
             topic: name,
             payload,

@@ -59,14 +59,15 @@ struct PerQueue {
 }
 
 impl Broker {
-    /// Commits a transaction: returns once its queue writes are durable
+    /// Commits a transaction (its publishes go through the rules as
+    /// `source`'s): returns once its queue writes are durable
     /// (one batch) and applied, and its publishes are out.
     ///
     /// # Errors
     /// An invalid name or priority, an ack of a delivery no longer in
     /// flight to its consumer, a full or overloaded queue, or a store
     /// failure: then nothing took effect.
-    pub async fn commit(&self, ops: TxnOps) -> Result<(), BrokerError> {
+    pub async fn commit(&self, ops: TxnOps, source: &super::Source<'_>) -> Result<(), BrokerError> {
         for p in &ops.publishes {
             self.check_topic(&p.topic)?;
         }
@@ -144,7 +145,7 @@ impl Broker {
             }
         }
         for p in ops.publishes {
-            if let Err(e) = self.publish(p).await {
+            if let Err(e) = self.publish_from(p, source).await {
                 tracing::warn!("a committed transaction's publish failed: {e}");
             }
         }

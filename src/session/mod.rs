@@ -185,6 +185,15 @@ impl Session {
         self
     }
 
+    /// What rules see of this session's publishes.
+    pub(crate) fn source(&self) -> crate::broker::Source<'_> {
+        crate::broker::Source {
+            ingress: crate::broker::Ingress::Native,
+            client_id: Some(&self.client_id),
+            principal: self.principal.as_ref().map(|p| p.name()),
+        }
+    }
+
     /// Who the session acts as, once known.
     pub fn principal(&self) -> Option<&crate::auth::Principal> {
         self.principal.as_ref()

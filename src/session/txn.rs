@@ -75,7 +75,7 @@ impl Session {
                 };
                 let OpenTxn { ops, nacks } = txn;
                 let acks = ops.acks.clone();
-                match self.broker.commit(ops).await {
+                match self.broker.commit(ops, &self.source()).await {
                     Ok(()) => {
                         self.apply_nacks(nacks).await;
                         self.receipt(format, t.rid);

@@ -120,6 +120,10 @@ pub enum HttpCode {
     WebsocketHandshake,
     /// A WebSocket upgrade from a foreign browser origin.
     ForbiddenOrigin,
+    /// A reload of a broker started without a config file.
+    NoConfigFile,
+    /// A reloaded config file that does not read or validate.
+    InvalidConfig,
 }
 
 impl HttpCode {
@@ -135,6 +139,8 @@ impl HttpCode {
             HttpCode::BodyTimeout => "body_timeout",
             HttpCode::WebsocketHandshake => "websocket_handshake",
             HttpCode::ForbiddenOrigin => "forbidden_origin",
+            HttpCode::NoConfigFile => "no_config_file",
+            HttpCode::InvalidConfig => "invalid_config",
         }
     }
 
@@ -150,6 +156,8 @@ impl HttpCode {
             | HttpCode::WebsocketHandshake => StatusCode::BAD_REQUEST,
             HttpCode::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             HttpCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            HttpCode::NoConfigFile => StatusCode::CONFLICT,
+            HttpCode::InvalidConfig => StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
 }

@@ -14,6 +14,7 @@ mod mqtt;
 pub(crate) mod mqtt_tcp;
 mod origin;
 mod queues;
+mod rules;
 mod topics;
 mod ws;
 mod wsloop;
@@ -120,6 +121,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/admin/sessions/{id}/close")
             .route(web::post().to(admin::close_session))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/rules")
+            .route(web::get().to(rules::list))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/admin/rules/reload")
+            .route(web::post().to(rules::reload))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

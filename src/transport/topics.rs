@@ -82,17 +82,25 @@ pub(crate) async fn publish(
         .await?;
     let headers = message_headers(&req)?;
     let topic = name.into_inner();
+    let source = crate::broker::Source {
+        ingress: crate::broker::Ingress::Http,
+        client_id: None,
+        principal: Some(caller.0.name()),
+    };
     let outcome = app
         .broker
-        .publish(Publish {
-            topic: topic.clone(),
-            payload,
-            headers,
-            retain: query.retain,
-            priority: query.priority,
-            qos: 0,
-            origin: 0,
-        })
+        .publish_from(
+            Publish {
+                topic: topic.clone(),
+                payload,
+                headers,
+                retain: query.retain,
+                priority: query.priority,
+                qos: 0,
+                origin: 0,
+            },
+            &source,
+        )
         .await
         .map_err(api_error)?;
     Ok(HttpResponse::Accepted().json(PublishReply {

@@ -278,6 +278,7 @@ impl MqttSession {
         let persistent = expiry.map_or(!c.clean_session, |e| e > 0);
         let existing = self.broker.durable_subscriptions(&durable_client);
         let conn = Connected {
+            client_id: client_id.clone(),
             durable_client: durable_client.clone(),
             clean: !persistent,
             keep_alive: c.keep_alive,
@@ -421,6 +422,10 @@ impl MqttSession {
                 let delay = ends_in.map_or(delay, |e| delay.min(e));
                 let broker = self.broker.clone();
                 let origin = self.sink.id;
+                let (client, principal) = (
+                    conn.client_id.clone(),
+                    self.principal.as_ref().map(|p| p.name().to_owned()),
+                );
                 let publish = async move {
                     // Headers made now: a message expiry counts from when
                     // the will is published, not from when it was set.
@@ -433,7 +438,12 @@ impl MqttSession {
                         qos: w.qos,
                         origin,
                     };
-                    if let Err(e) = broker.publish(msg).await {
+                    let source = crate::broker::Source {
+                        ingress: crate::broker::Ingress::Mqtt,
+                        client_id: Some(&client),
+                        principal: principal.as_deref(),
+                    };
+                    if let Err(e) = broker.publish_from(msg, &source).await {
                         tracing::warn!("publishing a will failed: {e}");
                     }
                 };

@@ -114,6 +114,8 @@ pub struct MqttSession {
 }
 
 struct Connected {
+    /// The client id (assigned when the client sent none), for rules.
+    client_id: String,
     /// The client id as durable subscription names carry it.
     durable_client: String,
     clean: bool,

@@ -169,7 +169,12 @@ impl MqttSession {
             qos: p.qos,
             origin: self.sink.id,
         };
-        self.broker.publish(msg).await.map_err(|e| {
+        let source = crate::broker::Source {
+            ingress: crate::broker::Ingress::Mqtt,
+            client_id: self.connected.as_ref().map(|c| c.client_id.as_str()),
+            principal: self.principal.as_ref().map(|p| p.name()),
+        };
+        self.broker.publish_from(msg, &source).await.map_err(|e| {
             tracing::debug!(topic = %p.topic, "MQTT publish refused: {e}");
             match e {
                 crate::broker::BrokerError::TooManyTopics(_)

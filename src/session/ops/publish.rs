@@ -23,7 +23,7 @@ pub(in crate::session) async fn publish(session: &Session, format: Format, p: fr
         qos: 0,
         origin: 0,
     };
-    match session.broker.publish(msg).await {
+    match session.broker.publish_from(msg, &session.source()).await {
         Ok(_) => session.receipt(format, p.rid),
         Err(e) => session.broker_error(format, e, p.rid),
     }
