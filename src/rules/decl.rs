@@ -652,6 +652,18 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_example_compiles() {
+        let readme = include_str!("../../README.md");
+        let (_, rest) = readme
+            .split_once("<!-- rules example: compiled by a test -->\n```toml\n")
+            .unwrap();
+        let (block, _) = rest.split_once("```").unwrap();
+        let config = crate::Config::from_toml(block).unwrap();
+        config.validate().unwrap();
+        assert_eq!(compile(&config.rules).unwrap().len(), 2);
+    }
+
+    #[test]
     fn errors_name_the_rule_and_the_field() {
         let cases = [
             (

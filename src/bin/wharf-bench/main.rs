@@ -19,6 +19,7 @@ mod jobs;
 mod mqtt;
 mod progress;
 mod queues;
+mod rules;
 
 use clap::Parser;
 use wharf::client::{Client, ClientOptions};
@@ -99,6 +100,9 @@ struct Args {
     /// Only the MQTT scenarios.
     #[arg(long)]
     mqtt_only: bool,
+    /// Only the rules scenarios (each against brokers it starts).
+    #[arg(long)]
+    rules_only: bool,
     /// Jobs per jobs scenario (0 skips them).
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
@@ -187,6 +191,11 @@ pub(crate) struct Row {
 /// One publisher, `subs` subscribers spread over client threads; returns
 /// deliveries per second.
 fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
+    throughput_rate(args, url, topic, subs).0
+}
+
+/// [`throughput`], with the deliveries per second as a number.
+pub(crate) fn throughput_rate(args: &Args, url: &str, topic: &str, subs: usize) -> (Row, f64) {
     let n = args.messages;
     let bar = progress::counted(format!("1 -> {subs}, {} B", args.size), n as u64);
     let threads = args.threads.clamp(1, subs.max(1));
@@ -289,7 +298,7 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
     } else {
         String::new()
     };
-    Row {
+    let row = Row {
         scenario: format!("1 -> {subs}, {} B", args.size),
         result: format!(
             "{:.0} deliveries/s ({:.0} msg/s published){lost}",
@@ -298,7 +307,8 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
         ),
         gen_cores,
         broker_cores,
-    }
+    };
+    (row, rate)
 }
 
 /// Publishes at `rate` for `secs` and measures publish-to-delivery delay.
@@ -618,6 +628,10 @@ fn main() {
     }
     if args.mqtt_only {
         print_rows(wharf_mqtt(&args));
+        return;
+    }
+    if args.rules_only {
+        print_rows(rules::scenarios(&args));
         return;
     }
     if !args.queues_only {
