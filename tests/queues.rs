@@ -501,3 +501,77 @@ fn deleting_a_durable_subscriptions_queue_ends_it_and_a_new_subscribe_starts_afr
         c.ack(s.id(), &[d.id]).await.unwrap();
     });
 }
+
+#[test]
+fn a_draining_delete_refuses_enqueues_lets_consumers_finish_then_removes_the_queue() {
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let producer = connect(&b).await;
+        for i in 0..3u8 {
+            producer.enqueue("drained", vec![i]).await.unwrap();
+        }
+        let c = connect(&b).await;
+        let mut k = c.consume("drained", 1).await.unwrap();
+        let first = k.recv_timeout(T).await.expect("first delivery");
+        let (status, body) = http(b.addr, "DELETE", "/queues/drained?drain=true", "");
+        assert_eq!(status, 202, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["draining"], true, "{v}");
+        assert_eq!(v["waiting"], 2, "{v}");
+        assert_eq!(v["in_flight"], 1, "{v}");
+        assert_eq!(info(&b, "drained")["draining"], true);
+        // No more messages in, by any way.
+        match producer.enqueue("drained", b"late".to_vec()).await {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, ErrorCode::Conflict)
+            }
+            other => panic!("expected conflict, got {other:?}"),
+        }
+        let (status, body) = http(b.addr, "POST", "/queues/drained/messages", "late");
+        assert_eq!(status, 409, "{body}");
+        // The consumer finishes what was there, a nack included.
+        c.nack(k.id(), &[first.id], Some(0)).await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            let d = k.recv_timeout(T).await.expect("the rest is delivered");
+            got.push(d.payload[0]);
+            c.ack(k.id(), &[d.id]).await.unwrap();
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1, 2]);
+    });
+    assert!(
+        common::wait_until(Duration::from_secs(5), || {
+            http(b.addr, "GET", "/queues/drained", "").0 == 404
+        }),
+        "the drained queue is removed"
+    );
+    // An empty queue drains at once; waiting lets a consumer finish.
+    block_on(async {
+        let p = connect(&b).await;
+        p.enqueue("empty-soon", b"x".to_vec()).await.unwrap();
+        let c = connect(&b).await;
+        let mut k = c.consume("empty-soon", 1).await.unwrap();
+        let d = k.recv_timeout(T).await.unwrap();
+        let addr = b.addr;
+        let deleting = std::thread::spawn(move || {
+            http(
+                addr,
+                "DELETE",
+                "/queues/empty-soon?drain=true&wait_ms=10000",
+                "",
+            )
+        });
+        assert!(
+            common::eventually(T, || info(&b, "empty-soon")["draining"] == true).await,
+            "draining"
+        );
+        c.ack(k.id(), &[d.id]).await.unwrap();
+        let (status, body) = deleting.join().unwrap();
+        assert_eq!(status, 204, "{body}");
+    });
+    let (status, _) = http(b.addr, "DELETE", "/queues/nothing-here?drain=true", "");
+    assert_eq!(status, 404);
+    let (status, _) = http(b.addr, "DELETE", "/queues/x?drain=true&wait_ms=999999", "");
+    assert_eq!(status, 400);
+}

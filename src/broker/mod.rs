@@ -40,7 +40,7 @@ pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, MessageState,
     QueueCounters, QueueInfo, now_ms,
 };
-pub use queues::{DLQ_SUFFIX, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
+pub use queues::{DLQ_SUFFIX, Drain, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
 pub use shared::{SHARED_PREFETCH, SHARED_PREFIX, shared_queue_name};
 pub use sink::{
     DeliveryOutcome, MqttSubOptions, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id,
@@ -85,6 +85,10 @@ pub enum BrokerError {
     /// The queue holds `max_length` messages.
     #[error("queue full: it holds its maximum of {0} messages")]
     QueueFull(u64),
+    /// The queue is draining before its removal (`DELETE
+    /// /queues/{name}?drain=true`): it takes no more messages.
+    #[error("the queue is draining before its removal: it takes no more messages")]
+    QueueDraining,
     /// These delivery ids are not in flight to this consumer (already
     /// settled, timed out, or never delivered to it).
     #[error("unknown delivery ids {0:?}: not in flight to this consumer")]
@@ -135,6 +139,7 @@ impl BrokerError {
             BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
             BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
             BrokerError::QueueFull(_) => ErrorCode::QueueFull,
+            BrokerError::QueueDraining => ErrorCode::Conflict,
             BrokerError::UnknownDelivery(_) => ErrorCode::UnknownDelivery,
             BrokerError::DuplicateConsumer => ErrorCode::DuplicateSubscription,
             BrokerError::UnknownConsumer => ErrorCode::UnknownSubscription,

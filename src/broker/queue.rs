@@ -60,6 +60,9 @@ pub(crate) struct QueueShared {
     /// A refill's answer could not be handed to the queue (overloaded):
     /// the next tick asks again.
     pub(crate) refill_lost: AtomicBool,
+    /// Set when a draining queue has nothing left (waiting, in flight or
+    /// being committed): the ticker removes it.
+    pub(crate) drained: AtomicBool,
 }
 
 /// The current time in Unix milliseconds (stored with messages, so it must
@@ -92,6 +95,8 @@ pub(crate) enum QueueError {
     Store(SubmitError),
     /// The queue was deleted.
     Deleted,
+    /// The queue is draining before its removal: no enqueues.
+    Draining,
 }
 
 /// A message to enqueue.
@@ -147,6 +152,8 @@ pub struct QueueInfo {
     /// When the oldest message waiting in memory (ready or delayed) was
     /// first enqueued (Unix ms); `None` when none waits in memory.
     pub oldest_enqueued_ms: Option<u64>,
+    /// Draining before its removal: it takes no more messages.
+    pub draining: bool,
     /// Counters since start.
     pub stats: QueueCounters,
 }
@@ -253,6 +260,8 @@ pub(crate) struct QueueState {
     shared: Arc<QueueShared>,
     stats: QueueCounters,
     deleted: bool,
+    /// Draining before removal: enqueues are refused, consumers carry on.
+    draining: bool,
     /// Enqueues prepared by committing transactions, not yet visible.
     prepared: HashMap<u64, Vec<StoredMessage>>,
 }
@@ -292,6 +301,7 @@ impl QueueState {
             shared,
             stats: QueueCounters::default(),
             deleted: false,
+            draining: false,
             prepared: HashMap::new(),
         }
     }
@@ -337,6 +347,9 @@ impl QueueState {
     ) -> Result<(u64, Option<Durable>), QueueError> {
         if self.deleted {
             return Err(QueueError::Deleted);
+        }
+        if self.draining {
+            return Err(QueueError::Draining);
         }
         if self.holds() >= self.opts.max_length {
             self.stats.refused += 1;
@@ -651,12 +664,33 @@ impl QueueState {
 
     /// Updates what the ticker reads.
     fn after(&self) {
+        if self.draining && self.is_drained() {
+            self.shared.drained.store(true, Ordering::Release);
+        }
         let busy = !self.inflight.is_empty()
             || !self.delayed.is_empty()
             || self.expiring > 0
             || self.consumers.iter().any(|c| c.blocked)
             || self.shared.refill_lost.load(Ordering::Acquire);
         self.shared.needs_tick.store(busy, Ordering::Release);
+    }
+
+    /// Starts draining before removal: enqueues are refused from now on,
+    /// consumers take and settle what is left. Returns whether nothing is
+    /// left already.
+    pub(crate) fn start_drain(&mut self) -> bool {
+        self.draining = true;
+        self.after();
+        self.is_drained()
+    }
+
+    /// Nothing waiting, in flight or being committed.
+    fn is_drained(&self) -> bool {
+        self.ready_len == 0
+            && self.delayed.is_empty()
+            && self.inflight.is_empty()
+            && self.spilled.iter().all(|n| *n == 0)
+            && self.prepared.is_empty()
     }
 
     /// The queue's numbers.
@@ -673,6 +707,7 @@ impl QueueState {
             dead_letter: None,
             dead_letter_depth: None,
             oldest_enqueued_ms: self.oldest_enqueued(),
+            draining: self.draining,
             stats: self.stats,
         }
     }

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -63,6 +64,22 @@ pub struct Enqueue {
     pub ttl_ms: Option<u64>,
 }
 
+/// What [`Broker::drain_queue`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// The queue was empty, or emptied in time, and is removed.
+    Removed,
+    /// Still draining: removed once these are consumed and settled.
+    Draining {
+        /// Messages waiting.
+        waiting: u64,
+        /// Messages delivered and not yet settled.
+        in_flight: u64,
+    },
+    /// No such queue.
+    NotFound,
+}
+
 /// What the consumer of a delivery decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settlement {
@@ -87,6 +104,7 @@ impl From<QueueError> for BrokerError {
             QueueError::UnknownConsumer => BrokerError::UnknownConsumer,
             QueueError::Store(e) => BrokerError::StoreBusy(e),
             QueueError::Deleted => BrokerError::Contended,
+            QueueError::Draining => BrokerError::QueueDraining,
         }
     }
 }
@@ -588,18 +606,71 @@ impl Broker {
         Ok(true)
     }
 
-    /// Runs the deadline task of every queue that has deadlines to watch.
-    /// The server calls it every [`QUEUE_TICK`](super::QUEUE_TICK).
+    /// Removes a queue once its consumers have taken and settled what it
+    /// holds: from now on it refuses enqueues (and topic messages stop
+    /// being copied into it), consumers carry on (a nacked message comes
+    /// back to them), and once nothing is waiting or in flight it is
+    /// deleted, by this call if that happens within `wait`, else by the
+    /// ticker ([`Broker::tick_queues`]) when it does. Draining is not
+    /// persisted: after a restart the queue is an ordinary queue again.
+    ///
+    /// # Errors
+    /// The queue refusing the task, or the store failing the deletes.
+    pub async fn drain_queue(&self, name: &str, wait: Duration) -> Result<Drain, BrokerError> {
+        let Some(q) = self.queue(name, false)? else {
+            return Ok(Drain::NotFound);
+        };
+        let mut empty = q.tq.submit_high(QueueState::start_drain).await?;
+        self.unbind(name).await;
+        let deadline = tokio::time::Instant::now() + wait;
+        while !empty && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20).min(wait)).await;
+            empty = q.shared.drained.load(Ordering::Acquire);
+        }
+        if empty {
+            q.shared.drained.store(false, Ordering::Release);
+            self.delete_queue(name).await?;
+            return Ok(Drain::Removed);
+        }
+        let left = q.tq.submit_high(|s| s.info()).await?;
+        Ok(Drain::Draining {
+            waiting: left.depth,
+            in_flight: left.in_flight,
+        })
+    }
+
+    /// Runs the deadline task of every queue that has deadlines to watch,
+    /// and removes draining queues that have emptied (on the caller's
+    /// actix system). The server calls it every
+    /// [`QUEUE_TICK`](super::QUEUE_TICK).
     pub fn tick_queues(&self) {
-        let busy: Vec<QueueHandle> = self
-            .inner
-            .queues
-            .read()
-            .queues
-            .values()
-            .filter(|q| q.shared.needs_tick.load(Ordering::Acquire))
-            .cloned()
-            .collect();
+        let (busy, drained): (Vec<QueueHandle>, Vec<String>) = {
+            let reg = self.inner.queues.read();
+            let busy = reg
+                .queues
+                .values()
+                .filter(|q| q.shared.needs_tick.load(Ordering::Acquire))
+                .cloned()
+                .collect();
+            let drained = reg
+                .queues
+                .iter()
+                .filter(|(_, q)| q.shared.drained.swap(false, Ordering::AcqRel))
+                .map(|(n, _)| n.to_string())
+                .collect();
+            (busy, drained)
+        };
+        for name in drained {
+            let broker = self.clone();
+            actix_rt::spawn(async move {
+                match broker.delete_queue(&name).await {
+                    Ok(_) => tracing::info!(queue = %name, "drained queue removed"),
+                    Err(e) => {
+                        tracing::warn!(queue = %name, "a drained queue could not be removed: {e}")
+                    }
+                }
+            });
+        }
         for q in busy {
             if let Err(e) = q.tq.execute(Lane::High, |s| s.tick(now_ms())) {
                 tracing::debug!("queue tick postponed: {e}");

@@ -225,6 +225,30 @@ impl Wharf {
             .await
     }
 
+    /// Deletes a queue and what it holds at once; `false` if there was no
+    /// such queue.
+    ///
+    /// # Errors
+    /// An overloaded queue, a store failure.
+    pub async fn delete_queue(&self, queue: &str) -> Result<bool, BrokerError> {
+        self.broker().delete_queue(queue).await
+    }
+
+    /// Removes a queue after its consumers have taken and settled what it
+    /// holds (it takes no more messages from now on), waiting up to `wait`
+    /// for that; past it the queue is removed when it empties (see
+    /// [`Broker::drain_queue`]).
+    ///
+    /// # Errors
+    /// An overloaded queue, a store failure.
+    pub async fn drain_queue(
+        &self,
+        queue: &str,
+        wait: std::time::Duration,
+    ) -> Result<crate::broker::Drain, BrokerError> {
+        self.broker().drain_queue(queue, wait).await
+    }
+
     /// Makes an actor a consumer of `queue` with `prefetch` credit: each
     /// delivery arrives as a [`QueueMessage`] (by `try_send`: a full
     /// mailbox leaves the message in the queue, offered again shortly).

@@ -15,7 +15,7 @@ use super::credentials::Caller;
 use super::topics::{api_error, message_headers, query};
 use super::{ApiError, AppState};
 use crate::auth::Right;
-use crate::broker::{Enqueue, MessageState, PeekedMessage, QueueInfo};
+use crate::broker::{Drain, Enqueue, MessageState, PeekedMessage, QueueInfo};
 use crate::protocol::frame::Headers;
 
 #[derive(Deserialize)]
@@ -140,16 +140,71 @@ pub(crate) async fn redrive(
     Ok(HttpResponse::Ok().json(RedriveReply { moved }))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeleteQuery {
+    /// Let consumers take and settle what the queue holds first.
+    #[serde(default)]
+    drain: bool,
+    /// How long a drain may hold the request (at most 60,000 ms).
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+/// The 202 body of a drain still under way.
+#[derive(Serialize)]
+struct DrainingReply<'a> {
+    queue: &'a str,
+    draining: bool,
+    waiting: u64,
+    in_flight: u64,
+}
+
+/// Most a drain may hold its request.
+const MAX_DRAIN_WAIT_MS: u64 = 60_000;
+
+/// `DELETE /queues/{name}`: 204 once removed. With `?drain=true`: the
+/// queue takes no more messages and is removed once its consumers have
+/// settled what it holds: 204 if that happened within `wait_ms`, else
+/// 202 with what is left (it is removed when that is done).
 pub(crate) async fn delete(
     caller: Caller,
+    req: HttpRequest,
     name: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     caller.admin("delete queue", &name)?;
-    if app.broker.delete_queue(&name).await.map_err(api_error)? {
-        Ok(HttpResponse::NoContent().finish())
-    } else {
-        Err(unknown_queue(&name))
+    let q: DeleteQuery = query(&req)?;
+    if q.wait_ms > MAX_DRAIN_WAIT_MS {
+        return Err(ApiError::coded(
+            crate::protocol::frame::ErrorCode::InvalidField,
+            format!("wait_ms: at most {MAX_DRAIN_WAIT_MS}"),
+        ));
+    }
+    if !q.drain {
+        return if app.broker.delete_queue(&name).await.map_err(api_error)? {
+            Ok(HttpResponse::NoContent().finish())
+        } else {
+            Err(unknown_queue(&name))
+        };
+    }
+    let wait = std::time::Duration::from_millis(q.wait_ms);
+    match app
+        .broker
+        .drain_queue(&name, wait)
+        .await
+        .map_err(api_error)?
+    {
+        Drain::Removed => Ok(HttpResponse::NoContent().finish()),
+        Drain::NotFound => Err(unknown_queue(&name)),
+        Drain::Draining { waiting, in_flight } => {
+            Ok(HttpResponse::Accepted().json(DrainingReply {
+                queue: &name,
+                draining: true,
+                waiting,
+                in_flight,
+            }))
+        }
     }
 }
 

@@ -30,6 +30,9 @@ impl QueueState {
         if self.deleted {
             return Err(QueueError::Deleted);
         }
+        if self.draining && !enqueues.is_empty() {
+            return Err(QueueError::Draining);
+        }
         let pending: u64 = self.prepared.values().map(|v| v.len() as u64).sum();
         if self.holds() + pending + enqueues.len() as u64 > self.opts.max_length {
             self.stats.refused += enqueues.len() as u64;
