@@ -289,16 +289,16 @@ impl Forward {
         }
     }
 
-    /// Hands the message to a lane (never waits). Returns false when it
-    /// could not: no method for it, or a full buffer (it is then
-    /// dead-lettered, or counted dropped).
+    /// Hands the message to a lane (never waits). Refused when there is
+    /// no method for it or the buffer is full: the caller then hands it
+    /// to [`Forward::give_up`].
     pub(super) fn send(
         &self,
         cx: &Context<'_>,
         broker: &crate::broker::Broker,
         stopping: &Arc<AtomicBool>,
         rule: &str,
-    ) -> bool {
+    ) -> Result<(), Refused> {
         let spec = &self.shared.spec;
         let headers = cx
             .headers
@@ -315,10 +315,7 @@ impl Forward {
         };
         job.method = match self.method(cx) {
             Ok(m) => m,
-            Err(why) => {
-                self.give_up(broker, job, &why);
-                return false;
-            }
+            Err(why) => return Err(Refused(job, why)),
         };
         let key = cx.source.client_id.unwrap_or(cx.topic);
         if matches!(*self.lanes.read(), Lanes::NotStarted) {
@@ -326,30 +323,26 @@ impl Forward {
         }
         let lanes = self.lanes.read();
         let Lanes::Running(senders) = &*lanes else {
-            drop(lanes);
-            self.give_up(broker, job, "the forward is closed");
-            return false;
+            return Err(Refused(job, "the forward is closed".into()));
         };
         let lane = &senders[lane_of(key, senders.len())];
         self.shared.buffered.fetch_add(1, Ordering::Relaxed);
         match lane.try_send(job) {
-            Ok(()) => true,
+            Ok(()) => Ok(()),
             Err(e) => {
                 self.shared.buffered.fetch_sub(1, Ordering::Relaxed);
                 let job = match e {
                     mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => j,
                 };
-                drop(lanes);
-                self.give_up(broker, job, "the forward's buffer is full");
-                false
+                Err(Refused(job, "the forward's buffer is full".into()))
             }
         }
     }
 
-    /// A message no backend will take: to the dead-letter queue, or
+    /// A message [`Forward::send`] refused: to the dead-letter queue, or
     /// counted dropped.
-    fn give_up(&self, broker: &crate::broker::Broker, job: Job, why: &str) {
-        give_up(&self.shared, broker, job, why);
+    pub(super) async fn give_up(&self, broker: &crate::broker::Broker, refused: Refused) {
+        give_up(&self.shared, broker, refused.0, &refused.1).await;
     }
 
     fn start(&self, broker: WeakBroker, stopping: Arc<AtomicBool>) {
@@ -423,24 +416,37 @@ fn lane_of(key: &str, lanes: usize) -> usize {
     (h.finish() % lanes as u64) as usize
 }
 
-fn give_up(shared: &Shared, broker: &crate::broker::Broker, job: Job, why: &str) {
+/// A message a forward could not take, and why.
+pub(super) struct Refused(Job, String);
+
+/// A message no backend will take: to the dead-letter queue (counted
+/// dropped if it refuses), or counted dropped.
+async fn give_up(shared: &Shared, broker: &crate::broker::Broker, job: Job, why: &str) {
     let Some(queue) = &shared.spec.dead_letter else {
         shared.dropped.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(rule = %job.rule, topic = %job.topic, "forward dropped a message: {why}");
         return;
     };
     let mut headers: crate::protocol::frame::Headers = job.headers.into_iter().collect();
-    headers.insert("rule".into(), job.rule);
+    headers.insert("rule".into(), job.rule.clone());
     headers.insert("dead-letter-topic".into(), job.topic);
     headers.insert("forward-error".into(), why.to_owned());
-    broker.enqueue_detached(Enqueue {
-        queue: queue.clone(),
-        payload: job.body,
-        headers,
-        priority: 0,
-        ttl_ms: None,
-    });
-    shared.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    let put = broker
+        .enqueue_durable(Enqueue {
+            queue: queue.clone(),
+            payload: job.body,
+            headers,
+            priority: 0,
+            ttl_ms: None,
+        })
+        .await;
+    match put {
+        Ok(_) => shared.dead_lettered.fetch_add(1, Ordering::Relaxed),
+        Err(e) => {
+            tracing::warn!(rule = %job.rule, queue = %queue, "forward dropped a message ({why}): its dead-letter queue refused it: {e}");
+            shared.dropped.fetch_add(1, Ordering::Relaxed)
+        }
+    };
 }
 
 /// One lane: sends its messages one at a time, in order.
@@ -498,7 +504,7 @@ async fn lane(
                 shared.forwarded.fetch_add(1, Ordering::Relaxed);
             }
             Err(why) => match broker.upgrade() {
-                Some(b) => give_up(&shared, &b, job, &why),
+                Some(b) => give_up(&shared, &b, job, &why).await,
                 None => {
                     shared.dropped.fetch_add(1, Ordering::Relaxed);
                 }
@@ -507,6 +513,21 @@ async fn lane(
     }
     shared.live.fetch_sub(1, Ordering::AcqRel);
 }
+
+/// Request headers a message header never sets: the connection's own,
+/// and Wharf's.
+const RESERVED: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "proxy-connection",
+    "x-wharf-topic",
+];
 
 enum Failure {
     /// Worth another try (another backend, later).
@@ -519,17 +540,18 @@ enum Failure {
 async fn request(client: &awc::Client, b: &Backend, job: &Job) -> Result<(), Failure> {
     let method = awc::http::Method::from_bytes(job.method.as_bytes())
         .map_err(|e| Failure::Refused(format!("method {}: {e}", job.method)))?;
-    let mut req = client
-        .request(method, &b.url)
-        .insert_header(("x-wharf-topic", job.topic.as_str()));
+    let mut req = client.request(method, &b.url);
     for (k, v) in &job.headers {
         if let (Ok(name), Ok(value)) = (
             awc::http::header::HeaderName::from_bytes(k.as_bytes()),
             awc::http::header::HeaderValue::from_str(v),
-        ) {
+        ) && !RESERVED.contains(&name.as_str())
+        {
             req = req.insert_header((name, value));
         }
     }
+    // Last, so no message header stands in for it.
+    req = req.insert_header(("x-wharf-topic", job.topic.as_str()));
     let mut resp = req
         .send_body(job.body.clone())
         .await

@@ -3,7 +3,7 @@
 //! size, a JSON field of the payload, and who published it and how. An
 //! embedding app adds its own leaves with the [`Matcher`] trait.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 
 use regex::Regex;
@@ -24,9 +24,10 @@ pub struct Context<'a> {
     /// Who published it, and how.
     pub source: &'a Source<'a>,
     json: &'a OnceCell<Option<Value>>,
-    /// The topic filter that matched first while evaluating this rule
-    /// (its wildcards are the captures `{1}`, `{2}`...).
-    pub(super) matched: OnceCell<&'a str>,
+    /// The first topic filter on the path of the tree that matched (its
+    /// wildcards are the captures `{1}`, `{2}`...): branches that fail,
+    /// and `not`, leave it as it was.
+    pub(super) matched: Cell<Option<&'a str>>,
 }
 
 impl<'a> Context<'a> {
@@ -43,7 +44,7 @@ impl<'a> Context<'a> {
             headers,
             source,
             json,
-            matched: OnceCell::new(),
+            matched: Cell::new(None),
         }
     }
 
@@ -232,13 +233,32 @@ impl When {
     pub fn matches<'a>(&'a self, cx: &Context<'a>) -> bool {
         match self {
             When::Always => true,
-            When::All(c) => c.iter().all(|w| w.matches(cx)),
-            When::Any(c) => c.iter().any(|w| w.matches(cx)),
-            When::Not(c) => !c.matches(cx),
+            When::All(c) => {
+                let before = cx.matched.get();
+                let hit = c.iter().all(|w| w.matches(cx));
+                if !hit {
+                    cx.matched.set(before);
+                }
+                hit
+            }
+            When::Any(c) => c.iter().any(|w| {
+                let before = cx.matched.get();
+                let hit = w.matches(cx);
+                if !hit {
+                    cx.matched.set(before);
+                }
+                hit
+            }),
+            When::Not(c) => {
+                let before = cx.matched.get();
+                let hit = c.matches(cx);
+                cx.matched.set(before);
+                !hit
+            }
             When::Topic(f) => {
                 let hit = crate::routing::matches(f, cx.topic);
-                if hit {
-                    let _ = cx.matched.set(f);
+                if hit && cx.matched.get().is_none() {
+                    cx.matched.set(Some(f));
                 }
                 hit
             }
@@ -281,12 +301,12 @@ impl When {
         }
     }
 
-    /// Every topic filter in the tree (for checking capture references).
+    /// Every topic filter that can give the captures (none under `not`),
+    /// for checking capture references.
     pub(super) fn filters(&self, out: &mut Vec<Arc<str>>) {
         match self {
             When::Topic(f) => out.push(f.clone()),
             When::All(c) | When::Any(c) => c.iter().for_each(|w| w.filters(out)),
-            When::Not(c) => c.filters(out),
             _ => {}
         }
     }

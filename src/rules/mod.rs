@@ -372,7 +372,7 @@ impl Rules {
                             origin: 0,
                             ..msg.clone()
                         };
-                        let ok = if depth + 1 >= MAX_DEPTH {
+                        let ok = if depth >= MAX_DEPTH {
                             tracing::warn!(rule = %rule.name, topic = %copy.topic, "republish refused: {MAX_DEPTH} republishes in a row (a rule loop?)");
                             false
                         } else {
@@ -438,7 +438,7 @@ impl Rules {
                         step.ran(done.is_ok());
                     }
                     Action::Forward(f) => {
-                        let ok = {
+                        let sent = {
                             let cx = matcher::Context::new(
                                 &msg.topic,
                                 &msg.payload,
@@ -448,6 +448,10 @@ impl Rules {
                             );
                             f.send(&cx, broker, &self.stopping, &rule.name)
                         };
+                        let ok = sent.is_ok();
+                        if let Err(refused) = sent {
+                            f.give_up(broker, refused).await;
+                        }
                         step.ran(ok);
                     }
                     Action::Stop => {
