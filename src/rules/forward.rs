@@ -298,7 +298,7 @@ impl Forward {
         broker: &crate::broker::Broker,
         stopping: &Arc<AtomicBool>,
         rule: &str,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), Box<Refused>> {
         let spec = &self.shared.spec;
         let headers = cx
             .headers
@@ -315,7 +315,7 @@ impl Forward {
         };
         job.method = match self.method(cx) {
             Ok(m) => m,
-            Err(why) => return Err(Refused(job, why)),
+            Err(why) => return Err(Box::new(Refused(job, why))),
         };
         let key = cx.source.client_id.unwrap_or(cx.topic);
         if matches!(*self.lanes.read(), Lanes::NotStarted) {
@@ -323,7 +323,7 @@ impl Forward {
         }
         let lanes = self.lanes.read();
         let Lanes::Running(senders) = &*lanes else {
-            return Err(Refused(job, "the forward is closed".into()));
+            return Err(Box::new(Refused(job, "the forward is closed".into())));
         };
         let lane = &senders[lane_of(key, senders.len())];
         self.shared.buffered.fetch_add(1, Ordering::Relaxed);
@@ -334,14 +334,17 @@ impl Forward {
                 let job = match e {
                     mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => j,
                 };
-                Err(Refused(job, "the forward's buffer is full".into()))
+                Err(Box::new(Refused(
+                    job,
+                    "the forward's buffer is full".into(),
+                )))
             }
         }
     }
 
     /// A message [`Forward::send`] refused: to the dead-letter queue, or
     /// counted dropped.
-    pub(super) async fn give_up(&self, broker: &crate::broker::Broker, refused: Refused) {
+    pub(super) async fn give_up(&self, broker: &crate::broker::Broker, refused: Box<Refused>) {
         give_up(&self.shared, broker, refused.0, &refused.1).await;
     }
 

@@ -268,20 +268,53 @@ impl TestBroker {
     }
 }
 
-/// Prints every thread's stack to stderr (with gdb, when it is installed),
-/// so a broker that hangs says where.
+/// Prints every thread of this process to stderr, so a broker that
+/// hangs says where: each thread's name, state and kernel stack (from
+/// /proc, at once), then the user stacks (gdb, when installed; bounded
+/// at 60 s, since loading the symbols of a test binary is slow).
 fn dump_threads() {
-    let out = std::process::Command::new("gdb")
-        .args(["-p", &std::process::id().to_string(), "-batch", "-nx"])
+    let mut out = String::from("threads at the deadline:\n");
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let path = task.path();
+            let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+            let state = read("stat");
+            let state = state
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next();
+            let stack: Vec<String> = read("stack").lines().take(6).map(str::to_owned).collect();
+            out.push_str(&format!(
+                "  {} {:?} state {} wchan {}: {}\n",
+                task.file_name().to_string_lossy(),
+                read("comm").trim(),
+                state.unwrap_or("?"),
+                read("wchan").trim(),
+                stack.join(" | ")
+            ));
+        }
+    }
+    eprintln!("{out}");
+    let gdb = std::process::Command::new("timeout")
+        .args([
+            "60",
+            "gdb",
+            "-p",
+            &std::process::id().to_string(),
+            "-batch",
+            "-nx",
+        ])
         .args(["-ex", "set pagination off", "-ex", "thread apply all bt"])
         .output();
-    match out {
+    match gdb {
         Ok(out) => eprintln!(
-            "threads at the deadline:\n{}\n{}",
+            "user stacks:\n{}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         ),
-        Err(e) => eprintln!("no thread dump (gdb: {e})"),
+        Err(e) => eprintln!("no user stacks (gdb: {e})"),
     }
 }
 
