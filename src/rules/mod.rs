@@ -165,8 +165,10 @@ impl RuleSet {
         if !self.index.is_empty() {
             self.index.for_each_match(topic, |i| out.push(*i));
         }
-        out.sort_unstable();
-        out.dedup();
+        if out.len() > 1 {
+            out.sort_unstable();
+            out.dedup();
+        }
         out
     }
 }
@@ -327,11 +329,16 @@ impl Rules {
         source: &Source<'_>,
         depth: u8,
     ) -> Option<Publish> {
-        let set = self.set.read().clone();
-        let candidates = set.candidates(&msg.topic);
-        if candidates.is_empty() {
-            return Some(msg);
-        }
+        // The set is cloned (one reference count) only for a message some
+        // rule may match.
+        let (set, candidates) = {
+            let set = self.set.read();
+            let candidates = set.candidates(&msg.topic);
+            if candidates.is_empty() {
+                return Some(msg);
+            }
+            (set.clone(), candidates)
+        };
         let json = OnceCell::new();
         let mut dropped = false;
         'rules: for i in candidates {
