@@ -85,9 +85,9 @@ struct Inner {
 }
 
 struct Running {
-    /// Whose rules' forwards end first (their dead letters need the
-    /// queues).
-    rules: Broker,
+    /// The broker, whose rules' forwards end first (their dead letters
+    /// need the queues).
+    broker: Broker,
     store: Store,
     writer: StoreWriter,
     scheduler: Scheduler,
@@ -102,7 +102,7 @@ impl Running {
     /// then the database files are synced and, if everything finished,
     /// the clean shutdown is recorded. Blocking.
     fn stop(mut self, timeout: Duration) -> Result<(), Error> {
-        self.rules.rules().shutdown(timeout);
+        self.broker.rules().shutdown(timeout);
         self.sweeper.abort();
         self.ticker.abort();
         for t in self.threads.drain(..) {
@@ -236,7 +236,7 @@ impl Wharf {
                 ticking_jobs.tick();
             }
         });
-        let rules_of = broker.clone();
+        let stopping = broker.clone();
         Ok(Wharf {
             inner: Arc::new(Inner {
                 broker,
@@ -246,7 +246,7 @@ impl Wharf {
                 health: web::Data::new(Health::new()),
                 config,
                 running: Mutex::new(Some(Running {
-                    rules: rules_of.clone(),
+                    broker: stopping,
                     store,
                     writer,
                     scheduler,

@@ -147,25 +147,41 @@ fn only(t: &toml::Table, allowed: &[&str], field: &str) -> Result<(), Failed> {
     }
 }
 
+/// The keys that test a text value.
+const TEXT_OPS: &[&str] = &["equals", "one_of", "regex", "exists"];
+
+/// The one key of `t` among `among`: its name, value and field path.
+fn the_one<'t>(
+    t: &'t toml::Table,
+    among: &[&str],
+    field: &str,
+) -> Result<(&'t str, &'t Value, String), Failed> {
+    let found: Vec<&String> = t.keys().filter(|k| among.contains(&k.as_str())).collect();
+    let [key] = found.as_slice() else {
+        return fail(field, format!("needs exactly one of: {}", among.join(", ")));
+    };
+    Ok((key.as_str(), &t[key.as_str()], format!("{field}.{key}")))
+}
+
+/// `exists = true` (absence is `not`).
+fn exists(v: &Value, field: &str) -> Result<(), Failed> {
+    match v.as_bool() {
+        Some(true) => Ok(()),
+        _ => fail(field, "must be true (use `not` for absence)"),
+    }
+}
+
 /// The test of `{ header = "x", equals = ... }`'s other keys.
 fn text_ops(t: &toml::Table, field: &str) -> Result<TextTest, Failed> {
-    let ops: Vec<&String> = t
-        .keys()
-        .filter(|k| ["equals", "one_of", "regex", "exists"].contains(&k.as_str()))
-        .collect();
-    let [op] = ops.as_slice() else {
-        return fail(field, "needs exactly one of equals, one_of, regex, exists");
-    };
-    let v = &t[op.as_str()];
-    let f = format!("{field}.{op}");
-    Ok(match op.as_str() {
+    let (op, v, f) = the_one(t, TEXT_OPS, field)?;
+    Ok(match op {
         "equals" => TextTest::Equals(string(v, &f)?.to_owned()),
         "one_of" => TextTest::OneOf(strings(v, &f)?),
         "regex" => TextTest::Regex(regex(v, &f)?),
-        _ => match v.as_bool() {
-            Some(true) => TextTest::Exists,
-            _ => return fail(&f, "must be true (use `not` for absence)"),
-        },
+        _ => {
+            exists(v, &f)?;
+            TextTest::Exists
+        }
     })
 }
 
@@ -175,7 +191,7 @@ fn text_test(v: &Value, field: &str) -> Result<TextTest, Failed> {
         Value::String(s) => Ok(TextTest::Equals(s.clone())),
         Value::Array(_) => Ok(TextTest::OneOf(strings(v, field)?)),
         Value::Table(t) => {
-            only(t, &["equals", "one_of", "regex", "exists"], field)?;
+            only(t, TEXT_OPS, field)?;
             text_ops(t, field)
         }
         _ => fail(field, "must be a string, an array of strings or a table"),
@@ -219,22 +235,11 @@ const MATCHERS: &[&str] = &[
 
 fn matcher(v: &Value, field: &str) -> Result<When, Failed> {
     let t = table(v, field)?;
-    let kinds: Vec<&String> = t
-        .keys()
-        .filter(|k| MATCHERS.contains(&k.as_str()))
-        .collect();
-    let [kind] = kinds.as_slice() else {
-        return fail(
-            field,
-            format!("needs exactly one of: {}", MATCHERS.join(", ")),
-        );
-    };
-    let f = format!("{field}.{kind}");
-    let v = &t[kind.as_str()];
+    let (kind, v, f) = the_one(t, MATCHERS, field)?;
     let leaf_only = |allowed: &[&str]| only(t, allowed, field);
-    Ok(match kind.as_str() {
+    Ok(match kind {
         "all" | "any" => {
-            leaf_only(&[kind.as_str()])?;
+            leaf_only(&[kind])?;
             let Some(items) = v.as_array().filter(|a| !a.is_empty()) else {
                 return fail(&f, "must be a non-empty array of matchers");
             };
@@ -243,7 +248,7 @@ fn matcher(v: &Value, field: &str) -> Result<When, Failed> {
                 .enumerate()
                 .map(|(i, c)| matcher(c, &format!("{f}[{i}]")))
                 .collect::<Result<Vec<_>, _>>()?;
-            if kind.as_str() == "all" {
+            if kind == "all" {
                 When::All(children)
             } else {
                 When::Any(children)
@@ -279,9 +284,7 @@ fn matcher(v: &Value, field: &str) -> Result<When, Failed> {
             }
             let numeric = ["gt", "ge", "lt", "le"].iter().any(|k| t.contains_key(*k));
             let test = if numeric {
-                if t.keys()
-                    .any(|k| ["equals", "one_of", "regex", "exists"].contains(&k.as_str()))
-                {
+                if t.keys().any(|k| TEXT_OPS.contains(&k.as_str())) {
                     return fail(
                         field,
                         "numeric bounds cannot be mixed with equals, one_of, regex or exists",
@@ -289,29 +292,23 @@ fn matcher(v: &Value, field: &str) -> Result<When, Failed> {
                 }
                 JsonTest::Number(bounds(t, field)?)
             } else {
-                let ops: Vec<&String> = t
-                    .keys()
-                    .filter(|k| ["equals", "one_of", "regex", "exists"].contains(&k.as_str()))
-                    .collect();
-                let [op] = ops.as_slice() else {
-                    return fail(
+                let (op, ov, of) = the_one(t, TEXT_OPS, field).or_else(|_| {
+                    fail(
                         field,
                         "needs one of equals, one_of, regex, exists, or bounds (gt, ge, lt, le)",
-                    );
-                };
-                let ov = &t[op.as_str()];
-                let of = format!("{field}.{op}");
-                match op.as_str() {
+                    )
+                })?;
+                match op {
                     "equals" => JsonTest::Equals(toml_to_json(ov)),
                     "one_of" => match ov.as_array() {
                         Some(a) => JsonTest::OneOf(a.iter().map(toml_to_json).collect()),
                         None => return fail(&of, "must be an array"),
                     },
                     "regex" => JsonTest::Regex(regex(ov, &of)?),
-                    _ => match ov.as_bool() {
-                        Some(true) => JsonTest::Exists,
-                        _ => return fail(&of, "must be true (use `not` for absence)"),
-                    },
+                    _ => {
+                        exists(ov, &of)?;
+                        JsonTest::Exists
+                    }
                 }
             };
             When::Json(path, test)
@@ -400,16 +397,8 @@ fn flag(t: &toml::Table, key: &str, field: &str) -> Result<(), Failed> {
 
 fn action(v: &Value, field: &str, captures: usize) -> Result<Action, Failed> {
     let t = table(v, field)?;
-    let kinds: Vec<&String> = t.keys().filter(|k| ACTIONS.contains(&k.as_str())).collect();
-    let [kind] = kinds.as_slice() else {
-        return fail(
-            field,
-            format!("needs exactly one of: {}", ACTIONS.join(", ")),
-        );
-    };
-    let f = format!("{field}.{kind}");
-    let v = &t[kind.as_str()];
-    Ok(match kind.as_str() {
+    let (kind, v, f) = the_one(t, ACTIONS, field)?;
+    Ok(match kind {
         "republish" => {
             only(t, &["republish", "retain"], field)?;
             let retain = match t.get("retain") {

@@ -272,14 +272,10 @@ impl Forward {
         match &self.shared.spec.method {
             MethodChoice::Fixed(m) => Ok(m.clone()),
             MethodChoice::FromField { path, map, default } => {
-                let mut v = cx.json();
-                for key in path {
-                    v = v.and_then(|v| match v {
-                        serde_json::Value::Object(m) => m.get(key),
-                        _ => None,
-                    });
-                }
-                let value = v.and_then(|v| v.as_str());
+                let value = cx
+                    .json()
+                    .and_then(|j| super::matcher::lookup(j, path))
+                    .and_then(|v| v.as_str());
                 value
                     .and_then(|value| map.iter().find(|(k, _)| k == value))
                     .map(|(_, m)| m.clone())

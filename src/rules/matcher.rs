@@ -347,7 +347,7 @@ impl When {
 }
 
 /// The value at `path` (object keys; array indexes as numbers).
-fn lookup<'v>(mut v: &'v Value, path: &[String]) -> Option<&'v Value> {
+pub(super) fn lookup<'v>(mut v: &'v Value, path: &[String]) -> Option<&'v Value> {
     for key in path {
         v = match v {
             Value::Object(map) => map.get(key)?,
