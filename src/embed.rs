@@ -6,6 +6,7 @@
 
 mod builder;
 mod queues;
+mod running;
 mod workers;
 
 pub use builder::WharfBuilder;
@@ -28,9 +29,10 @@ use crate::broker::{
 };
 use crate::config::Config;
 use crate::session::Sessions;
-use crate::store::{Store, StoreWriter};
+use crate::store::Store;
 use crate::taskq::Scheduler;
 use crate::transport::{self, AppState, Health};
+use running::Running;
 
 /// A running broker you embed in your own Actix app: mount its routes
 /// under any prefix, publish and enqueue from your handlers, subscribe
@@ -82,46 +84,6 @@ struct Inner {
     config: Arc<Config>,
     /// Taken by shutdown (or drop).
     running: Mutex<Option<Running>>,
-}
-
-struct Running {
-    /// The broker, whose rules' forwards end first (their dead letters
-    /// need the queues).
-    broker: Broker,
-    store: Store,
-    writer: StoreWriter,
-    scheduler: Scheduler,
-    sweeper: actix_rt::task::JoinHandle<()>,
-    ticker: actix_rt::task::JoinHandle<()>,
-    /// Threads of embedded job workers.
-    threads: Vec<actix_rt::Arbiter>,
-}
-
-impl Running {
-    /// Topics finish their tasks, the writer commits what they handed it,
-    /// then the database files are synced and, if everything finished,
-    /// the clean shutdown is recorded. Blocking.
-    fn stop(mut self, timeout: Duration) -> Result<(), Error> {
-        self.broker.rules().shutdown(timeout);
-        self.sweeper.abort();
-        self.ticker.abort();
-        for t in self.threads.drain(..) {
-            t.stop();
-            let _ = t.join();
-        }
-        let workers = self.scheduler.shutdown(timeout);
-        let committed = self.writer.close(timeout);
-        if workers && committed {
-            self.store.close()?;
-        } else {
-            // Not recorded as a clean shutdown: the next start says so.
-            tracing::warn!(
-                "task queue workers or the store writer did not finish before the deadline"
-            );
-            self.store.sync()?;
-        }
-        Ok(())
-    }
 }
 
 impl Wharf {
@@ -407,7 +369,7 @@ impl Wharf {
             return Ok(());
         };
         let timeout = Duration::from_secs(self.inner.config.server.shutdown_timeout_s.max(1));
-        web::block(move || running.stop(timeout)).await?
+        running.stop_bounded(timeout).await
     }
 }
 
@@ -417,7 +379,7 @@ impl Drop for Inner {
             self.sessions
                 .close_all(1001, crate::session::close_reason::SHUTDOWN, true);
             let timeout = Duration::from_secs(self.config.server.shutdown_timeout_s.max(1));
-            if let Err(e) = running.stop(timeout) {
+            if let Err(e) = running.stop(timeout, &std::sync::atomic::AtomicUsize::new(0)) {
                 tracing::error!("stopping the broker: {e}");
             }
         }

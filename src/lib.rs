@@ -104,6 +104,16 @@ pub enum Error {
     /// The embedded job workers' thread is not running.
     #[error("the job worker thread is not running")]
     WorkerThread,
+    /// The stop (workers, store writer, sync) did not finish in time; it
+    /// carries on in the background, and the next start reports an
+    /// unclean shutdown if it never ends.
+    #[error("the broker's stop did not finish within {limit:?}; stuck at: {step}")]
+    ShutdownStuck {
+        /// The step the stop had reached.
+        step: &'static str,
+        /// How long the stop was given.
+        limit: std::time::Duration,
+    },
     /// A listener could not be bound.
     #[error("cannot bind {key} = {addr}: {source}")]
     Bind {

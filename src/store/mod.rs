@@ -206,7 +206,11 @@ impl Store {
         }
         let sled_config = sled::Config::new()
             .path(&path)
-            .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024));
+            .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024))
+            // Every write goes through the store writer, which flushes as
+            // `[store] flush` says; sled's own flusher thread would only
+            // add a thread, contention with the writer, and a wait at drop.
+            .flush_every_ms(None);
         // sled releases its file lock from a background thread after the
         // last handle drops, so a reopen in the same process can briefly
         // find it held; a lock held by another process stays held.

@@ -210,17 +210,20 @@ impl TestBroker {
         let local = |l: &Option<std::net::TcpListener>| l.as_ref().map(|l| l.local_addr().unwrap());
         let (mqtt_addr, mqtt_tls_addr) = (local(&listeners.mqtt), local(&listeners.mqtt_tls));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = thread::spawn(move || {
-            let (_keep, reload) = tokio::sync::mpsc::channel(1);
-            actix_rt::System::new().block_on(wharf::serve(
-                listeners,
-                config,
-                async {
-                    let _ = stopped.await;
-                },
-                reload,
-            ))
-        });
+        let thread = thread::Builder::new()
+            .name("test-broker".into())
+            .spawn(move || {
+                let (_keep, reload) = tokio::sync::mpsc::channel(1);
+                actix_rt::System::new().block_on(wharf::serve(
+                    listeners,
+                    config,
+                    async {
+                        let _ = stopped.await;
+                    },
+                    reload,
+                ))
+            })
+            .unwrap();
         TestBroker {
             addr,
             mqtt_addr,

@@ -1,0 +1,106 @@
+//! How an embedded broker stops: the steps after the sessions are closed,
+//! on a thread of their own and bounded, so a store that does not answer
+//! cannot hold the process.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::Error;
+use crate::broker::Broker;
+use crate::store::{Store, StoreWriter};
+use crate::taskq::Scheduler;
+
+/// What a started broker owns and must stop, in order.
+pub(super) struct Running {
+    /// The broker, whose rules' forwards end first (their dead letters
+    /// need the queues).
+    pub(super) broker: Broker,
+    pub(super) store: Store,
+    pub(super) writer: StoreWriter,
+    pub(super) scheduler: Scheduler,
+    pub(super) sweeper: actix_rt::task::JoinHandle<()>,
+    pub(super) ticker: actix_rt::task::JoinHandle<()>,
+    /// Threads of embedded job workers.
+    pub(super) threads: Vec<actix_rt::Arbiter>,
+}
+
+/// The steps of [`Running::stop`], in order; the stop records the one
+/// it is in, so a stop that overruns its deadline says where.
+const STOP_STEPS: [&str; 7] = [
+    "ending rules' forwards",
+    "stopping embedded worker threads",
+    "stopping task queue workers",
+    "closing the store writer",
+    "closing the store",
+    "syncing the store",
+    "done",
+];
+
+impl Running {
+    /// Topics finish their tasks, the writer commits what they handed it,
+    /// then the database files are synced and, if everything finished,
+    /// the clean shutdown is recorded. Blocking; `step` follows
+    /// [`STOP_STEPS`].
+    pub(super) fn stop(mut self, timeout: Duration, step: &AtomicUsize) -> Result<(), Error> {
+        let started = std::time::Instant::now();
+        let mark = |i: usize| {
+            tracing::debug!(elapsed = ?started.elapsed(), "shutdown: {}", STOP_STEPS[i]);
+            step.store(i, Ordering::Release);
+        };
+        mark(0);
+        self.broker.rules().shutdown(timeout);
+        self.sweeper.abort();
+        self.ticker.abort();
+        mark(1);
+        for t in self.threads.drain(..) {
+            t.stop();
+            let _ = t.join();
+        }
+        mark(2);
+        let workers = self.scheduler.shutdown(timeout);
+        mark(3);
+        let committed = self.writer.close(timeout);
+        let result = if workers && committed {
+            mark(4);
+            self.store.close().map_err(Error::from)
+        } else {
+            // Not recorded as a clean shutdown: the next start says so.
+            tracing::warn!(
+                "task queue workers or the store writer did not finish before the deadline"
+            );
+            mark(5);
+            self.store.sync().map_err(Error::from)
+        };
+        mark(6);
+        result
+    }
+
+    /// [`Running::stop`] on a thread of its own, awaited for at most
+    /// `3 x timeout + 10 s`: a stop stuck in the store (an fsync that does
+    /// not return) must not hold the caller, nor the runtime, forever.
+    pub(super) async fn stop_bounded(self, timeout: Duration) -> Result<(), Error> {
+        let step = Arc::new(AtomicUsize::new(0));
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let seen = step.clone();
+        std::thread::Builder::new()
+            .name("wharf-stop".into())
+            .spawn(move || {
+                let _ = done.send(self.stop(timeout, &seen));
+            })?;
+        let limit = timeout * 3 + Duration::from_secs(10);
+        match actix_rt::time::timeout(limit, finished).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => {
+                let step = STOP_STEPS[step.load(Ordering::Acquire)];
+                tracing::error!("the broker's stop panicked at: {step}");
+                Err(Error::ShutdownStuck { step, limit })
+            }
+            Err(_) => {
+                let step = STOP_STEPS[step.load(Ordering::Acquire)];
+                tracing::error!(?limit, "the broker's stop is stuck at: {step}");
+                Err(Error::ShutdownStuck { step, limit })
+            }
+        }
+    }
+}
