@@ -206,8 +206,11 @@ pub async fn serve(
     let streams = wharf.app_state().streams;
     let mqtt_handle = mqtt_server.as_ref().map(actix_server::Server::handle);
     let mqtt_done = mqtt_server.map(actix_rt::spawn);
+    // Set when the stop begins: from then on the servers get a deadline.
+    let (stopping, stop_begun) = tokio::sync::oneshot::channel::<()>();
     actix_rt::spawn(async move {
         shutdown.await;
+        let _ = stopping.send(());
         tracing::info!(
             sessions = sessions.len(),
             "shutting down: closing sessions, no new connections, finishing in-flight work"
@@ -222,9 +225,34 @@ pub async fn serve(
         }
         handle.stop(true).await;
     });
-    let served = server.await;
-    if let Some(done) = mqtt_done {
-        let _ = done.await;
+    // A graceful stop takes at most the shutdown timeout per server; past
+    // twice that (and 5 s) the broker stops anyway, saying so, rather than
+    // wait on a server that never reports back.
+    let grace = Duration::from_secs(config.server.shutdown_timeout_s.saturating_mul(2) + 5);
+    let deadline = async move {
+        if stop_begun.await.is_ok() {
+            actix_rt::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(deadline);
+    let mut late = false;
+    let served = tokio::select! {
+        served = server => served,
+        () = &mut deadline => {
+            tracing::warn!(?grace, "the HTTP server did not stop in time; stopping the broker anyway");
+            late = true;
+            Ok(())
+        }
+    };
+    if let Some(done) = mqtt_done.filter(|_| !late) {
+        tokio::select! {
+            _ = done => {}
+            () = &mut deadline => {
+                tracing::warn!(?grace, "the MQTT listeners did not stop in time; stopping the broker anyway");
+            }
+        }
     }
     let stopped = wharf.shutdown().await;
     served?;

@@ -190,6 +190,12 @@ impl TestBroker {
         tcp: bool,
         tune: impl FnOnce(&mut wharf::Config),
     ) -> TestBroker {
+        // The broker's warnings go to the test's output (shown when it
+        // fails): a slow or stuck stop says which step it was at.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("wharf=warn")
+            .with_test_writer()
+            .try_init();
         let mut config = wharf::Config::default();
         config.store.data_dir = data.to_owned();
         config.store.cache_capacity_mb = 8;
@@ -300,23 +306,38 @@ fn dump_threads() {
         }
     }
     eprintln!("{out}");
-    let gdb = std::process::Command::new("timeout")
-        .args([
-            "60",
-            "gdb",
-            "-p",
-            &std::process::id().to_string(),
-            "-batch",
-            "-nx",
-        ])
-        .args(["-ex", "set pagination off", "-ex", "thread apply all bt"])
-        .output();
+    // gdb's output goes to a file: gdb stops this process while it
+    // works, so this process could not drain a pipe, and a full pipe
+    // would hold gdb (and this process) for good.
+    let file = std::env::temp_dir().join(format!("wharf-stacks-{}.txt", std::process::id()));
+    let out = std::fs::File::create(&file);
+    let gdb = out.and_then(|out| {
+        let err = out.try_clone()?;
+        std::process::Command::new("timeout")
+            .args(["-k", "5", "60", "gdb", "-p"])
+            .arg(std::process::id().to_string())
+            .args(["-batch", "-nx", "-ex", "set pagination off"])
+            .args(["-ex", "thread apply all bt"])
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+    });
     match gdb {
-        Ok(out) => eprintln!(
-            "user stacks:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+        Ok(_) => {
+            let stacks = std::fs::read_to_string(&file).unwrap_or_default();
+            // The frames worth reading: Wharf's, actix's and tokio's.
+            let lines: Vec<&str> = stacks
+                .lines()
+                .filter(|l| {
+                    l.starts_with("Thread")
+                        || ["wharf", "actix", "tokio", "sled", "mqtt", "park"]
+                            .iter()
+                            .any(|w| l.contains(w))
+                })
+                .collect();
+            eprintln!("user stacks ({}):\n{}", file.display(), lines.join("\n"));
+        }
         Err(e) => eprintln!("no user stacks (gdb: {e})"),
     }
 }
