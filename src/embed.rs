@@ -279,6 +279,31 @@ impl Wharf {
         }
     }
 
+    /// A function that mounts the app's socket type `T` at `path` (a
+    /// route pattern: `/customers/{id}`), with the state it needs:
+    /// `App::new().configure(wharf.socket::<CustomerSocket>("/customers/{id}"))`.
+    /// See [`crate::sockets`] for what the socket gets.
+    pub fn socket<T: crate::sockets::SocketType>(
+        &self,
+        path: &str,
+    ) -> impl Fn(&mut web::ServiceConfig) + Clone + 'static {
+        let state = self.inner.state.clone();
+        let path = path.to_owned();
+        move |cfg: &mut web::ServiceConfig| {
+            cfg.app_data(state.clone()).service(
+                web::resource(path.as_str())
+                    .route(web::get().to(transport::typed::upgrade::<T>))
+                    .default_service(web::to(transport::typed::method_not_allowed)),
+            );
+        }
+    }
+
+    /// The live sockets of the app's type `T`: find them by id, send to
+    /// them, tell them events, close them.
+    pub fn sockets<T: crate::sockets::SocketType>(&self) -> crate::sockets::Sockets<T> {
+        crate::sockets::Sockets::new(self.inner.sessions.clone())
+    }
+
     /// Publishes a message (see [`Broker::publish`] for every option).
     ///
     /// # Errors

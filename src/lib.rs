@@ -60,6 +60,7 @@ pub mod routing;
 pub mod rules;
 mod server;
 pub mod session;
+pub mod sockets;
 pub mod store;
 #[allow(unsafe_code)]
 pub mod taskq;

@@ -156,8 +156,9 @@
     const o = snap.overview;
     const r = takeRates(snap);
     set('version', 'v' + o.version);
-    set('connections', fmtInt(o.sessions.native + o.sessions.mqtt));
+    set('connections', fmtInt(o.sessions.native + o.sessions.mqtt + (o.sessions.sockets || 0)));
     set('sessions-native', fmtInt(o.sessions.native));
+    set('sessions-sockets', fmtInt(o.sessions.sockets || 0));
     set('sessions-mqtt', fmtInt(o.sessions.mqtt));
     set('rate-published', r ? fmtRate(r.published) : '–');
     set('rate-delivered', r ? fmtRate(r.delivered) : '–');
@@ -175,7 +176,7 @@
     set('jobs-total', j ? fmtInt(j.jobs) : '–');
     drawRates(snap.t);
     renderQueues(snap.queues || []);
-    renderSessions(snap.sessions || [], o.sessions.native + o.sessions.mqtt, snap.t);
+    renderSessions(snap.sessions || [], o.sessions.native + o.sessions.mqtt + (o.sessions.sockets || 0), snap.t);
   }
 
   function svg(tag, attrs) {

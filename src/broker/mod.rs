@@ -192,6 +192,8 @@ pub enum Ingress {
     Http,
     /// The embedding app ([`crate::Wharf::publish`], or the broker itself).
     Embedded,
+    /// An app's typed socket ([`crate::sockets::Socket::publish`]).
+    Socket,
 }
 
 impl Ingress {
@@ -202,6 +204,7 @@ impl Ingress {
             Ingress::Mqtt => "mqtt",
             Ingress::Http => "http",
             Ingress::Embedded => "embedded",
+            Ingress::Socket => "socket",
         }
     }
 
@@ -212,6 +215,7 @@ impl Ingress {
             Ingress::Mqtt,
             Ingress::Http,
             Ingress::Embedded,
+            Ingress::Socket,
         ]
         .into_iter()
         .find(|i| i.as_str() == name)

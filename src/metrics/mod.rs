@@ -21,11 +21,18 @@ pub enum Protocol {
     MqttWs,
     /// MQTT over TCP or TLS.
     MqttTcp,
+    /// An embedding app's typed sockets ([`crate::sockets`]).
+    Socket,
 }
 
 impl Protocol {
     /// Every protocol, in label order.
-    pub const ALL: [Protocol; 3] = [Protocol::Native, Protocol::MqttWs, Protocol::MqttTcp];
+    pub const ALL: [Protocol; 4] = [
+        Protocol::Native,
+        Protocol::MqttWs,
+        Protocol::MqttTcp,
+        Protocol::Socket,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -33,6 +40,7 @@ impl Protocol {
             Protocol::Native => "native",
             Protocol::MqttWs => "mqtt_ws",
             Protocol::MqttTcp => "mqtt_tcp",
+            Protocol::Socket => "socket",
         }
     }
 
@@ -43,7 +51,7 @@ impl Protocol {
 
 /// A counter per protocol.
 #[derive(Debug, Default)]
-pub struct PerProtocol([Counter; 3]);
+pub struct PerProtocol([Counter; 4]);
 
 impl PerProtocol {
     /// Adds `n` for `p`.

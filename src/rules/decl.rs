@@ -340,7 +340,7 @@ fn matcher(v: &Value, field: &str) -> Result<When, Failed> {
                         || {
                             fail(
                                 &f,
-                                format!("unknown protocol {n:?} (native, mqtt, http or embedded)"),
+                                format!("unknown protocol {n:?} (native, mqtt, http, embedded or socket)"),
                             )
                         },
                         Ok,

@@ -1,7 +1,8 @@
-//! The registry of live sessions: list them, find one by client id, send a
-//! frame to one, close them all. Used by shutdown, the admin API and
-//! embedding apps.
+//! The registry of live sessions: list them, find one by client id (or an
+//! app's typed socket by its type and id), send a frame to one, close them
+//! all. Used by shutdown, the admin API and embedding apps.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -15,6 +16,8 @@ use crate::protocol::codec::Format;
 use crate::protocol::frame::{Priority, ServerFrame};
 
 struct Entry {
+    /// `native`, `mqtt`, or a typed socket's [`crate::sockets::SocketType::KIND`].
+    kind: &'static str,
     client_id: String,
     principal: Option<String>,
     out: Arc<Outbound>,
@@ -22,6 +25,24 @@ struct Entry {
     /// Reported by the session after each change (it owns the maps).
     subscriptions: AtomicU32,
     consumers: AtomicU32,
+    /// A typed socket's event sender (a `tokio::sync::mpsc::Sender` of
+    /// its type's events), for [`crate::sockets::Sockets::tell`].
+    tell: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// The sessions, and the typed sockets indexed by (kind, id) so an app
+/// that sends to one socket among many does not scan them all.
+#[derive(Default)]
+struct Registry {
+    map: HashMap<Uuid, Entry>,
+    typed: HashMap<&'static str, HashMap<String, Vec<Uuid>>>,
+}
+
+/// A typed socket as the app reaches it: its session id, its outbound
+/// queue and its event sender.
+pub(crate) struct Target {
+    pub(crate) out: Arc<Outbound>,
+    pub(crate) tell: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 /// A session as the registry reports it.
@@ -29,6 +50,9 @@ struct Entry {
 pub struct SessionInfo {
     /// Server-chosen id.
     pub id: Uuid,
+    /// What it speaks: `native`, `mqtt`, or the kind of an app's typed
+    /// socket.
+    pub kind: &'static str,
     /// The client's id.
     pub client_id: String,
     /// Who it authenticated as (`anonymous` when it presented nothing;
@@ -48,8 +72,28 @@ pub struct SessionInfo {
 /// Live sessions. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Sessions {
-    map: Arc<RwLock<HashMap<Uuid, Entry>>>,
+    map: Arc<RwLock<Registry>>,
     later: super::Later,
+}
+
+impl Entry {
+    fn new(
+        kind: &'static str,
+        client_id: String,
+        out: Arc<Outbound>,
+        tell: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> Entry {
+        Entry {
+            kind,
+            client_id,
+            principal: None,
+            out,
+            since: SystemTime::now(),
+            subscriptions: AtomicU32::new(0),
+            consumers: AtomicU32::new(0),
+            tell,
+        }
+    }
 }
 
 impl Sessions {
@@ -58,28 +102,98 @@ impl Sessions {
         Self::default()
     }
 
-    pub(crate) fn insert(&self, id: Uuid, client_id: String, out: Arc<Outbound>) {
-        self.map.write().insert(
-            id,
-            Entry {
-                client_id,
-                principal: None,
-                out,
-                since: SystemTime::now(),
-                subscriptions: AtomicU32::new(0),
-                consumers: AtomicU32::new(0),
-            },
-        );
+    pub(crate) fn insert(
+        &self,
+        id: Uuid,
+        kind: &'static str,
+        client_id: String,
+        out: Arc<Outbound>,
+    ) {
+        self.map
+            .write()
+            .map
+            .insert(id, Entry::new(kind, client_id, out, None));
+    }
+
+    /// Registers an app's typed socket under its kind and id, with its
+    /// principal and event sender.
+    pub(crate) fn insert_typed(
+        &self,
+        id: Uuid,
+        kind: &'static str,
+        key: String,
+        principal: String,
+        out: Arc<Outbound>,
+        tell: Arc<dyn Any + Send + Sync>,
+    ) {
+        let mut entry = Entry::new(kind, key.clone(), out, Some(tell));
+        entry.principal = Some(principal);
+        let mut reg = self.map.write();
+        reg.map.insert(id, entry);
+        reg.typed
+            .entry(kind)
+            .or_default()
+            .entry(key)
+            .or_default()
+            .push(id);
+    }
+
+    /// The typed sockets of `kind` with id `key` (every one of the kind
+    /// when `key` is `None`).
+    pub(crate) fn targets(&self, kind: &str, key: Option<&str>) -> Vec<Target> {
+        let reg = self.map.read();
+        let target = |id: &Uuid| {
+            reg.map.get(id).map(|e| Target {
+                out: e.out.clone(),
+                tell: e.tell.clone(),
+            })
+        };
+        match key {
+            Some(key) => reg
+                .typed
+                .get(kind)
+                .and_then(|ids| ids.get(key))
+                .map_or_else(Vec::new, |ids| ids.iter().filter_map(target).collect()),
+            None => reg
+                .map
+                .iter()
+                .filter(|(_, e)| e.kind == kind && e.tell.is_some())
+                .filter_map(|(id, _)| target(id))
+                .collect(),
+        }
+    }
+
+    /// The typed sockets of `kind` with id `key` (every one of the kind
+    /// when `key` is `None`), as the registry reports them.
+    pub(crate) fn find_typed(&self, kind: &str, key: Option<&str>) -> Vec<SessionInfo> {
+        let reg = self.map.read();
+        let ids: Vec<Uuid> = match key {
+            Some(key) => reg
+                .typed
+                .get(kind)
+                .and_then(|ids| ids.get(key))
+                .cloned()
+                .unwrap_or_default(),
+            None => reg
+                .map
+                .iter()
+                .filter(|(_, e)| e.kind == kind && e.tell.is_some())
+                .map(|(id, _)| *id)
+                .collect(),
+        };
+        ids.iter()
+            .filter_map(|id| reg.map.get(id).map(|e| Self::info(*id, e)))
+            .collect()
     }
 
     pub(crate) fn set_client_id(&self, id: Uuid, client_id: String) {
-        if let Some(e) = self.map.write().get_mut(&id) {
+        if let Some(e) = self.map.write().map.get_mut(&id) {
             e.client_id = client_id;
         }
     }
 
     pub(crate) fn set_principal(&self, id: Uuid, principal: &str) {
-        if let Some(e) = self.map.write().get_mut(&id) {
+        if let Some(e) = self.map.write().map.get_mut(&id) {
             if e.principal.as_deref() != Some(principal) {
                 e.principal = Some(principal.to_owned());
             }
@@ -90,7 +204,7 @@ impl Sessions {
     /// `GET /admin/sessions` (a shared lock and two stores).
     pub(crate) fn set_counts(&self, id: Uuid, subscriptions: usize, consumers: usize) {
         let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        if let Some(e) = self.map.read().get(&id) {
+        if let Some(e) = self.map.read().map.get(&id) {
             e.subscriptions
                 .store(clamp(subscriptions), Ordering::Relaxed);
             e.consumers.store(clamp(consumers), Ordering::Relaxed);
@@ -98,12 +212,22 @@ impl Sessions {
     }
 
     pub(crate) fn remove(&self, id: Uuid) {
-        self.map.write().remove(&id);
+        let mut reg = self.map.write();
+        if let Some(e) = reg.map.remove(&id) {
+            if let (true, Some(keys)) = (e.tell.is_some(), reg.typed.get_mut(e.kind)) {
+                if let Some(ids) = keys.get_mut(&e.client_id) {
+                    ids.retain(|i| *i != id);
+                    if ids.is_empty() {
+                        keys.remove(&e.client_id);
+                    }
+                }
+            }
+        }
     }
 
     /// Number of live sessions.
     pub fn len(&self) -> usize {
-        self.map.read().len()
+        self.map.read().map.len()
     }
 
     /// Whether no session is live.
@@ -114,6 +238,7 @@ impl Sessions {
     fn info(id: Uuid, e: &Entry) -> SessionInfo {
         SessionInfo {
             id,
+            kind: e.kind,
             client_id: e.client_id.clone(),
             principal: e.principal.clone(),
             since_unix_s: e
@@ -130,6 +255,7 @@ impl Sessions {
     pub fn list(&self) -> Vec<SessionInfo> {
         self.map
             .read()
+            .map
             .iter()
             .map(|(id, e)| Self::info(*id, e))
             .collect()
@@ -139,8 +265,9 @@ impl Sessions {
     pub fn find_by_client(&self, client_id: &str) -> Vec<SessionInfo> {
         self.map
             .read()
+            .map
             .iter()
-            .filter(|(_, e)| e.client_id == client_id)
+            .filter(|(_, e)| e.tell.is_none() && e.client_id == client_id)
             .map(|(id, e)| Self::info(*id, e))
             .collect()
     }
@@ -151,7 +278,7 @@ impl Sessions {
     /// [`PushError::Closed`] if no such session is live, or as
     /// [`Outbound::push`].
     pub fn send(&self, id: Uuid, format: Format, frame: &ServerFrame) -> Result<(), PushError> {
-        let out = self.map.read().get(&id).map(|e| e.out.clone());
+        let out = self.map.read().map.get(&id).map(|e| e.out.clone());
         match out {
             Some(out) => out.push_frame(Priority::High, format, frame),
             None => Err(PushError::Closed),
@@ -161,7 +288,7 @@ impl Sessions {
     /// Closes one session: after its queue drains (`drain`), or at once.
     /// Returns whether the session was live.
     pub fn close(&self, id: Uuid, code: u16, reason: &str, drain: bool) -> bool {
-        let out = self.map.read().get(&id).map(|e| e.out.clone());
+        let out = self.map.read().map.get(&id).map(|e| e.out.clone());
         match out {
             Some(out) => {
                 out.close(CloseRequest {
@@ -185,7 +312,13 @@ impl Sessions {
     /// pending ([`Sessions::later`]) is dropped.
     pub fn close_all(&self, code: u16, reason: &str, drain: bool) {
         self.later.close();
-        let outs: Vec<Arc<Outbound>> = self.map.read().values().map(|e| e.out.clone()).collect();
+        let outs: Vec<Arc<Outbound>> = self
+            .map
+            .read()
+            .map
+            .values()
+            .map(|e| e.out.clone())
+            .collect();
         for out in outs {
             out.close(CloseRequest {
                 code,
@@ -208,8 +341,8 @@ mod tests {
         let a = Outbound::new(1 << 20, SlowConsumer::DropOldest, 16, Format::Json);
         let b = Outbound::new(1 << 20, SlowConsumer::DropOldest, 16, Format::Json);
         let (ida, idb) = (Uuid::now_v7(), Uuid::now_v7());
-        sessions.insert(ida, "anon".into(), a.clone());
-        sessions.insert(idb, "anon".into(), b.clone());
+        sessions.insert(ida, "native", "anon".into(), a.clone());
+        sessions.insert(idb, "native", "anon".into(), b.clone());
         sessions.set_client_id(ida, "sensor-1".into());
         assert_eq!(sessions.len(), 2);
         let found = sessions.find_by_client("sensor-1");

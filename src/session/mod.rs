@@ -146,7 +146,7 @@ impl Session {
     ) -> Self {
         let id = Uuid::now_v7();
         let client_id = format!("anon-{}", id.simple());
-        sessions.insert(id, client_id.clone(), out.clone());
+        sessions.insert(id, "native", client_id.clone(), out.clone());
         let auth = crate::auth::Auth::open();
         Session {
             id,

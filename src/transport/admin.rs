@@ -47,6 +47,8 @@ pub struct SessionCounts {
     pub native: usize,
     /// MQTT sessions (WebSocket, TCP and TLS).
     pub mqtt: usize,
+    /// The embedding app's typed sockets, all types together.
+    pub sockets: usize,
 }
 
 pub(crate) async fn overview(
@@ -69,10 +71,10 @@ pub(crate) async fn overview_of(
 ) -> Overview {
     let mut sessions = SessionCounts::default();
     for s in live {
-        if s.client_id.starts_with("mqtt:") {
-            sessions.mqtt += 1;
-        } else {
-            sessions.native += 1;
+        match s.kind {
+            "native" => sessions.native += 1,
+            "mqtt" => sessions.mqtt += 1,
+            _ => sessions.sockets += 1,
         }
     }
     let stats = app.broker.stats();

@@ -26,10 +26,10 @@ pub const MAX_QUEUE_SERIES: usize = 100;
 /// Everything one scrape reports, read before encoding.
 #[derive(Debug, Default)]
 struct Snapshot {
-    connections: [u64; 3],
-    frames_in: [u64; 3],
-    bytes_in: [u64; 3],
-    sessions: [u64; 2],
+    connections: [u64; Protocol::ALL.len()],
+    frames_in: [u64; Protocol::ALL.len()],
+    bytes_in: [u64; Protocol::ALL.len()],
+    sessions: [u64; 3],
     bytes_out: u64,
     rate_limited: u64,
     published: u64,
@@ -99,8 +99,12 @@ async fn gather(app: &AppState) -> Snapshot {
     s.dropped_slow = m.dropped_slow.get();
     s.unrouted = m.unrouted.get();
     for info in app.sessions.list() {
-        let mqtt = info.client_id.starts_with("mqtt:");
-        s.sessions[usize::from(mqtt)] += 1;
+        let i = match info.kind {
+            "native" => 0,
+            "mqtt" => 1,
+            _ => 2,
+        };
+        s.sessions[i] += 1;
         s.dropped_outbound += info.outbound.dropped;
         s.subscriptions += u64::from(info.subscriptions);
     }
@@ -200,7 +204,7 @@ fn histogram(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, h: &Histog
         .encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, buckets, None)
 }
 
-fn by_protocol(values: &[u64; 3]) -> Vec<(&'static str, u64)> {
+fn by_protocol(values: &[u64; Protocol::ALL.len()]) -> Vec<(&'static str, u64)> {
     Protocol::ALL
         .iter()
         .map(|p| (p.as_str(), values[*p as usize]))
@@ -246,6 +250,7 @@ impl Collector for WharfCollector {
             &[
                 ("native", s.sessions[0] as i64),
                 ("mqtt", s.sessions[1] as i64),
+                ("socket", s.sessions[2] as i64),
             ],
         )?;
         counter(

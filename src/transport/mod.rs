@@ -16,6 +16,7 @@ mod origin;
 mod queues;
 mod rules;
 mod topics;
+pub(crate) mod typed;
 mod ws;
 mod wsloop;
 

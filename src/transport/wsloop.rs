@@ -65,6 +65,16 @@ pub(crate) trait Handler {
     fn expired(&mut self) {}
     /// Bytes arrived (counted per protocol).
     fn received(&self, _bytes: usize) {}
+    /// Polled with the socket: `Ready` when the app handed the
+    /// connection something ([`crate::sockets::Sockets::tell`]), which
+    /// [`Handler::event`] then takes. Never, by default.
+    fn poll_event(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        std::task::Poll::Pending
+    }
+    /// Handles what [`Handler::poll_event`] found.
+    async fn event(&mut self) -> Flow {
+        Flow::Go
+    }
     /// The read side ended (the client left, closed, or broke a rule).
     async fn end(self);
 }
@@ -274,6 +284,11 @@ pub(crate) async fn read_loop<H: Handler>(
                 }
                 Some(Err(_)) | None => break 'conn,
             },
+            () = poll_fn(|cx| reader.handler.poll_event(cx)) => {
+                if let Flow::Stop = reader.handler.event().await {
+                    break 'conn;
+                }
+            }
             _ = ping.tick() => {
                 let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
             }

@@ -257,7 +257,7 @@ impl MqttSession {
             self.sessions.close(old.id, 1000, why, false);
         }
         self.sessions
-            .insert(self.id, key.clone(), self.sink.out.clone());
+            .insert(self.id, "mqtt", key.clone(), self.sink.out.clone());
         self.sessions.set_principal(self.id, &principal.id());
         let durable_client = principal.namespace(&durable_client(&client_id));
         // Back in time: a pending session expiry of the last connection is
