@@ -503,3 +503,42 @@ fn every_awaited_queued_task_wakes_its_waiter() {
         Some(Ok((THREADS * PER) as u64))
     );
 }
+
+#[test]
+fn a_closed_resource_runs_what_it_had_and_refuses_the_rest() {
+    let s = scheduler(64, 16, 1);
+    let q = TaskQueue::new((), &s);
+    // What ran, in order (outside the state: a closed resource takes no
+    // task to read it).
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = |i: u32| {
+        let ran = ran.clone();
+        move |_: &mut ()| ran.lock().unwrap().push(i)
+    };
+    let (gate, holder) = hold(&q);
+    // Queued behind the holder, in both lanes.
+    let queued: Vec<_> = (1..=3).map(|i| q.submit(record(i))).collect();
+    let high = q.submit_high(record(100));
+    assert_eq!(q.execute(Lane::Normal, record(4)), Ok(()));
+    let mut closed = q.close();
+    assert!(q.is_closed());
+    assert_eq!(closed.try_take(), None, "five tasks are still queued");
+    // Refused at once, in every form, while the queued ones wait.
+    let mut late = q.submit(record(99));
+    assert_eq!(late.try_take(), Some(Err(TaskError::Closed)));
+    assert_eq!(q.execute(Lane::High, record(98)), Err(TaskError::Closed));
+    assert_eq!(q.stats().refused, 0, "a close is not an overload");
+    gate.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(wait(closed, LONG), Some(Ok(())));
+    for fut in queued {
+        assert_eq!(wait(fut, LONG), Some(Ok(())));
+    }
+    assert_eq!(wait(high, LONG), Some(Ok(())));
+    // Everything submitted before the close ran, high lane first, then in
+    // submission order; nothing after it did.
+    assert_eq!(*ran.lock().unwrap(), [100, 1, 2, 3, 4]);
+    // A second close is harmless and resolves at once (nothing queued).
+    assert_eq!(q.close().try_take(), Some(Ok(())));
+    assert_eq!(ran.lock().unwrap().len(), 5);
+}

@@ -18,6 +18,12 @@
 //! fail at once with [`TaskError::Overloaded`], so no queue grows without
 //! bound.
 //!
+//! [`TaskQueue::close`] ends a resource gracefully: what was submitted
+//! before it still runs, in order, and every submission after it fails at
+//! once with [`TaskError::Closed`]. The close is a flag beside the claim
+//! protocol, checked where `max_depth` is, so it changes nothing in how a
+//! resource is claimed or handed off.
+//!
 //! Exactly one thread runs a resource at a time, no lock is held while a task
 //! runs, and within a lane tasks run in submission order. [`Lane::High`]
 //! tasks run before queued normal ones.
@@ -51,7 +57,7 @@ mod task;
 mod loom_tests;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 pub use claim::Lane;
 pub use pool::{
@@ -126,6 +132,9 @@ struct Counters {
 struct SubmitCounters {
     high_water: AtomicUsize,
     refused: AtomicU64,
+    /// Set once by [`TaskQueue::close`]; read by every admission (a line
+    /// written once, so it stays shared in every reader's cache).
+    closed: AtomicBool,
 }
 
 #[inline]
@@ -242,6 +251,36 @@ impl<S: Send + 'static> TaskQueue<S> {
         Ok(())
     }
 
+    /// Closes the resource: tasks already submitted run, in their order,
+    /// and every submission after `close` returns fails at once with
+    /// [`TaskError::Closed`] (a submission racing with the close may still
+    /// be taken, and then runs). The future resolves once every task
+    /// queued before the close has run. Closing again is harmless.
+    pub fn close(&self) -> TaskFuture<()> {
+        self.inner
+            .submit_counters
+            .closed
+            .store(true, Ordering::SeqCst);
+        // A fence behind everything queued (the high lane runs first
+        // anyway); it is not refused, being the close's own.
+        match self.inner.core.enter() {
+            Entry::Claimed(running) => {
+                self.inner.after_inline(running, false);
+                TaskFuture::ready(Ok(()))
+            }
+            Entry::Busy { depth } => {
+                let (job, future) = JobRef::new(|_: &mut S| ());
+                self.inner.queue(depth, Job::Task(job), Lane::Normal);
+                future
+            }
+        }
+    }
+
+    /// Whether [`TaskQueue::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.submit_counters.closed.load(Ordering::Acquire)
+    }
+
     /// A handle that does not keep the resource alive.
     pub fn downgrade(&self) -> WeakTaskQueue<S> {
         WeakTaskQueue {
@@ -285,6 +324,9 @@ impl<S: Send + 'static> Inner<S> {
     /// Refuses a submission to a resource already `max_depth` deep.
     #[inline]
     fn admit(&self) -> Result<(), TaskError> {
+        if self.submit_counters.closed.load(Ordering::Relaxed) {
+            return Err(TaskError::Closed);
+        }
         let depth = self.core.depth();
         if depth >= self.pool.max_depth {
             self.submit_counters.refused.fetch_add(1, Ordering::Relaxed);

@@ -34,6 +34,10 @@ pub enum TaskError {
         /// Tasks counted when the submission was refused.
         depth: usize,
     },
+    /// The resource was closed ([`crate::taskq::TaskQueue::close`]): it
+    /// runs what it had and takes nothing new.
+    #[error("resource closed")]
+    Closed,
 }
 
 /// Runs `f` on `state`, turning a panic into [`TaskError::Panicked`].
