@@ -575,3 +575,120 @@ fn a_draining_delete_refuses_enqueues_lets_consumers_finish_then_removes_the_que
     let (status, _) = http(b.addr, "DELETE", "/queues/x?drain=true&wait_ms=999999", "");
     assert_eq!(status, 400);
 }
+
+#[test]
+fn delete_queue_over_the_native_protocol_drains_or_removes_at_once() {
+    use wharf::client::Deleted;
+    let b = TestBroker::start(|_| {});
+    block_on(async {
+        let p = connect(&b).await;
+        p.enqueue("native-drain", b"a".to_vec()).await.unwrap();
+        p.enqueue("native-drain", b"b".to_vec()).await.unwrap();
+        let c = connect(&b).await;
+        let mut k = c.consume("native-drain", 1).await.unwrap();
+        let first = k.recv_timeout(T).await.expect("first delivery");
+        // Still held: the answer says what is left, and enqueues stop.
+        assert_eq!(
+            p.delete_queue("native-drain", true, Duration::ZERO)
+                .await
+                .unwrap(),
+            Deleted::Draining {
+                waiting: 1,
+                in_flight: 1
+            }
+        );
+        match p.enqueue("native-drain", b"late".to_vec()).await {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, ErrorCode::Conflict)
+            }
+            other => panic!("expected conflict, got {other:?}"),
+        }
+        // A drain that waits: answered once the consumer settled the rest.
+        let waiter = connect(&b).await;
+        let deleting = actix_rt::spawn(async move {
+            waiter
+                .delete_queue("native-drain", true, Duration::from_secs(8))
+                .await
+        });
+        c.ack(k.id(), &[first.id]).await.unwrap();
+        let second = k.recv_timeout(T).await.expect("second delivery");
+        c.ack(k.id(), &[second.id]).await.unwrap();
+        assert_eq!(deleting.await.unwrap().unwrap(), Deleted::Removed);
+        // Gone: a second delete names the queue it cannot find.
+        match p.delete_queue("native-drain", false, Duration::ZERO).await {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, ErrorCode::UnknownQueue)
+            }
+            other => panic!("expected unknown_queue, got {other:?}"),
+        }
+        // Without drain: at once, with what it holds.
+        p.enqueue("native-now", b"x".to_vec()).await.unwrap();
+        assert_eq!(
+            p.delete_queue("native-now", false, Duration::ZERO)
+                .await
+                .unwrap(),
+            Deleted::Removed
+        );
+        // Bad input is an error frame, and the session goes on.
+        match p
+            .delete_queue("native-now", true, Duration::from_secs(61))
+            .await
+        {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, ErrorCode::InvalidField)
+            }
+            other => panic!("expected invalid_field, got {other:?}"),
+        }
+        p.enqueue("still-works", b"y".to_vec()).await.unwrap();
+    });
+    assert_eq!(http(b.addr, "GET", "/queues/native-now", "").0, 404);
+}
+
+#[test]
+fn delete_queue_over_the_native_protocol_is_the_admins() {
+    use wharf::config::auth::{Permissions, TokenConfig};
+    let b = TestBroker::start(|c| {
+        for (name, allow) in [
+            (
+                "svc",
+                Permissions {
+                    enqueue: vec!["q".into()],
+                    consume: vec!["q".into()],
+                    ..Permissions::default()
+                },
+            ),
+            ("root", Permissions::everything()),
+        ] {
+            c.auth.tokens.push(TokenConfig {
+                name: name.into(),
+                token_sha256: wharf::auth::token_digest(&format!("{name}-token-for-tests")),
+                allow,
+            });
+        }
+    });
+    block_on(async {
+        let url = b.ws_url();
+        let as_ = |name: &str| {
+            let options = ClientOptions {
+                token: Some(format!("{name}-token-for-tests")),
+                ..ClientOptions::default()
+            };
+            Client::connect(&url, options)
+        };
+        let svc = as_("svc").await.unwrap();
+        svc.enqueue("q", b"kept".to_vec()).await.unwrap();
+        match svc.delete_queue("q", false, Duration::ZERO).await {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, ErrorCode::Forbidden)
+            }
+            other => panic!("expected forbidden, got {other:?}"),
+        }
+        // Nothing was lost, and the session goes on.
+        assert_eq!(svc.enqueue("q", b"more".to_vec()).await.unwrap(), 2);
+        let root = as_("root").await.unwrap();
+        assert_eq!(
+            root.delete_queue("q", false, Duration::ZERO).await.unwrap(),
+            wharf::client::Deleted::Removed
+        );
+    });
+}

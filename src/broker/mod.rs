@@ -40,7 +40,9 @@ pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, MessageState,
     QueueCounters, QueueInfo, now_ms,
 };
-pub use queues::{DLQ_SUFFIX, Drain, Enqueue, MAX_IDS, MAX_PREFETCH, Settlement};
+pub use queues::{
+    DLQ_SUFFIX, Drain, Enqueue, MAX_DRAIN_WAIT_MS, MAX_IDS, MAX_PREFETCH, Settlement,
+};
 pub use shared::{SHARED_PREFETCH, SHARED_PREFIX, shared_queue_name};
 pub use sink::{
     DeliveryOutcome, MqttSubOptions, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id,

@@ -64,6 +64,10 @@ pub struct Enqueue {
     pub ttl_ms: Option<u64>,
 }
 
+/// Longest a draining delete may hold its request (HTTP or native)
+/// before it answers with what is left.
+pub const MAX_DRAIN_WAIT_MS: u64 = 60_000;
+
 /// What [`Broker::drain_queue`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Drain {

@@ -36,7 +36,7 @@ mod jobs;
 pub mod mqtt;
 mod queues;
 
-pub use queues::{Consumer, EnqueueOptions};
+pub use queues::{Consumer, Deleted, EnqueueOptions};
 
 use actix_http::ws;
 use bytes::Bytes;
@@ -610,6 +610,11 @@ async fn run(
                     ServerFrame::JobReply(r) => {
                         if let Some(reply) = w.pending.remove(&r.rid) {
                             let _ = reply.send(Ok(ServerFrame::JobReply(r)));
+                        }
+                    }
+                    ServerFrame::Draining(d) => {
+                        if let Some(reply) = d.rid.and_then(|rid| w.pending.remove(&rid)) {
+                            let _ = reply.send(Ok(ServerFrame::Draining(d)));
                         }
                     }
                     ServerFrame::Receipt(r) => {

@@ -7,9 +7,24 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Client, ClientError, Command, Route, wait};
 use crate::protocol::frame::{
-    ClientFrame, Consume, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle, Subscribe,
-    Touch, Txn,
+    ClientFrame, Consume, DeleteQueue, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle,
+    Subscribe, Touch, Txn,
 };
+
+/// What [`Client::delete_queue`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The queue is gone.
+    Removed,
+    /// A drain is under way: the queue takes no more messages and is
+    /// removed once these are settled.
+    Draining {
+        /// Messages not yet delivered.
+        waiting: u64,
+        /// Messages delivered and not yet settled.
+        in_flight: u64,
+    },
+}
 
 /// Options of one enqueue beyond queue and payload.
 #[derive(Debug, Clone, Default)]
@@ -100,6 +115,39 @@ impl Client {
             ServerFrame::Receipt(_) => Ok(0),
             other => Err(ClientError::Connect(format!(
                 "expected enqueued, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Removes a queue (needs the `admin` right). Without `drain`, at once
+    /// and with what it holds; with `drain`, it takes no more messages and
+    /// is removed once its consumers have settled what it holds, waiting
+    /// up to `wait` (at most 60 s, and less than the client's request
+    /// timeout) before answering [`Deleted::Draining`].
+    ///
+    /// # Errors
+    /// `unknown_queue`, `forbidden`, a timeout or a closed connection.
+    pub async fn delete_queue(
+        &self,
+        queue: &str,
+        drain: bool,
+        wait: Duration,
+    ) -> Result<Deleted, ClientError> {
+        let rid = self.next_id();
+        let frame = ClientFrame::DeleteQueue(DeleteQueue {
+            queue: queue.to_owned(),
+            drain,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            rid: Some(rid),
+        });
+        match self.request(frame, Some(rid)).await? {
+            ServerFrame::Receipt(_) => Ok(Deleted::Removed),
+            ServerFrame::Draining(d) => Ok(Deleted::Draining {
+                waiting: d.waiting,
+                in_flight: d.in_flight,
+            }),
+            other => Err(ClientError::Connect(format!(
+                "expected receipt or draining, got {other:?}"
             ))),
         }
     }

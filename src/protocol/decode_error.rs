@@ -68,6 +68,7 @@ impl Tagged for ClientFrame {
         "commit",
         "rollback",
         "refresh",
+        "delete_queue",
     ];
 
     fn check_variant(op: &str, fields: Value) -> Option<Result<(), PathError>> {
@@ -91,6 +92,7 @@ impl Tagged for ClientFrame {
             "job_outcome" => check::<jobs::JobOutcome>(fields),
             "begin" | "commit" | "rollback" => check::<frame::Txn>(fields),
             "refresh" => check::<frame::Refresh>(fields),
+            "delete_queue" => check::<frame::DeleteQueue>(fields),
             _ => None,
         }
     }
@@ -112,6 +114,7 @@ impl Tagged for ServerFrame {
         "delivery",
         "enqueued",
         "job_reply",
+        "draining",
     ];
 
     fn check_variant(op: &str, fields: Value) -> Option<Result<(), PathError>> {
@@ -125,6 +128,7 @@ impl Tagged for ServerFrame {
             "delivery" => check::<frame::QueueDelivery>(fields),
             "enqueued" => check::<frame::Enqueued>(fields),
             "job_reply" => check::<jobs::JobReply>(fields),
+            "draining" => check::<frame::Draining>(fields),
             _ => None,
         }
     }
@@ -136,6 +140,7 @@ impl Tagged for ServerFrame {
             ServerFrame::Pong(f) => f.rid,
             ServerFrame::Enqueued(f) => Some(f.rid),
             ServerFrame::JobReply(f) => Some(f.rid),
+            ServerFrame::Draining(f) => f.rid,
             ServerFrame::Welcome(_)
             | ServerFrame::Message(_)
             | ServerFrame::Dropped(_)
@@ -514,7 +519,7 @@ mod tests {
     fn bincode_errors_are_sentences_naming_the_op() {
         let e = bin(&[99]);
         assert_eq!(e.code, ErrorCode::UnknownOp);
-        assert_eq!(e.message, "no operation has tag 99 (tags run from 0 to 21)");
+        assert_eq!(e.message, "no operation has tag 99 (tags run from 0 to 22)");
         let e = bin(&[]);
         assert_eq!(e.code, ErrorCode::Malformed);
         assert!(e.message.contains("empty"), "{e}");

@@ -66,6 +66,8 @@ pub enum ClientFrame {
     /// Presents a new token (a JWT about to expire) for the same
     /// principal, so the session outlives the old one.
     Refresh(Refresh),
+    /// Removes a queue, at once or after its consumers drain it (admin).
+    DeleteQueue(DeleteQueue),
 }
 
 impl ClientFrame {
@@ -91,6 +93,7 @@ impl ClientFrame {
             ClientFrame::JobOutcome(f) => Some(f.rid),
             ClientFrame::Begin(f) | ClientFrame::Commit(f) | ClientFrame::Rollback(f) => f.rid,
             ClientFrame::Refresh(f) => f.rid,
+            ClientFrame::DeleteQueue(f) => f.rid,
         }
     }
 }
@@ -305,6 +308,45 @@ pub struct Refresh {
     pub rid: Option<u64>,
 }
 
+/// `delete_queue`: removes a queue. Without `drain`, at once (what it
+/// holds is lost); with `drain`, it takes no more messages and is removed
+/// once its consumers have settled what it holds. Answered by `receipt`
+/// once removed, or by `draining` when `wait_ms` passed first.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQueue {
+    /// The queue.
+    pub queue: String,
+    /// Let consumers take and settle what the queue holds first.
+    #[serde(default)]
+    pub drain: bool,
+    /// How long to wait for a drain before answering `draining` (at most
+    /// 60,000 ms; 0 answers at once).
+    #[serde(default)]
+    pub wait_ms: u64,
+    /// Request id, echoed in the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+}
+
+/// `draining`: a `delete_queue` with `drain` is under way; the queue is
+/// removed once what it holds is settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Draining {
+    /// The request id of the `delete_queue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rid: Option<u64>,
+    /// The queue.
+    pub queue: String,
+    /// Messages not yet delivered.
+    pub waiting: u64,
+    /// Messages delivered and not yet settled.
+    pub in_flight: u64,
+}
+
 /// `ping`: the server answers `pong` with the same `rid`.
 #[derive(
     Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
@@ -350,6 +392,8 @@ pub enum ServerFrame {
     Enqueued(Enqueued),
     /// Answers a job or worker request.
     JobReply(super::jobs::JobReply),
+    /// Answers a draining `delete_queue` still under way.
+    Draining(Draining),
 }
 
 /// `delivery`: a queue message handed to one consumer, to be settled with

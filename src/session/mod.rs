@@ -424,6 +424,7 @@ impl Session {
             ClientFrame::Nack(n) => ops::nack(self, format, n).await,
             ClientFrame::Reject(r) => ops::reject(self, format, r).await,
             ClientFrame::Touch(t) => ops::touch(self, format, t).await,
+            ClientFrame::DeleteQueue(d) => ops::delete_queue(self, format, d).await,
             ClientFrame::Close(c) => return ops::close(c),
             // Handled by `stage` above.
             ClientFrame::Begin(_) | ClientFrame::Commit(_) | ClientFrame::Rollback(_) => {}

@@ -160,8 +160,7 @@ struct DrainingReply<'a> {
     in_flight: u64,
 }
 
-/// Most a drain may hold its request.
-const MAX_DRAIN_WAIT_MS: u64 = 60_000;
+use crate::broker::MAX_DRAIN_WAIT_MS;
 
 /// `DELETE /queues/{name}`: 204 once removed. With `?drain=true`: the
 /// queue takes no more messages and is removed once its consumers have

@@ -9,6 +9,7 @@
 
 mod consume;
 mod control;
+mod delete;
 mod enqueue;
 mod hello;
 mod permit;
@@ -18,6 +19,7 @@ mod subscribe;
 
 pub(super) use consume::consume;
 pub(super) use control::{close, ping};
+pub(super) use delete::delete_queue;
 pub(super) use enqueue::enqueue;
 pub(super) use hello::{hello, refresh};
 pub(super) use permit::permitted;

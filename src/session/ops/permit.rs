@@ -40,6 +40,7 @@ pub(in crate::session) fn permitted(
             }
         }
         ClientFrame::Enqueue(f) => check(p, Right::Enqueue(&f.queue)),
+        ClientFrame::DeleteQueue(_) => check(p, Right::Admin),
         ClientFrame::Consume(f) => check(p, Right::Consume(&f.queue)),
         ClientFrame::JobEnqueue(f) => check(p, Right::EnqueueJob(&f.kind)),
         // No kinds: every kind.
