@@ -12,7 +12,7 @@
 //! curl localhost:8080/broker/health
 //! curl localhost:8080/broker/queues/kitchen/tickets           # the queue
 //! ```
-#![allow(dead_code)] // tests/embed.rs includes this file as a module
+#![allow(dead_code)] // tests/it/embed.rs includes this file as a module
 
 use std::sync::{Arc, Mutex};
 

@@ -19,7 +19,7 @@
 //! curl -X POST 127.0.0.1:8080/customers/c1/notify -d 'your coupon: TEA10'
 //! curl 127.0.0.1:8080/broker/admin/sessions        # kind: customer, order
 //! ```
-#![allow(dead_code)] // tests/typed_sockets.rs includes this file as a module
+#![allow(dead_code)] // tests/it/typed_sockets.rs includes this file as a module
 
 use std::sync::{Arc, Mutex};
 

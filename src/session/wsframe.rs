@@ -108,7 +108,7 @@ mod tests {
 }
 
 /// What [`write`] writes, actix reads back frame for frame, however the
-/// bytes are split on arrival (moved here from tests/fuzz.rs, so the writer
+/// bytes are split on arrival (moved here from tests/it/fuzz.rs, so the writer
 /// need not be public).
 #[cfg(test)]
 mod fuzz {

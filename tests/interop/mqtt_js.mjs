@@ -1,8 +1,8 @@
 // MQTT interoperability with MQTT.js (npm "mqtt" 5.x) over WebSocket.
-// Run by tests/mqtt.rs against a broker it started: node mqtt_js.mjs PORT
+// Run by tests/it/mqtt.rs against a broker it started: node mqtt_js.mjs PORT
 // [secure CA JWT] (wss:// with the test CA, a password user and a JWT)
 // or [v5 ws|tcp] (MQTT 5 over WebSocket, or over TCP with PORT the MQTT
-// TCP listener's, from tests/mqtt_tcp.rs).
+// TCP listener's, from tests/it/mqtt_tcp.rs).
 // Exits 0 on success; every wait is bounded.
 import fs from "node:fs";
 import mqtt from "mqtt";

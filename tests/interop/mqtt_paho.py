@@ -1,7 +1,7 @@
 """MQTT interoperability with Eclipse Paho (paho-mqtt 2.x, transport="websockets").
 
-Run by tests/mqtt.rs against a broker it started: python3 mqtt_paho.py PORT SCENARIO
-(the v5_* scenarios, MQTT 5, also over TCP from tests/mqtt_tcp.rs:
+Run by tests/it/mqtt.rs against a broker it started: python3 mqtt_paho.py PORT SCENARIO
+(the v5_* scenarios, MQTT 5, also over TCP from tests/it/mqtt_tcp.rs:
 python3 mqtt_paho.py PORT v5_... tcp).
 Exits 0 on success; prints what failed otherwise. Every wait is bounded.
 """

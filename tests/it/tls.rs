@@ -2,7 +2,7 @@
 //! made at run time by a test CA; the Rust native and MQTT clients connect
 //! to it trusting that CA, and nothing else gets through.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! that causes them, queue series are capped, and the route is the
 //! admin's.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

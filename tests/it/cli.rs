@@ -2,7 +2,7 @@
 //! run as the real binary against a broker started by the test, on
 //! loopback with an ephemeral port. Every wait is bounded.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};

@@ -4,10 +4,10 @@
 //! both ways, subscription options and identifiers, message and session
 //! expiry, the will delay, the client's receive maximum and maximum packet
 //! size, and the server's DISCONNECT reasons. Clients nobody here wrote
-//! (Paho, MQTT.js, mosquitto) speak MQTT 5 to Wharf in tests/mqtt.rs and
-//! tests/mqtt_tcp.rs.
+//! (Paho, MQTT.js, mosquitto) speak MQTT 5 to Wharf in tests/it/mqtt.rs and
+//! tests/it/mqtt_tcp.rs.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! messages (in memory, in flight and kept on disk, across a restart),
 //! and listing, retrying and cancelling jobs.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! whose interpreter it names in `WHARF_PYTHON`), against a
 //! broker started by the test on loopback.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! the page in a real browser (Debian's chromium driven by playwright-core
 //! through tests/browser/dashboard.mjs).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -3,7 +3,7 @@
 //! kill -9 before a commit leaves nothing while after its receipt nothing
 //! is lost.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! stop; rule loops; `GET /admin/rules` and `POST /admin/rules/reload`;
 //! start-up validation of the binary; an embedding app's own matcher.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The admin API's overview, topics and session routes over HTTP.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

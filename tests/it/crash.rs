@@ -3,7 +3,7 @@
 //! SIGKILL mid-stream and restarted on the same data directory; every
 //! retained message whose receipt arrived must be there.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,18 +5,18 @@
 //! events and closes them; refusals, credentials, the rate limit and
 //! invalid text are answered as documented.
 
-mod common;
+use crate::common;
 
-#[path = "../examples/typed_sockets.rs"]
-mod typed_sockets;
+#[path = "../../examples/typed_sockets.rs"]
+mod example;
 
 use std::time::Duration;
 
 use actix_web::web;
 use awc::ws;
 use common::{block_on, eventually, http_request};
+use example::{CustomerSocket, OrderSocket, Shop};
 use futures_util::{SinkExt, StreamExt};
-use typed_sockets::{CustomerSocket, OrderSocket, Shop};
 
 type Conn = actix_codec::Framed<awc::BoxedSocket, ws::Codec>;
 
@@ -34,12 +34,12 @@ async fn serve(
     config.scheduler.workers = 1;
     config.server.shutdown_timeout_s = 2;
     tune(&mut config);
-    let shop = typed_sockets::start(config).await.unwrap();
+    let shop = example::start(config).await.unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let routes = shop.clone();
     let server = actix_web::HttpServer::new(move || {
-        actix_web::App::new().configure(|cfg| typed_sockets::app(cfg, &routes))
+        actix_web::App::new().configure(|cfg| example::app(cfg, &routes))
     })
     .workers(1)
     .disable_signals()

@@ -3,7 +3,7 @@
 //! field, the publisher's order, round robin and backend health, retries
 //! then dead letters, and 4xx answers that are not retried.
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU16, Ordering};

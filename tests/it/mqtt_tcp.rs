@@ -3,7 +3,7 @@
 //! Eclipse Paho (transport "tcp") and by mosquitto_pub / mosquitto_sub
 //! (Debian's mosquitto-clients, installed by .ci/run).
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! connection keeps working; unrecoverable violations close only that
 //! connection, with the right close code.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The server and the binary, over real sockets on loopback.
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;

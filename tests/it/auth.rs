@@ -10,7 +10,7 @@
 //! and the consume right, resumed subscriptions): they failed before the
 //! fixes.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;

@@ -1,6 +1,6 @@
 //! Behaviour of the resource task queue under real threads.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, mpsc};

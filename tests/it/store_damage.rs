@@ -5,7 +5,7 @@
 //! store that was not shut down cleanly, or lost data since, says so; a
 //! directory another wharf is running on is refused in plain words.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Durable queues over real WebSockets and HTTP on loopback.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

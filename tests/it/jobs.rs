@@ -1,6 +1,6 @@
 //! Jobs and workers over HTTP on loopback, with a plain HTTP client.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

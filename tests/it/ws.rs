@@ -1,6 +1,6 @@
 //! Topics over real WebSockets on loopback: the native protocol end to end.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,9 +3,9 @@
 //! WebSocket client both receive, a stopped actor is unsubscribed, and
 //! shutting down leaves no broker thread running.
 
-mod common;
+use crate::common;
 
-#[path = "../examples/embedded.rs"]
+#[path = "../../examples/embedded.rs"]
 mod embedded;
 
 use std::time::Duration;

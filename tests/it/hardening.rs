@@ -3,7 +3,7 @@
 //! announces more than `max_frame`, and an HTTP body sent a byte at a time.
 //! Each is refused, and the broker and its other clients carry on.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

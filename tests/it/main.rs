@@ -1,0 +1,36 @@
+//! Every integration test of Wharf in one test binary.
+//!
+//! One binary rather than one per file: each test binary links the whole
+//! broker and its dependencies, so twenty-odd of them cost minutes of
+//! linking on two cores and gigabytes of disk. nextest still runs every
+//! test in a process of its own; `cargo nextest run -E 'test(/^ws::/)'`
+//! runs one file's tests.
+
+mod common;
+
+mod admin;
+mod auth;
+mod cli;
+mod crash;
+mod dashboard;
+mod embed;
+mod fuzz;
+mod hardening;
+mod jobs;
+mod metrics;
+mod mqtt;
+mod mqtt5;
+mod mqtt_tcp;
+mod operator;
+mod protocol;
+mod queues;
+mod rules;
+mod rules_forward;
+mod server;
+mod store_damage;
+mod taskq;
+mod tls;
+mod txn;
+mod typed_sockets;
+mod ws;
+mod ws_errors;
