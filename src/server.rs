@@ -7,7 +7,20 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{App, HttpServer, web};
+use actix_http::HttpService;
+use actix_service::map_config;
+use actix_web::dev::AppConfig;
+use actix_web::rt::net::TcpStream;
+use actix_web::{App, web};
+
+/// A TLS connection on the HTTP listener.
+type Tls = actix_tls::accept::rustls_0_23::TlsStream<TcpStream>;
+/// Longest a client may take to send its request head (actix-web's
+/// default).
+const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a closing connection may take to shut down (actix-web's
+/// default).
+const CLIENT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 use crate::config::Config;
 use crate::transport;
@@ -168,29 +181,46 @@ pub async fn serve(
     let workers = config.server.effective_http_workers();
     let routes = wharf.configure();
     let write_timeout = Duration::from_secs(config.session.write_timeout_s);
-    let server = HttpServer::new(move || {
+    let make_app = move || {
         App::new()
             .configure(routes.clone())
             .default_service(web::to(transport::not_found))
-    })
-    .on_connect(move |conn, _| {
-        type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
-        let tcp = conn
-            .downcast_ref::<actix_web::rt::net::TcpStream>()
-            .or_else(|| conn.downcast_ref::<Tls>().map(|t| t.get_ref().0));
-        if let Some(tcp) = tcp {
-            tune(tcp, write_timeout);
-        }
-    })
-    .workers(workers)
-    .max_connections(config.server.max_connections)
-    .shutdown_timeout(config.server.shutdown_timeout_s)
-    .disable_signals();
+    };
+    let builder = actix_server::Server::build()
+        .workers(workers)
+        .max_concurrent_connections(config.server.max_connections)
+        .shutdown_timeout(config.server.shutdown_timeout_s)
+        .disable_signals();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mqtt_server = mqtt_server(&wharf, mqtt, mqtt_tls.map(|l| (l, tls.clone())), workers)?;
+    // actix-web's HttpServer, plus an upgrade hook: WebSocket connections
+    // leave actix-http for their own reader and writer (transport::raw),
+    // after the same routes have accepted them. The host and address of
+    // the app config only matter to URL generation, which no route uses.
     let server = match tls {
-        Some(tls) => server.listen_rustls_0_23(listener, tls)?,
-        None => server.listen(listener)?,
+        None => builder.listen("wharf-http", listener, move || {
+            let make_app = make_app.clone();
+            HttpService::build()
+                .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
+                .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+                .local_addr(addr)
+                .on_connect_ext(move |io: &TcpStream, _: &mut _| tune(io, write_timeout))
+                .upgrade(transport::raw::upgrade_factory(make_app.clone()))
+                .finish(map_config(make_app(), |_| AppConfig::default()))
+                .tcp()
+        })?,
+        Some(tls) => builder.listen("wharf-https", listener, move || {
+            let make_app = make_app.clone();
+            HttpService::build()
+                .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
+                .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+                .local_addr(addr)
+                .secure()
+                .on_connect_ext(move |io: &Tls, _: &mut _| tune(io.get_ref().0, write_timeout))
+                .upgrade(transport::raw::upgrade_factory(make_app.clone()))
+                .finish(map_config(make_app(), |_| AppConfig::default()))
+                .rustls_0_23(tls.clone())
+        })?,
     }
     .run();
     tracing::info!(

@@ -14,6 +14,7 @@ mod mqtt;
 pub(crate) mod mqtt_tcp;
 mod origin;
 mod queues;
+pub(crate) mod raw;
 mod rules;
 mod topics;
 pub(crate) mod typed;

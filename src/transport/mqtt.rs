@@ -153,5 +153,5 @@ pub(crate) async fn upgrade(
         rate: RateLimiter::new(cfg.rate_per_s, cfg.rate_burst),
         metrics: metrics.clone(),
     };
-    serve(builder, payload, mqtt, &cfg, metrics)
+    serve(&req, builder, payload, mqtt, &cfg, metrics)
 }

@@ -8,27 +8,26 @@
 
 use std::future::poll_fn;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+
+use bytes::Bytes;
 use futures_core::Stream;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::AppState;
+use super::raw::{ByteSource, write_loop};
 use super::wsloop::outbound;
 use crate::metrics::Protocol;
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
-use crate::session::{CloseRequest, Outbound, OutboundStream, RateLimiter, Verdict, close_reason};
+use crate::session::{CloseRequest, Outbound, RateLimiter, Verdict, close_reason};
 
 /// Longest the writer may take to send what is queued once the
 /// connection ends.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a TLS handshake may take.
 pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes read at a time.
-const READ_CHUNK: usize = 4096;
 
 /// Serves one MQTT connection on `stream` until it ends.
 pub(crate) async fn serve<S>(stream: S, peer: Option<IpAddr>, app: AppState)
@@ -48,10 +47,11 @@ where
     .with_auth(app.auth.clone(), None, peer);
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::MqttTcp, 1);
-    let (mut rd, wr) = tokio::io::split(stream);
+    let (rd, wr) = tokio::io::split(stream);
     let writer = actix_rt::spawn(write_loop(out.clone(), wr, metrics.clone()));
     let mut rate = RateLimiter::new(cfg.rate_per_s, cfg.rate_burst);
-    let mut buf = BytesMut::new();
+    // Reads hold no buffer between them: an idle connection costs none.
+    let mut source = ByteSource::new(rd, Bytes::new(), None);
     // One timer, armed at the earlier of the keep-alive deadline and the
     // credential's expiry, moved only when that comes earlier (as in the
     // WebSocket read loop): traffic costs no timer work.
@@ -67,19 +67,17 @@ where
             due = next;
             timer.as_mut().reset(due.into());
         }
-        buf.reserve(READ_CHUNK);
         tokio::select! {
-            read = rd.read_buf(&mut buf) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
+            read = poll_fn(|cx| Pin::new(&mut source).poll_next(cx)) => match read {
+                None | Some(Err(_)) => break,
+                Some(Ok(chunk)) => {
                     metrics.frames_in.add(Protocol::MqttTcp, 1);
-                    metrics.bytes_in.add(Protocol::MqttTcp, n as u64);
+                    metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
                     if let Verdict::Close = rate.check(Instant::now()) {
                         metrics.rate_limited.add(1);
                         close(&out, 1008, close_reason::RATE_LIMIT.into());
                         break;
                     }
-                    let chunk = buf.split().freeze();
                     if let Err(c) = session.data(&chunk).await {
                         close(&out, c.code, c.reason);
                         break;
@@ -134,19 +132,4 @@ fn close(out: &Outbound, code: u16, reason: String) {
         reason,
         drain: true,
     });
-}
-
-/// Writes the outbound queue to the socket until it is finished.
-async fn write_loop<W: AsyncWrite + Unpin>(
-    out: Arc<Outbound>,
-    mut wr: W,
-    metrics: Arc<crate::metrics::Metrics>,
-) {
-    let mut batches = OutboundStream::new(out).counted(metrics);
-    while let Some(Ok(bytes)) = poll_fn(|cx| std::pin::Pin::new(&mut batches).poll_next(cx)).await {
-        if wr.write_all(&bytes).await.is_err() {
-            return;
-        }
-    }
-    let _ = wr.shutdown().await;
 }

@@ -82,7 +82,7 @@ pub(crate) async fn upgrade<T: SocketType>(
         cfg: cfg.clone(),
         metrics: metrics.clone(),
     };
-    serve(builder, payload, handler, &cfg, metrics)
+    serve(&req, builder, payload, handler, &cfg, metrics)
 }
 
 /// One typed socket's connection.

@@ -102,7 +102,7 @@ pub(crate) async fn upgrade(
         cfg: cfg.clone(),
         metrics: metrics.clone(),
     };
-    serve(builder, payload, native, &cfg, metrics)
+    serve(&req, builder, payload, native, &cfg, metrics)
 }
 
 /// The native protocol's side of a connection: rate limit, decode,

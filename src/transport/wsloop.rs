@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 use actix_codec::Decoder;
 use actix_http::ws::{Codec, Frame, Item, ProtocolError};
 use actix_web::body::BodyStream;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
+use futures_util::future::LocalBoxFuture;
+
+use super::raw::{self, ByteSource, Handover, RawUpgrade};
 
 use crate::config::SessionConfig;
 use crate::protocol::codec::Format;
@@ -197,9 +200,14 @@ pub(crate) fn outbound(cfg: &SessionConfig, format: Format) -> Arc<Outbound> {
     )
 }
 
-/// Completes an accepted upgrade: the read side runs `handler` on this
-/// worker, the response body writes its outbound queue.
+/// Completes an accepted upgrade. Through the `wharf` server's upgrade
+/// hook ([`RawUpgrade`]) the connection is handed over to run on its own
+/// reader and writer ([`super::raw`]); otherwise (Wharf's routes in an
+/// app's own `HttpServer`) the read side runs `handler` on this worker
+/// and the response body writes its outbound queue. Both run
+/// [`read_loop`].
 pub(crate) fn serve<H: Handler + 'static>(
+    req: &HttpRequest,
     mut builder: actix_http::ResponseBuilder,
     payload: web::Payload,
     handler: H,
@@ -208,20 +216,38 @@ pub(crate) fn serve<H: Handler + 'static>(
 ) -> Result<HttpResponse, actix_web::Error> {
     let out = handler.outbound().clone();
     let ping = Duration::from_secs(cfg.ping_interval_s);
-    actix_web::rt::spawn(read_loop(payload, handler, cfg.max_frame, ping));
+    let max_frame = cfg.max_frame;
+    if req.extensions().contains::<RawUpgrade>() {
+        let run = move |io: Box<dyn raw::Io>, first: BytesMut| -> LocalBoxFuture<'static, ()> {
+            Box::pin(async move {
+                let (rd, wr) = raw::split(io);
+                let writer = actix_rt::spawn(raw::write_loop(out, wr, metrics));
+                let source = ByteSource::new(rd, first.freeze(), Some(writer));
+                read_loop(source, handler, max_frame, ping).await;
+            })
+        };
+        let mut res = HttpResponse::from(builder.finish()).map_into_boxed_body();
+        res.extensions_mut().insert(Handover(Box::new(run)));
+        return Ok(res);
+    }
+    actix_web::rt::spawn(read_loop(payload, handler, max_frame, ping));
     let writer = OutboundStream::new(out).counted(metrics);
     let response = builder.message_body(BodyStream::new(writer))?;
     Ok(HttpResponse::from(response).map_into_boxed_body())
 }
 
 /// Reads the connection until it ends, then ends the handler and the
-/// writer (after what is queued, bounded by a drain timeout).
-pub(crate) async fn read_loop<H: Handler>(
-    mut payload: web::Payload,
+/// writer (after what is queued, bounded by a drain timeout). `source`
+/// gives the bytes as they arrive, in chunks of any size.
+pub(crate) async fn read_loop<H, S, E>(
+    mut source: S,
     handler: H,
     max_frame: usize,
     ping_interval: Duration,
-) {
+) where
+    H: Handler,
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
     let mut codec = Codec::new().max_size(max_frame);
     let mut buf = BytesMut::new();
     let mut ping = actix_rt::time::interval(ping_interval);
@@ -253,7 +279,14 @@ pub(crate) async fn read_loop<H: Handler>(
                         break 'conn;
                     }
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    if buf.is_empty() {
+                        // Decoded frames keep what they need of the chunk;
+                        // between reads the connection holds no buffer.
+                        buf = BytesMut::new();
+                    }
+                    break;
+                }
                 Err(ProtocolError::Overflow) => {
                     reader.close(1009, "frame larger than max_frame", false);
                     break 'conn;
@@ -275,12 +308,18 @@ pub(crate) async fn read_loop<H: Handler>(
             idle.as_mut().reset(idle_at.into());
         }
         tokio::select! {
-            chunk = poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)) => match chunk {
+            chunk = poll_fn(|cx| std::pin::Pin::new(&mut source).poll_next(cx)) => match chunk {
                 Some(Ok(bytes)) => {
                     reader.handler.received(bytes.len());
                     last_heard = Instant::now();
                     reader.now = last_heard;
-                    buf.extend_from_slice(&bytes);
+                    if buf.is_empty() {
+                        // Most reads hold whole frames: decode them where
+                        // they arrived (no copy when the chunk is not shared).
+                        buf = BytesMut::from(bytes);
+                    } else {
+                        buf.extend_from_slice(&bytes);
+                    }
                 }
                 Some(Err(_)) | None => break 'conn,
             },

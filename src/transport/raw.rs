@@ -1,0 +1,253 @@
+//! WebSocket connections on Wharf's own reader and writer, below
+//! actix-web: what keeps an idle connection small.
+//!
+//! A WebSocket served the actix-web way (a streaming request body in, a
+//! streaming response body out) keeps actix-http's read and write
+//! buffers, 8 KiB each, for as long as the connection lives. The `wharf`
+//! server instead registers an upgrade service with actix-http
+//! ([`upgrade_factory`]): an upgrade request still runs through the same
+//! actix-web routes (extractors, credentials, origin checks, refusals as
+//! JSON), but marked [`RawUpgrade`]; the route's
+//! [`super::wsloop::serve`] then answers 101 with a [`Handover`] instead
+//! of a body stream, and this module writes the 101 itself, drops
+//! actix-http's buffers and runs the shared read loop over a
+//! [`ByteSource`] and the outbound queue over [`write_loop`]. Neither
+//! holds a buffer while the connection is idle: reads land in one scratch
+//! buffer per worker thread and only the bytes that arrived are kept.
+//! Apps that embed Wharf's routes in their own `HttpServer` keep the
+//! actix-web way; both run the same read loop.
+
+use std::cell::RefCell;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use actix_codec::{AsyncRead, AsyncWrite, Framed, ReadBuf};
+use actix_http::body::{BodySize, MessageBody};
+use actix_http::h1::{Codec, Message};
+use actix_http::{ConnectionType, HttpMessage, Request, Response, StatusCode};
+use actix_service::{IntoServiceFactory, Service, ServiceFactory, fn_factory, fn_service};
+use actix_web::dev::{AppConfig, ServiceResponse};
+use bytes::{Bytes, BytesMut};
+use futures_core::Stream;
+use futures_util::SinkExt;
+use futures_util::future::LocalBoxFuture;
+use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
+
+use crate::session::{Outbound, OutboundStream};
+
+/// Bytes one read may take: the size of each worker thread's scratch
+/// buffer, not of any connection's.
+const READ_CHUNK: usize = 16 * 1024;
+/// Largest body of a refusal (a non-101 answer to an upgrade request)
+/// written on this path; routes answer refusals with a short JSON body.
+const MAX_REFUSAL_BODY: usize = 64 * 1024;
+
+thread_local! {
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_CHUNK].into_boxed_slice());
+}
+
+/// A byte stream a connection runs on: TCP, or TLS over it.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Io for T {}
+
+/// Marks an upgrade request that arrived through [`upgrade_factory`]:
+/// the route may hand the connection over ([`Handover`]) rather than
+/// stream a response body.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawUpgrade;
+
+/// What a route that accepted a [`RawUpgrade`] puts in its 101 response's
+/// extensions: how to run the connection once the 101 is written, given
+/// its byte stream and the bytes that came after the request head.
+pub(crate) struct Handover(pub(crate) Box<dyn FnOnce(Box<dyn Io>, BytesMut) -> LocalBoxFuture<'static, ()>>);
+
+/// The connection's reads as a stream of chunks, each exactly as long as
+/// what arrived: no buffer is held between reads. Ends when the peer
+/// closes, on a read error, or once `writer` (the connection's write
+/// loop) has finished, since then the connection is over.
+pub(crate) struct ByteSource<R> {
+    rd: R,
+    first: Option<Bytes>,
+    writer: Option<actix_rt::task::JoinHandle<()>>,
+}
+
+impl<R: AsyncRead + Unpin> ByteSource<R> {
+    /// Reads `rd`, starting with `first` (bytes already read), until the
+    /// peer or `writer` ends.
+    pub(crate) fn new(rd: R, first: Bytes, writer: Option<actix_rt::task::JoinHandle<()>>) -> Self {
+        ByteSource {
+            rd,
+            first: (!first.is_empty()).then_some(first),
+            writer,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> Stream for ByteSource<R> {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(first) = this.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if let Some(writer) = this.writer.as_mut() {
+            if Pin::new(writer).poll(cx).is_ready() {
+                this.writer = None;
+                return Poll::Ready(None);
+            }
+        }
+        let rd = Pin::new(&mut this.rd);
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut buf = ReadBuf::new(scratch);
+            match rd.poll_read(cx, &mut buf) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(None),
+                Poll::Ready(Ok(())) => Poll::Ready(Some(Ok(Bytes::copy_from_slice(buf.filled())))),
+            }
+        })
+    }
+}
+
+/// Writes the outbound queue to `wr` until it is finished, then shuts the
+/// write side down.
+pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
+    out: Arc<Outbound>,
+    mut wr: W,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
+    let mut batches = OutboundStream::new(out).counted(metrics);
+    while let Some(Ok(bytes)) = poll_fn(|cx| Pin::new(&mut batches).poll_next(cx)).await {
+        if wr.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Splits a connection into its read and write halves.
+pub(crate) fn split(io: Box<dyn Io>) -> (ReadHalf<Box<dyn Io>>, WriteHalf<Box<dyn Io>>) {
+    tokio::io::split(io)
+}
+
+/// actix-http's upgrade service for one worker: every request with
+/// `Connection: upgrade` goes through an instance of the app `make_app`
+/// builds, marked [`RawUpgrade`]. A 101 that carries a [`Handover`] is
+/// written here and the connection runs on its own reader and writer; any
+/// other answer (a refusal, a 404) is written whole and the connection
+/// closed, since it cannot go back to actix-http.
+pub(crate) fn upgrade_factory<T, F, I, S, B>(
+    make_app: F,
+) -> impl ServiceFactory<
+    (Request, Framed<T, Codec>),
+    Config = (),
+    Response = (),
+    Error = actix_web::Error,
+    InitError = (),
+>
+where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+    F: Fn() -> I + 'static,
+    I: IntoServiceFactory<S, Request>,
+    S: ServiceFactory<
+            Request,
+            Config = AppConfig,
+            Response = ServiceResponse<B>,
+            Error = actix_web::Error,
+            InitError = (),
+        > + 'static,
+    S::Service: 'static,
+    B: MessageBody + 'static,
+{
+    let make_app = Rc::new(make_app);
+    fn_factory(move || {
+        let factory = make_app().into_factory();
+        async move {
+            // The host and address only matter to URL generation, which
+            // no WebSocket route uses.
+            let app = Rc::new(factory.new_service(AppConfig::default()).await?);
+            Ok::<_, ()>(fn_service(move |(req, framed): (Request, Framed<T, Codec>)| {
+                let app = app.clone();
+                async move {
+                    upgrade(&*app, req, framed).await;
+                    Ok::<(), actix_web::Error>(())
+                }
+            }))
+        }
+    })
+}
+
+/// Runs one upgrade request through `app` and serves what it answers.
+async fn upgrade<T, A, B>(app: &A, req: Request, mut framed: Framed<T, Codec>)
+where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+    A: Service<Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody + 'static,
+{
+    req.extensions_mut().insert(RawUpgrade);
+    let mut res: Response<B> = match app.call(req).await {
+        Ok(res) => res.into_parts().1.into(),
+        Err(e) => {
+            let res = e.error_response();
+            let res: Response<actix_web::body::BoxBody> = res.into();
+            write_whole(framed, res).await;
+            return;
+        }
+    };
+    let handover = res.extensions_mut().remove::<Handover>();
+    match handover {
+        Some(Handover(run)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let (head, _) = res.into_parts();
+            if framed
+                .send(Message::Item((head, BodySize::None)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let parts = framed.into_parts();
+            // What the client sent after its request head (its first
+            // frames, if it did not wait for the 101) is read first;
+            // actix-http's buffers go.
+            let io: Box<dyn Io> = Box::new(parts.io);
+            run(io, parts.read_buf).await;
+        }
+        _ => {
+            if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+                // Only Wharf's routes are mounted on this server, and they
+                // hand over every upgrade they accept.
+                tracing::warn!("an upgrade was accepted without a handover; closing it");
+                return;
+            }
+            write_whole(framed, res).await;
+        }
+    }
+}
+
+/// Writes `res` with its body (bounded) and closes the connection.
+async fn write_whole<T, B>(mut framed: Framed<T, Codec>, res: Response<B>)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    B: MessageBody,
+{
+    let (mut head, body) = res.into_parts();
+    let body = match actix_web::body::to_bytes_limited(body, MAX_REFUSAL_BODY).await {
+        Ok(Ok(body)) => body,
+        _ => Bytes::new(),
+    };
+    head.head_mut().set_connection_type(ConnectionType::Close);
+    let size = BodySize::Sized(body.len() as u64);
+    let _ = async {
+        framed.send(Message::Item((head, size))).await?;
+        if !body.is_empty() {
+            framed.send(Message::Chunk(Some(body))).await?;
+        }
+        framed.send(Message::Chunk(None)).await?;
+        framed.close().await
+    }
+    .await;
+}
