@@ -171,6 +171,7 @@ fn serve(
     if !config.server.huge_pages {
         disable_huge_pages();
     }
+    raise_file_limit(config.server.max_connections);
 
     let listener = match TcpListener::bind(config.server.bind) {
         Ok(listener) => listener,
@@ -215,6 +216,40 @@ fn disable_huge_pages() {
     #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
         tracing::warn!("cannot turn transparent huge pages off: {e}");
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit: the
+/// soft limit is often 1,024, far below `[server] max_connections`, and a
+/// broker that runs out of descriptors refuses connections it was
+/// configured to take. Says so when even the hard limit is too low.
+fn raise_file_limit(max_connections: usize) {
+    #[cfg(unix)]
+    {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+            return;
+        };
+        if soft < hard {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(soft, hard, "cannot raise the open-file limit: {e}");
+                return;
+            }
+        }
+        // A connection takes one descriptor; the store, listeners and
+        // threads take a few dozen more.
+        let wanted = max_connections as u64 + 64;
+        // Said, not warned: the default max_connections is above some
+        // systems' limits, and a default start should not warn.
+        if hard < wanted {
+            tracing::info!(
+                limit = hard,
+                max_connections,
+                "the open-file limit is below [server] max_connections: connections past \
+                 about {} will be refused (raise it with ulimit -n or LimitNOFILE=)",
+                hard.saturating_sub(64)
+            );
+        }
     }
 }
 

@@ -10,7 +10,6 @@ use std::future::poll_fn;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-
 use bytes::Bytes;
 use futures_core::Stream;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -78,7 +77,9 @@ where
                         close(&out, 1008, close_reason::RATE_LIMIT.into());
                         break;
                     }
-                    if let Err(c) = session.data(&chunk).await {
+                    // Boxed: held inline, the session's future would be
+                    // part of every connection's state, idle or not.
+                    if let Err(c) = Box::pin(session.data(&chunk)).await {
                         close(&out, c.code, c.reason);
                         break;
                     }
@@ -104,7 +105,7 @@ where
         reason: String::new(),
         drain: true,
     });
-    session.end().await;
+    Box::pin(session.end()).await;
     // A client that stopped reading must not hold the connection.
     let abort = writer.abort_handle();
     if actix_rt::time::timeout(DRAIN_TIMEOUT, writer)

@@ -34,7 +34,7 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use futures_util::SinkExt;
 use futures_util::future::LocalBoxFuture;
-use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::AsyncWriteExt;
 
 use crate::session::{Outbound, OutboundStream};
 
@@ -62,7 +62,11 @@ pub(crate) struct RawUpgrade;
 /// What a route that accepted a [`RawUpgrade`] puts in its 101 response's
 /// extensions: how to run the connection once the 101 is written, given
 /// its byte stream and the bytes that came after the request head.
-pub(crate) struct Handover(pub(crate) Box<dyn FnOnce(Box<dyn Io>, BytesMut) -> LocalBoxFuture<'static, ()>>);
+pub(crate) struct Handover(pub(crate) Run);
+
+/// Runs a handed-over connection: its byte stream and what was read past
+/// the request head.
+pub(crate) type Run = Box<dyn FnOnce(Box<dyn Io>, BytesMut) -> LocalBoxFuture<'static, ()>>;
 
 /// The connection's reads as a stream of chunks, each exactly as long as
 /// what arrived: no buffer is held between reads. Ends when the peer
@@ -129,11 +133,6 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
     let _ = wr.shutdown().await;
 }
 
-/// Splits a connection into its read and write halves.
-pub(crate) fn split(io: Box<dyn Io>) -> (ReadHalf<Box<dyn Io>>, WriteHalf<Box<dyn Io>>) {
-    tokio::io::split(io)
-}
-
 /// actix-http's upgrade service for one worker: every request with
 /// `Connection: upgrade` goes through an instance of the app `make_app`
 /// builds, marked [`RawUpgrade`]. A 101 that carries a [`Handover`] is
@@ -170,19 +169,31 @@ where
             // The host and address only matter to URL generation, which
             // no WebSocket route uses.
             let app = Rc::new(factory.new_service(AppConfig::default()).await?);
-            Ok::<_, ()>(fn_service(move |(req, framed): (Request, Framed<T, Codec>)| {
-                let app = app.clone();
-                async move {
-                    upgrade(&*app, req, framed).await;
-                    Ok::<(), actix_web::Error>(())
-                }
-            }))
+            Ok::<_, ()>(fn_service(
+                move |(req, framed): (Request, Framed<T, Codec>)| {
+                    let app = app.clone();
+                    async move {
+                        if let Some((run, io, first)) = Box::pin(upgrade(&*app, req, framed)).await
+                        {
+                            run(io, first).await;
+                        }
+                        Ok::<(), actix_web::Error>(())
+                    }
+                },
+            ))
         }
     })
 }
 
-/// Runs one upgrade request through `app` and serves what it answers.
-async fn upgrade<T, A, B>(app: &A, req: Request, mut framed: Framed<T, Codec>)
+/// A connection handed over, ready to run: how, its byte stream, and
+/// what was read past the request head.
+type Accepted = (Run, Box<dyn Io>, BytesMut);
+
+/// Runs one upgrade request through `app` and writes what it answers; a
+/// handover comes back to be run. Boxed by its caller: its state (the
+/// request, actix-http's framing, the app's future) is needed only until
+/// the 101 is written, not for the connection's life.
+async fn upgrade<T, A, B>(app: &A, req: Request, mut framed: Framed<T, Codec>) -> Option<Accepted>
 where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
     A: Service<Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
@@ -195,7 +206,7 @@ where
             let res = e.error_response();
             let res: Response<actix_web::body::BoxBody> = res.into();
             write_whole(framed, res).await;
-            return;
+            return None;
         }
     };
     let handover = res.extensions_mut().remove::<Handover>();
@@ -207,23 +218,24 @@ where
                 .await
                 .is_err()
             {
-                return;
+                return None;
             }
-            let parts = framed.into_parts();
             // What the client sent after its request head (its first
             // frames, if it did not wait for the 101) is read first;
-            // actix-http's buffers go.
-            let io: Box<dyn Io> = Box::new(parts.io);
-            run(io, parts.read_buf).await;
+            // actix-http's write buffer and codec go now, not when the
+            // connection ends.
+            let parts = framed.into_parts();
+            Some((run, Box::new(parts.io), parts.read_buf))
         }
         _ => {
             if res.status() == StatusCode::SWITCHING_PROTOCOLS {
                 // Only Wharf's routes are mounted on this server, and they
                 // hand over every upgrade they accept.
                 tracing::warn!("an upgrade was accepted without a handover; closing it");
-                return;
+                return None;
             }
             write_whole(framed, res).await;
+            None
         }
     }
 }

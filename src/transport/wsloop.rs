@@ -83,7 +83,7 @@ pub(crate) trait Handler {
 }
 
 struct Reader<H> {
-    handler: H,
+    handler: Box<H>,
     /// When the chunk being decoded arrived (one clock read per read, not
     /// per frame).
     now: Instant,
@@ -108,6 +108,15 @@ impl<H: Handler> Reader<H> {
         });
     }
 
+    /// Hands a complete message to the handler. Its future is boxed: held
+    /// inline, the largest handler future (several KiB for a native or
+    /// MQTT session) would be part of every connection's read loop for
+    /// as long as the connection lives, idle or not; boxed, it exists
+    /// only while a message is handled.
+    async fn message(&mut self, kind: MessageKind, bytes: Bytes) -> Flow {
+        Box::pin(self.handler.message(kind, bytes, self.now)).await
+    }
+
     async fn frame(&mut self, frame: Frame) -> Flow {
         if self.partial.is_some() && matches!(frame, Frame::Text(_) | Frame::Binary(_)) {
             self.close(
@@ -118,8 +127,8 @@ impl<H: Handler> Reader<H> {
             return Flow::Stop;
         }
         match frame {
-            Frame::Text(b) => self.handler.message(MessageKind::Text, b, self.now).await,
-            Frame::Binary(b) => self.handler.message(MessageKind::Binary, b, self.now).await,
+            Frame::Text(b) => self.message(MessageKind::Text, b).await,
+            Frame::Binary(b) => self.message(MessageKind::Binary, b).await,
             Frame::Continuation(item) => self.continuation(item).await,
             Frame::Ping(b) => {
                 let _ = self
@@ -168,7 +177,7 @@ impl<H: Handler> Reader<H> {
         }
         if last {
             if let Some((kind, acc)) = self.partial.take() {
-                return self.handler.message(kind, acc.freeze(), self.now).await;
+                return self.message(kind, acc.freeze()).await;
             }
         }
         Flow::Go
@@ -220,17 +229,17 @@ pub(crate) fn serve<H: Handler + 'static>(
     if req.extensions().contains::<RawUpgrade>() {
         let run = move |io: Box<dyn raw::Io>, first: BytesMut| -> LocalBoxFuture<'static, ()> {
             Box::pin(async move {
-                let (rd, wr) = raw::split(io);
+                let (rd, wr) = tokio::io::split(io);
                 let writer = actix_rt::spawn(raw::write_loop(out, wr, metrics));
                 let source = ByteSource::new(rd, first.freeze(), Some(writer));
-                read_loop(source, handler, max_frame, ping).await;
+                read_loop(source, Box::new(handler), max_frame, ping).await;
             })
         };
         let mut res = HttpResponse::from(builder.finish()).map_into_boxed_body();
         res.extensions_mut().insert(Handover(Box::new(run)));
         return Ok(res);
     }
-    actix_web::rt::spawn(read_loop(payload, handler, max_frame, ping));
+    actix_web::rt::spawn(read_loop(payload, Box::new(handler), max_frame, ping));
     let writer = OutboundStream::new(out).counted(metrics);
     let response = builder.message_body(BodyStream::new(writer))?;
     Ok(HttpResponse::from(response).map_into_boxed_body())
@@ -238,10 +247,13 @@ pub(crate) fn serve<H: Handler + 'static>(
 
 /// Reads the connection until it ends, then ends the handler and the
 /// writer (after what is queued, bounded by a drain timeout). `source`
-/// gives the bytes as they arrive, in chunks of any size.
+/// gives the bytes as they arrive, in chunks of any size. The handler
+/// comes boxed: a future keeps its arguments for its whole life, so a
+/// handler passed by value would sit in every connection's read loop
+/// twice (as the argument and as the reader's field).
 pub(crate) async fn read_loop<H, S, E>(
     mut source: S,
-    handler: H,
+    handler: Box<H>,
     max_frame: usize,
     ping_interval: Duration,
 ) where
@@ -324,7 +336,8 @@ pub(crate) async fn read_loop<H, S, E>(
                 Some(Err(_)) | None => break 'conn,
             },
             () = poll_fn(|cx| reader.handler.poll_event(cx)) => {
-                if let Flow::Stop = reader.handler.event().await {
+                // Boxed for the reason given in Reader::message.
+                if let Flow::Stop = Box::pin(reader.handler.event()).await {
                     break 'conn;
                 }
             }
@@ -355,7 +368,7 @@ pub(crate) async fn read_loop<H, S, E>(
         reason: String::new(),
         drain: true,
     });
-    reader.handler.end().await;
+    Box::pin((*reader.handler).end()).await;
     // A draining close may wait on a client that does not read: bound it.
     if !out.is_finished() {
         actix_rt::spawn(async move {

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Broker memory per idle connection, for one or more wharf binaries in
+one run (so that "before" and "after" share the machine's state).
+
+For each binary it starts a broker (default config, an empty store in a
+temporary directory, max_connections raised to fit), reads its resident
+memory (VmRSS) idle, then for each protocol opens N connections that each
+subscribe to a topic of their own and waits for every acknowledgement,
+reads VmRSS again, closes them all and reads it 2 s and 10 s later.
+Connections come from several loopback source addresses (127.0.0.x), so
+more than one address's port range can be used. No dependencies: raw
+sockets, WebSocket and MQTT frames written by hand (this tool is a client
+nobody else needs, so it stays small).
+
+  benches/conn_memory.py --n 10000 target/release/wharf
+  benches/conn_memory.py --n 10000 --protocols native,mqtt-ws,mqtt-tcp OLD NEW
+  benches/conn_memory.py --n 100000 --sources 8 target/release/wharf
+
+Run it as root for 100,000 connections (it raises its own open-file limit,
+which the brokers it starts inherit).
+"""
+import argparse
+import os
+import resource
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+IP_BIND_ADDRESS_NO_PORT = 24
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def raise_nofile(want):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+            return
+        except (ValueError, OSError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Broker:
+    def __init__(self, exe, n):
+        self.dir = tempfile.mkdtemp(prefix="wharf-conn-memory-")
+        self.http, self.mqtt = free_port(), free_port()
+        config = os.path.join(self.dir, "bench.toml")
+        with open(config, "w") as f:
+            # Room for every connection; nothing else differs from the
+            # defaults (idle connections never hit the rate limit, and
+            # the silent ones must not be closed while measured).
+            f.write(f"[server]\nmax_connections = {n + 1000}\n"
+                    "[session]\nidle_timeout_s = 7200\nping_interval_s = 3600\n"
+                    "[mqtt]\n")
+        self.proc = subprocess.Popen(
+            [exe, "serve", "--bind", f"127.0.0.1:{self.http}",
+             "--mqtt-bind", f"127.0.0.1:{self.mqtt}", "--config", config,
+             "--data-dir", os.path.join(self.dir, "data")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, RUST_LOG="warn,wharf::server=info"))
+        for line in self.proc.stderr:
+            if "listening on" in line:
+                break
+        else:
+            sys.exit(f"{exe} did not start")
+        # Keep reading its output so that it never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def recv_exact(s, buf, n):
+    while len(buf) < n:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        buf += chunk
+    return buf
+
+
+def read_ws_frame(s, buf):
+    """One server frame (unmasked): returns (payload, rest)."""
+    buf = recv_exact(s, buf, 2)
+    n, at = buf[1] & 0x7F, 2
+    if n == 126:
+        buf = recv_exact(s, buf, 4)
+        n, at = struct.unpack(">H", buf[2:4])[0], 4
+    elif n == 127:
+        buf = recv_exact(s, buf, 10)
+        n, at = struct.unpack(">Q", buf[2:10])[0], 10
+    buf = recv_exact(s, buf, at + n)
+    return buf[at:at + n], buf[at + n:]
+
+
+def ws_frame(opcode, payload):
+    """A client frame, masked with a zero key (RFC 6455 allows any key)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x80 | opcode, 0x80 | n])
+    else:
+        head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack(">H", n)
+    return head + b"\0\0\0\0" + payload
+
+
+def ws_upgrade(s, path, protocol=None):
+    extra = f"Sec-WebSocket-Protocol: {protocol}\r\n" if protocol else ""
+    s.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+               f"Sec-WebSocket-Version: 13\r\n{extra}\r\n").encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(4096)
+        if not chunk:
+            raise ConnectionError("upgrade refused")
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    if b" 101 " not in head.split(b"\r\n", 1)[0]:
+        raise ConnectionError(head.decode(errors="replace"))
+    return rest
+
+
+def mqtt_str(text):
+    b = text.encode()
+    return struct.pack(">H", len(b)) + b
+
+
+def mqtt_packet(kind, body):
+    n, length = len(body), b""
+    while True:
+        byte, n = n % 128, n // 128
+        length += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            break
+    return bytes([kind]) + length + body
+
+
+def mqtt_connect(i):
+    # MQTT 3.1.1, clean session, keep-alive 0 (none).
+    return mqtt_packet(0x10, mqtt_str("MQTT") + bytes([4, 0x02, 0, 0]) + mqtt_str(f"idle-{i}"))
+
+
+# What each connection subscribes to: a topic of its own (`own`, the
+# default), one topic for all (`shared`: what a connection costs apart
+# from its topic), or nothing (`none`: the connection alone).
+SUBSCRIBE = "own"
+
+
+def topic(i):
+    return f"idle/{i if SUBSCRIBE == 'own' else 'all'}/#"
+
+
+def mqtt_subscribe(i):
+    return mqtt_packet(0x82, b"\0\x01" + mqtt_str(topic(i)) + b"\0")
+
+
+def open_native(s, i, broker):
+    rest = ws_upgrade(s, "/ws")
+    if SUBSCRIBE == "none":
+        s.sendall(ws_frame(1, b'{"op":"ping","rid":1}'))
+    else:
+        s.sendall(ws_frame(1, ('{"op":"subscribe","id":"s","filter":"%s","rid":1}' % topic(i)).encode()))
+    reply, _ = read_ws_frame(s, rest)
+    if b"error" in reply:
+        raise ConnectionError(reply)
+
+
+def open_mqtt_ws(s, i, broker):
+    rest = ws_upgrade(s, "/mqtt", "mqtt")
+    s.sendall(ws_frame(2, mqtt_connect(i)))
+    connack, rest = read_ws_frame(s, rest)
+    if SUBSCRIBE == "none":
+        if connack[:1] != b"\x20":
+            raise ConnectionError(connack)
+        return
+    s.sendall(ws_frame(2, mqtt_subscribe(i)))
+    suback, _ = read_ws_frame(s, rest)
+    if connack[:1] != b"\x20" or suback[:1] != b"\x90":
+        raise ConnectionError((connack, suback))
+
+
+def open_mqtt_tcp(s, i, broker):
+    s.sendall(mqtt_connect(i))
+    connack = recv_exact(s, b"", 4)
+    if SUBSCRIBE == "none":
+        if connack[:1] != b"\x20":
+            raise ConnectionError(connack)
+        return
+    s.sendall(mqtt_subscribe(i))
+    suback = recv_exact(s, connack[4:], 5)
+    if connack[:1] != b"\x20" or suback[:1] != b"\x90":
+        raise ConnectionError((connack, suback))
+
+
+PROTOCOLS = {
+    "native": (open_native, "http"),
+    "mqtt-ws": (open_mqtt_ws, "http"),
+    "mqtt-tcp": (open_mqtt_tcp, "mqtt"),
+}
+
+
+def measure(exe, protocol, n, sources):
+    broker = Broker(exe, n)
+    try:
+        time.sleep(1)
+        idle = rss_kib(broker.proc.pid)
+        opener, port_of = PROTOCOLS[protocol]
+        port = getattr(broker, port_of)
+        socks = []
+        for i in range(n):
+            s = socket.socket()
+            s.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+            s.bind((f"127.0.0.{1 + i % sources}", 0))
+            s.connect(("127.0.0.1", port))
+            opener(s, i, broker)
+            socks.append(s)
+        time.sleep(2)
+        full = rss_kib(broker.proc.pid)
+        for s in socks:
+            s.close()
+        socks = []
+        time.sleep(2)
+        after2 = rss_kib(broker.proc.pid)
+        time.sleep(8)
+        after10 = rss_kib(broker.proc.pid)
+        return idle, full, after2, after10
+    finally:
+        broker.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("binaries", nargs="+", help="wharf binaries to compare")
+    ap.add_argument("--n", type=int, default=10000, help="connections per protocol")
+    ap.add_argument("--sources", type=int, default=4, help="loopback source addresses")
+    ap.add_argument("--protocols", default="native,mqtt-ws,mqtt-tcp")
+    ap.add_argument("--subscribe", choices=["own", "shared", "none"], default="own",
+                    help="each connection subscribes to a topic of its own, to one topic for all, or to none")
+    ap.add_argument("--rounds", type=int, default=1, help="times each binary is measured, alternating")
+    args = ap.parse_args()
+    global SUBSCRIBE
+    SUBSCRIBE = args.subscribe
+    raise_nofile(2 * args.n + 4096)
+    print("| binary | protocol | subscribes to | connections | idle broker | all open | per connection "
+          "| 2 s after close | 10 s after close |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for _ in range(args.rounds):
+        for protocol in args.protocols.split(","):
+            for exe in args.binaries:
+                idle, full, a2, a10 = measure(exe, protocol, args.n, args.sources)
+                mib = lambda k: f"{k / 1024:.1f} MiB"
+                print(f"| {exe} | {protocol} | {args.subscribe} | {args.n:,} | {mib(idle)} | {mib(full)} "
+                      f"| {(full - idle) / args.n:.1f} KiB | {mib(a2)} | {mib(a10)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
