@@ -32,5 +32,6 @@ mod taskq;
 mod tls;
 mod txn;
 mod typed_sockets;
+mod upgrade;
 mod ws;
 mod ws_errors;

@@ -1,0 +1,149 @@
+//! The server's upgrade hook, over raw TCP on loopback: WebSocket
+//! connections leave actix-http for Wharf's own reader and writer
+//! (src/transport/raw.rs) after the same routes accepted them. Frames the
+//! client sends before the 101 arrives are not lost, refusals keep their
+//! JSON answers, and other requests that ask for an upgrade are answered
+//! as usual and closed.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use crate::common::{TestBroker, http, ws_upgrade};
+
+/// A masked client text frame (zero mask key), payload under 126 bytes.
+fn text_frame(payload: &str) -> Vec<u8> {
+    let mut f = vec![0x81, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+    f.extend_from_slice(payload.as_bytes());
+    f
+}
+
+/// Reads one server frame: (opcode, payload).
+fn read_frame(t: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    t.read_exact(&mut head).expect("a frame header");
+    let len = match head[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            t.read_exact(&mut l).unwrap();
+            u16::from_be_bytes(l) as usize
+        }
+        127 => {
+            let mut l = [0u8; 8];
+            t.read_exact(&mut l).unwrap();
+            u64::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    t.read_exact(&mut payload).expect("a frame payload");
+    (head[0] & 0x0f, payload)
+}
+
+/// Reads a whole response that ends with the connection: head and body.
+fn read_to_close(t: &mut TcpStream) -> String {
+    let mut all = Vec::new();
+    t.read_to_end(&mut all)
+        .expect("the server closes the connection");
+    String::from_utf8_lossy(&all).into_owned()
+}
+
+#[test]
+fn frames_sent_with_the_upgrade_request_are_answered() {
+    let b = TestBroker::start(|_| {});
+    let mut t = TcpStream::connect(b.addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The request and two frames in one write: the frames reach the
+    // server's read buffer with the request head, before any 101.
+    let mut bytes = format!(
+        "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        b.addr
+    )
+    .into_bytes();
+    bytes.extend(text_frame(r#"{"op":"ping","rid":7}"#));
+    bytes.extend(text_frame(r#"{"op":"ping","rid":8}"#));
+    t.write_all(&bytes).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        t.read_exact(&mut byte).expect("a response head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    for rid in [7, 8] {
+        let (opcode, payload) = read_frame(&mut t);
+        let reply: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        assert_eq!((opcode, reply["op"].as_str()), (1, Some("pong")), "{reply}");
+        assert_eq!(reply["rid"], rid, "{reply}");
+    }
+    // And the connection goes on as any other.
+    t.write_all(&text_frame(r#"{"op":"ping","rid":9}"#))
+        .unwrap();
+    let (_, payload) = read_frame(&mut t);
+    assert!(String::from_utf8_lossy(&payload).contains(r#""rid":9"#));
+}
+
+#[test]
+fn refused_upgrades_answer_json_and_close() {
+    let b = TestBroker::start(|c| {
+        c.server.allowed_origins = vec!["https://app.example".into()];
+    });
+    // A handshake error (no Sec-WebSocket-Version).
+    let mut t = TcpStream::connect(b.addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        t,
+        "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    .unwrap();
+    let all = read_to_close(&mut t);
+    assert!(all.starts_with("HTTP/1.1 400"), "{all}");
+    assert!(
+        all.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{all}"
+    );
+    let body = all.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let body: serde_json::Value = serde_json::from_str(body).expect(&all);
+    let e = &body["error"];
+    assert_eq!(e["code"], "websocket_handshake", "{body}");
+    assert!(e["message"].is_string(), "{body}");
+
+    // An origin the config does not allow.
+    let (mut t, head) = ws_upgrade(b.addr, "/ws", "Origin: https://evil.example\r\n");
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let rest = read_to_close(&mut t);
+    assert!(rest.contains("\"code\""), "{rest}");
+
+    // No such route.
+    let (mut t, head) = ws_upgrade(b.addr, "/nowhere", "");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    read_to_close(&mut t);
+
+    // The broker is unharmed: an allowed origin is upgraded.
+    let (_t, head) = ws_upgrade(b.addr, "/ws", "Origin: https://app.example\r\n");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+}
+
+#[test]
+fn other_upgrade_requests_get_their_route_answer_then_close() {
+    let b = TestBroker::start(|_| {});
+    let mut t = TcpStream::connect(b.addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // What curl --http2 sends to a plain-text server.
+    write!(
+        t,
+        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+         Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+    )
+    .unwrap();
+    let all = read_to_close(&mut t);
+    assert!(all.starts_with("HTTP/1.1 200"), "{all}");
+    assert!(all.contains("\"status\""), "{all}");
+    // Plain requests on other connections are untouched by the hook.
+    let (status, body) = http(b.addr, "GET", "/health", "");
+    assert_eq!(status, 200, "{body}");
+}
