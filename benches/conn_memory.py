@@ -13,7 +13,7 @@ sockets, WebSocket and MQTT frames written by hand (this tool is a client
 nobody else needs, so it stays small).
 
   benches/conn_memory.py --n 10000 target/release/wharf
-  benches/conn_memory.py --n 10000 --protocols native,mqtt-ws,mqtt-tcp OLD NEW
+  benches/conn_memory.py --n 10000 --protocols native,mqtt-ws,mqtt-tcp OLD NEW NEW+lean
   benches/conn_memory.py --n 100000 --sources 8 target/release/wharf
 
 Run it as root for 100,000 connections (it raises its own open-file limit,
@@ -62,7 +62,9 @@ def free_port():
 
 
 class Broker:
-    def __init__(self, exe, n):
+    def __init__(self, spec, n):
+        # PATH, or PATH+lean for [server] lean_websockets = true.
+        exe, lean = (spec[:-5], True) if spec.endswith("+lean") else (spec, False)
         self.dir = tempfile.mkdtemp(prefix="wharf-conn-memory-")
         self.http, self.mqtt = free_port(), free_port()
         config = os.path.join(self.dir, "bench.toml")
@@ -71,8 +73,9 @@ class Broker:
             # defaults (idle connections never hit the rate limit, and
             # the silent ones must not be closed while measured).
             f.write(f"[server]\nmax_connections = {n + 1000}\n"
-                    "[session]\nidle_timeout_s = 7200\nping_interval_s = 3600\n"
-                    "[mqtt]\n")
+                    + ("lean_websockets = true\n" if lean else "")
+                    + "[session]\nidle_timeout_s = 7200\nping_interval_s = 3600\n"
+                    + "[mqtt]\n")
         self.proc = subprocess.Popen(
             [exe, "serve", "--bind", f"127.0.0.1:{self.http}",
              "--mqtt-bind", f"127.0.0.1:{self.mqtt}", "--config", config,
@@ -256,7 +259,8 @@ def measure(exe, protocol, n, sources):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("binaries", nargs="+", help="wharf binaries to compare")
+    ap.add_argument("binaries", nargs="+",
+                    help="wharf binaries to compare; PATH+lean sets [server] lean_websockets")
     ap.add_argument("--n", type=int, default=10000, help="connections per protocol")
     ap.add_argument("--sources", type=int, default=4, help="loopback source addresses")
     ap.add_argument("--protocols", default="native,mqtt-ws,mqtt-tcp")

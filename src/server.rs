@@ -197,27 +197,45 @@ pub async fn serve(
     // leave actix-http for their own reader and writer (transport::raw),
     // after the same routes have accepted them. The host and address of
     // the app config only matter to URL generation, which no route uses.
-    let server = match tls {
-        None => builder.listen("wharf-http", listener, move || {
+    let lean = config.server.lean_websockets;
+    // actix-web's HttpServer, built by hand for one thing it does not
+    // offer: with `lean_websockets`, an upgrade hook, so that WebSocket
+    // connections leave actix-http for their own reader and writer
+    // (transport::raw) after the same routes have accepted them. The host
+    // and address of the app config only matter to URL generation, which
+    // no route uses.
+    macro_rules! http_service {
+        ($io:ty, $tcp:expr, $secure:expr) => {{
             let make_app = make_app.clone();
-            HttpService::build()
+            let svc = HttpService::build()
                 .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
                 .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
                 .local_addr(addr)
-                .on_connect_ext(move |io: &TcpStream, _: &mut _| tune(io, write_timeout))
-                .upgrade(transport::raw::upgrade_factory(make_app.clone()))
+                .on_connect_ext(move |io: &$io, _: &mut _| tune($tcp(io), write_timeout));
+            let svc = if $secure { svc.secure() } else { svc };
+            (svc, make_app)
+        }};
+    }
+    let server = match (tls, lean) {
+        (None, false) => builder.listen("wharf-http", listener, move || {
+            let (svc, make_app) = http_service!(TcpStream, std::convert::identity, false);
+            svc.finish(map_config(make_app(), |_| AppConfig::default()))
+                .tcp()
+        })?,
+        (None, true) => builder.listen("wharf-http", listener, move || {
+            let (svc, make_app) = http_service!(TcpStream, std::convert::identity, false);
+            svc.upgrade(transport::raw::upgrade_factory(make_app.clone()))
                 .finish(map_config(make_app(), |_| AppConfig::default()))
                 .tcp()
         })?,
-        Some(tls) => builder.listen("wharf-https", listener, move || {
-            let make_app = make_app.clone();
-            HttpService::build()
-                .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
-                .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
-                .local_addr(addr)
-                .secure()
-                .on_connect_ext(move |io: &Tls, _: &mut _| tune(io.get_ref().0, write_timeout))
-                .upgrade(transport::raw::upgrade_factory(make_app.clone()))
+        (Some(tls), false) => builder.listen("wharf-https", listener, move || {
+            let (svc, make_app) = http_service!(Tls, tls_tcp, true);
+            svc.finish(map_config(make_app(), |_| AppConfig::default()))
+                .rustls_0_23(tls.clone())
+        })?,
+        (Some(tls), true) => builder.listen("wharf-https", listener, move || {
+            let (svc, make_app) = http_service!(Tls, tls_tcp, true);
+            svc.upgrade(transport::raw::upgrade_factory(make_app.clone()))
                 .finish(map_config(make_app(), |_| AppConfig::default()))
                 .rustls_0_23(tls.clone())
         })?,
@@ -289,6 +307,11 @@ pub async fn serve(
     stopped?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The TCP stream under a TLS connection.
+fn tls_tcp(io: &Tls) -> &TcpStream {
+    io.get_ref().0
 }
 
 /// Socket options every connection gets.

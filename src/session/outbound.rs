@@ -593,28 +593,63 @@ impl OutboundStream {
     }
 }
 
+/// Bytes a writer gathers before it writes (more when one quantum is
+/// larger): actix-http's write buffer size, so that a busy connection
+/// makes one system call per 32 KiB rather than one per quantum.
+const WRITE_BATCH: usize = 32 * 1024;
+
+impl OutboundStream {
+    /// Lays what is ready into `buf`, quantum after quantum, up to a
+    /// write's worth ([`WRITE_BATCH`]): one write per batch, as
+    /// actix-http's own writer does. `Ready(true)` when something was
+    /// laid, `Ready(false)` when the stream is over and nothing was,
+    /// `Pending` (waker registered) when nothing is ready. A writer that
+    /// owns its socket passes the same buffer every time and so reuses it
+    /// while the connection is busy.
+    pub fn poll_fill(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.done {
+            return Poll::Ready(false);
+        }
+        let start = buf.len();
+        let mut polled = self.out.drain_into(buf, cx);
+        while let Poll::Ready(false) = polled {
+            if buf.len() - start >= WRITE_BATCH {
+                break;
+            }
+            polled = self.out.drain_into(buf, cx);
+            if polled.is_pending() {
+                polled = Poll::Ready(false);
+                break;
+            }
+        }
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(finished) => {
+                self.done = finished;
+                let laid = buf.len() - start;
+                if let (Some(m), 1..) = (&self.metrics, laid) {
+                    m.bytes_out.add(laid as u64);
+                }
+                Poll::Ready(laid > 0)
+            }
+        }
+    }
+}
+
 impl futures_core::Stream for OutboundStream {
     type Item = Result<Bytes, std::convert::Infallible>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        match this.out.drain_into(&mut this.buf, cx) {
+        let mut buf = std::mem::take(&mut this.buf);
+        let polled = this.poll_fill(&mut buf, cx);
+        let item = match polled {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(finished) => {
-                this.done = finished;
-                if this.buf.is_empty() {
-                    Poll::Ready(None)
-                } else {
-                    if let Some(m) = &this.metrics {
-                        m.bytes_out.add(this.buf.len() as u64);
-                    }
-                    Poll::Ready(Some(Ok(this.buf.split().freeze())))
-                }
-            }
-        }
+            Poll::Ready(false) => Poll::Ready(None),
+            Poll::Ready(true) => Poll::Ready(Some(Ok(buf.split().freeze()))),
+        };
+        this.buf = buf;
+        item
     }
 }
 

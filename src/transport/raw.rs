@@ -40,7 +40,7 @@ use crate::session::{Outbound, OutboundStream};
 
 /// Bytes one read may take: the size of each worker thread's scratch
 /// buffer, not of any connection's.
-const READ_CHUNK: usize = 16 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
 /// Largest body of a refusal (a non-101 answer to an upgrade request)
 /// written on this path; routes answer refusals with a short JSON body.
 const MAX_REFUSAL_BODY: usize = 64 * 1024;
@@ -90,45 +90,99 @@ impl<R: AsyncRead + Unpin> ByteSource<R> {
     }
 }
 
-impl<R: AsyncRead + Unpin> Stream for ByteSource<R> {
-    type Item = std::io::Result<Bytes>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(first)));
+impl<R: AsyncRead + Unpin> ByteSource<R> {
+    /// Reads what has arrived and hands it to `take` as one slice; `None`
+    /// once the connection is over. Reads until the socket has nothing
+    /// more (or the scratch buffer is full): a client that writes each
+    /// message on its own is read in one chunk per wake-up, not one per
+    /// message, as actix-http's own reader did.
+    fn poll_take<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(&[u8]) -> T,
+    ) -> Poll<Option<std::io::Result<T>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(take(&first))));
         }
-        if let Some(writer) = this.writer.as_mut() {
+        if let Some(writer) = self.writer.as_mut() {
             if Pin::new(writer).poll(cx).is_ready() {
-                this.writer = None;
+                self.writer = None;
                 return Poll::Ready(None);
             }
         }
-        let rd = Pin::new(&mut this.rd);
         SCRATCH.with_borrow_mut(|scratch| {
-            let mut buf = ReadBuf::new(scratch);
-            match rd.poll_read(cx, &mut buf) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
-                Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(None),
-                Poll::Ready(Ok(())) => Poll::Ready(Some(Ok(Bytes::copy_from_slice(buf.filled())))),
+            let mut filled = 0;
+            let mut end = None;
+            while filled < scratch.len() {
+                let mut buf = ReadBuf::new(&mut scratch[filled..]);
+                match Pin::new(&mut self.rd).poll_read(cx, &mut buf) {
+                    Poll::Pending => break,
+                    Poll::Ready(Ok(())) if buf.filled().is_empty() => {
+                        end = Some(None);
+                        break;
+                    }
+                    Poll::Ready(Ok(())) => filled += buf.filled().len(),
+                    Poll::Ready(Err(e)) => {
+                        end = Some(Some(Err(e)));
+                        break;
+                    }
+                }
+            }
+            match (filled, end) {
+                // What was read first; the end is seen again next time.
+                (1.., _) => Poll::Ready(Some(Ok(take(&scratch[..filled])))),
+                (0, Some(end)) => Poll::Ready(end),
+                (0, None) => Poll::Pending,
             }
         })
     }
 }
 
+impl<R: AsyncRead + Unpin> Stream for ByteSource<R> {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_take(cx, Bytes::copy_from_slice)
+    }
+}
+
+impl<R: AsyncRead + Unpin> super::wsloop::Source for ByteSource<R> {
+    fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {
+        match self.poll_take(cx, |data| super::wsloop::append(buf, data)) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(n))) => Poll::Ready(Some(n)),
+            Poll::Ready(Some(Err(_)) | None) => Poll::Ready(None),
+        }
+    }
+}
+
 /// Writes the outbound queue to `wr` until it is finished, then shuts the
-/// write side down.
+/// write side down. One buffer, reused while frames keep coming and let
+/// go as soon as nothing is ready: a busy connection allocates nothing
+/// per write, an idle one holds no buffer.
 pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
     out: Arc<Outbound>,
     mut wr: W,
     metrics: Arc<crate::metrics::Metrics>,
 ) {
-    let mut batches = OutboundStream::new(out).counted(metrics);
-    while let Some(Ok(bytes)) = poll_fn(|cx| Pin::new(&mut batches).poll_next(cx)).await {
-        if wr.write_all(&bytes).await.is_err() {
+    let mut stream = OutboundStream::new(out).counted(metrics);
+    let mut buf = BytesMut::new();
+    loop {
+        let laid = poll_fn(|cx| {
+            let polled = stream.poll_fill(&mut buf, cx);
+            if polled.is_pending() && buf.capacity() > 0 {
+                buf = BytesMut::new();
+            }
+            polled
+        })
+        .await;
+        if !laid {
+            break;
+        }
+        if wr.write_all(&buf).await.is_err() {
             return;
         }
+        buf.clear();
     }
     let _ = wr.shutdown().await;
 }

@@ -6,6 +6,7 @@
 
 use std::future::poll_fn;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use actix_codec::Decoder;
@@ -23,6 +24,8 @@ use crate::protocol::codec::Format;
 use crate::protocol::frame::Priority;
 use crate::session::{CLOSE_EXPIRED, CloseRequest, OutFrame, Outbound, OutboundStream};
 
+/// How long a read buffer is kept after a burst of traffic, for the next.
+const BUFFER_LINGER: Duration = Duration::from_secs(1);
 /// Longest a draining close waits for the client to read what is queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -108,13 +111,73 @@ impl<H: Handler> Reader<H> {
         });
     }
 
-    /// Hands a complete message to the handler. Its future is boxed: held
-    /// inline, the largest handler future (several KiB for a native or
-    /// MQTT session) would be part of every connection's read loop for
-    /// as long as the connection lives, idle or not; boxed, it exists
-    /// only while a message is handled.
+    /// Hands a complete message to the handler.
     async fn message(&mut self, kind: MessageKind, bytes: Bytes) -> Flow {
-        Box::pin(self.handler.message(kind, bytes, self.now)).await
+        self.handler.message(kind, bytes, self.now).await
+    }
+
+    /// Handles what is in `buf`, then whatever else has already arrived,
+    /// until the source has nothing ready (or the connection ends or is
+    /// closing): a burst of traffic. The read loop boxes this future once
+    /// per burst: held inline, the handler's largest future (several KiB
+    /// for a native or MQTT session) would be part of every connection's
+    /// read loop for as long as it lives, idle or not; boxed, it exists
+    /// only while bytes flow, and a busy connection allocates it once per
+    /// burst, not per read. A burst ends at the latest when the runtime's
+    /// cooperative budget makes the source answer `Pending`, so the loop's
+    /// timers and events are still seen.
+    async fn burst<S: Source>(
+        &mut self,
+        buf: &mut BytesMut,
+        codec: &mut Codec,
+        source: &mut S,
+        last_heard: &mut Instant,
+    ) -> Flow {
+        loop {
+            if let Flow::Stop = self.frames(buf, codec).await {
+                return Flow::Stop;
+            }
+            if self.handler.outbound().is_closing() {
+                return Flow::Go;
+            }
+            match poll_fn(|cx| Poll::Ready(source.poll_append(buf, cx))).await {
+                Poll::Ready(Some(n)) => {
+                    self.handler.received(n);
+                    *last_heard = Instant::now();
+                    self.now = *last_heard;
+                }
+                Poll::Ready(None) => return Flow::Stop,
+                Poll::Pending => return Flow::Go,
+            }
+        }
+    }
+
+    /// Decodes and handles every whole frame in `buf`.
+    async fn frames(&mut self, buf: &mut BytesMut, codec: &mut Codec) -> Flow {
+        loop {
+            // actix-http's codec checks max_size only once a frame is
+            // whole, buffering it all first: refuse on the header.
+            if announced_len(buf).is_some_and(|len| len > self.max_frame as u64) {
+                self.close(1009, "frame larger than max_frame", false);
+                return Flow::Stop;
+            }
+            match codec.decode(buf) {
+                Ok(Some(frame)) => {
+                    if let Flow::Stop = self.frame(frame).await {
+                        return Flow::Stop;
+                    }
+                }
+                Ok(None) => return Flow::Go,
+                Err(ProtocolError::Overflow) => {
+                    self.close(1009, "frame larger than max_frame", false);
+                    return Flow::Stop;
+                }
+                Err(e) => {
+                    self.close(1002, format!("protocol error: {e}"), false);
+                    return Flow::Stop;
+                }
+            }
+        }
     }
 
     async fn frame(&mut self, frame: Frame) -> Flow {
@@ -199,6 +262,44 @@ fn announced_len(buf: &[u8]) -> Option<u64> {
     }
 }
 
+/// Where a read loop's bytes come from: the socket itself (the `wharf`
+/// server's handed-over connections) or actix-web's request payload.
+pub(crate) trait Source: Unpin {
+    /// Appends what has arrived to `buf`: how many bytes, or `None` once
+    /// the connection is over.
+    fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>>;
+}
+
+impl Source for web::Payload {
+    fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {
+        match std::pin::Pin::new(self).poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(bytes))) => {
+                let n = bytes.len();
+                if buf.capacity() == 0 {
+                    // Decoded where it arrived: no copy when not shared.
+                    *buf = BytesMut::from(bytes);
+                } else {
+                    buf.extend_from_slice(&bytes);
+                }
+                Poll::Ready(Some(n))
+            }
+            Poll::Ready(Some(Err(_)) | None) => Poll::Ready(None),
+        }
+    }
+}
+
+/// Appends `data` to `buf`; a `buf` without an allocation gets one of
+/// exactly `data`'s size.
+pub(crate) fn append(buf: &mut BytesMut, data: &[u8]) -> usize {
+    if buf.capacity() == 0 {
+        *buf = BytesMut::from(data);
+    } else {
+        buf.extend_from_slice(data);
+    }
+    data.len()
+}
+
 /// A connection's outbound queue, bounded and policed per `[session]`.
 pub(crate) fn outbound(cfg: &SessionConfig, format: Format) -> Arc<Outbound> {
     Outbound::new(
@@ -251,15 +352,12 @@ pub(crate) fn serve<H: Handler + 'static>(
 /// comes boxed: a future keeps its arguments for its whole life, so a
 /// handler passed by value would sit in every connection's read loop
 /// twice (as the argument and as the reader's field).
-pub(crate) async fn read_loop<H, S, E>(
+pub(crate) async fn read_loop<H: Handler, S: Source>(
     mut source: S,
     handler: Box<H>,
     max_frame: usize,
     ping_interval: Duration,
-) where
-    H: Handler,
-    S: Stream<Item = Result<Bytes, E>> + Unpin,
-{
+) {
     let mut codec = Codec::new().max_size(max_frame);
     let mut buf = BytesMut::new();
     let mut ping = actix_rt::time::interval(ping_interval);
@@ -271,6 +369,12 @@ pub(crate) async fn read_loop<H, S, E>(
     let mut idle_at = last_heard + Duration::from_secs(365 * 24 * 3600);
     let idle = actix_rt::time::sleep_until(idle_at.into());
     tokio::pin!(idle);
+    // The read buffer outlives a burst (a busy connection reuses it, and
+    // an allocation freed by the writer's thread is not cheap to get
+    // back), but not idleness: armed after a burst, this lets it go.
+    let linger = actix_rt::time::sleep_until(idle_at.into());
+    tokio::pin!(linger);
+    let mut lingering = false;
     let mut reader = Reader {
         now: last_heard,
         handler,
@@ -278,35 +382,16 @@ pub(crate) async fn read_loop<H, S, E>(
         partial: None,
     };
     'conn: loop {
-        loop {
-            // actix-http's codec checks max_size only once a frame is
-            // whole, buffering it all first: refuse on the header.
-            if announced_len(&buf).is_some_and(|len| len > max_frame as u64) {
-                reader.close(1009, "frame larger than max_frame", false);
+        if !buf.is_empty() {
+            let burst = reader.burst(&mut buf, &mut codec, &mut source, &mut last_heard);
+            if let Flow::Stop = Box::pin(burst).await {
                 break 'conn;
             }
-            match codec.decode(&mut buf) {
-                Ok(Some(frame)) => {
-                    if let Flow::Stop = reader.frame(frame).await {
-                        break 'conn;
-                    }
-                }
-                Ok(None) => {
-                    if buf.is_empty() {
-                        // Decoded frames keep what they need of the chunk;
-                        // between reads the connection holds no buffer.
-                        buf = BytesMut::new();
-                    }
-                    break;
-                }
-                Err(ProtocolError::Overflow) => {
-                    reader.close(1009, "frame larger than max_frame", false);
-                    break 'conn;
-                }
-                Err(e) => {
-                    reader.close(1002, format!("protocol error: {e}"), false);
-                    break 'conn;
-                }
+            if !lingering {
+                linger
+                    .as_mut()
+                    .reset((Instant::now() + BUFFER_LINGER).into());
+                lingering = true;
             }
         }
         if reader.handler.outbound().is_closing() {
@@ -320,25 +405,26 @@ pub(crate) async fn read_loop<H, S, E>(
             idle.as_mut().reset(idle_at.into());
         }
         tokio::select! {
-            chunk = poll_fn(|cx| std::pin::Pin::new(&mut source).poll_next(cx)) => match chunk {
-                Some(Ok(bytes)) => {
-                    reader.handler.received(bytes.len());
+            read = poll_fn(|cx| source.poll_append(&mut buf, cx)) => match read {
+                Some(n) => {
+                    reader.handler.received(n);
                     last_heard = Instant::now();
                     reader.now = last_heard;
-                    if buf.is_empty() {
-                        // Most reads hold whole frames: decode them where
-                        // they arrived (no copy when the chunk is not shared).
-                        buf = BytesMut::from(bytes);
-                    } else {
-                        buf.extend_from_slice(&bytes);
-                    }
                 }
-                Some(Err(_)) | None => break 'conn,
+                None => break 'conn,
             },
             () = poll_fn(|cx| reader.handler.poll_event(cx)) => {
                 // Boxed for the reason given in Reader::message.
                 if let Flow::Stop = Box::pin(reader.handler.event()).await {
                     break 'conn;
+                }
+            }
+            _ = &mut linger, if lingering => {
+                lingering = false;
+                if buf.is_empty() {
+                    // Decoded frames keep what they need of the last
+                    // chunk; an idle connection holds no buffer.
+                    buf = BytesMut::new();
                 }
             }
             _ = ping.tick() => {

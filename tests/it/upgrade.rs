@@ -1,6 +1,7 @@
-//! The server's upgrade hook, over raw TCP on loopback: WebSocket
-//! connections leave actix-http for Wharf's own reader and writer
-//! (src/transport/raw.rs) after the same routes accepted them. Frames the
+//! The server's upgrade hook (`[server] lean_websockets`), over raw TCP
+//! and real clients on loopback: WebSocket connections leave actix-http
+//! for Wharf's own reader and writer (src/transport/raw.rs) after the same
+//! routes accepted them. Frames the
 //! client sends before the 101 arrives are not lost, refusals keep their
 //! JSON answers, and other requests that ask for an upgrade are answered
 //! as usual and closed.
@@ -9,7 +10,19 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::common::{TestBroker, http, ws_upgrade};
+use wharf::client::{Client, ClientOptions};
+use wharf::protocol::Format;
+
+use crate::common::{TestBroker, block_on, http, ws_upgrade};
+
+/// A broker whose WebSocket connections run on their own reader and
+/// writer.
+fn lean(tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
+    TestBroker::start(|c| {
+        c.server.lean_websockets = true;
+        tune(c);
+    })
+}
 
 /// A masked client text frame (zero mask key), payload under 126 bytes.
 fn text_frame(payload: &str) -> Vec<u8> {
@@ -50,7 +63,7 @@ fn read_to_close(t: &mut TcpStream) -> String {
 
 #[test]
 fn frames_sent_with_the_upgrade_request_are_answered() {
-    let b = TestBroker::start(|_| {});
+    let b = lean(|_| {});
     let mut t = TcpStream::connect(b.addr).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // The request and two frames in one write: the frames reach the
@@ -87,7 +100,7 @@ fn frames_sent_with_the_upgrade_request_are_answered() {
 
 #[test]
 fn refused_upgrades_answer_json_and_close() {
-    let b = TestBroker::start(|c| {
+    let b = lean(|c| {
         c.server.allowed_origins = vec!["https://app.example".into()];
     });
     // A handshake error (no Sec-WebSocket-Version).
@@ -130,7 +143,7 @@ fn refused_upgrades_answer_json_and_close() {
 
 #[test]
 fn other_upgrade_requests_get_their_route_answer_then_close() {
-    let b = TestBroker::start(|_| {});
+    let b = lean(|_| {});
     let mut t = TcpStream::connect(b.addr).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // What curl --http2 sends to a plain-text server.
@@ -146,4 +159,52 @@ fn other_upgrade_requests_get_their_route_answer_then_close() {
     // Plain requests on other connections are untouched by the hook.
     let (status, body) = http(b.addr, "GET", "/health", "");
     assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn lean_connections_carry_bursts_and_large_messages_both_ways() {
+    let b = lean(|c| c.session.max_frame = 1 << 20);
+    block_on(async {
+        let opts = |format| ClientOptions {
+            format,
+            ..ClientOptions::default()
+        };
+        let json = Client::connect(&b.ws_url(), opts(Format::Json))
+            .await
+            .unwrap();
+        let bin = Client::connect(&b.ws_url(), opts(Format::Bincode))
+            .await
+            .unwrap();
+        let mut at_json = json.subscribe("burst/#").await.unwrap();
+        let mut at_bin = bin.subscribe("burst/#").await.unwrap();
+        // A burst of small messages (many per read and per write), then
+        // one that spans many reads and writes.
+        for i in 0..2000u32 {
+            bin.publish("burst/small", i.to_be_bytes().to_vec())
+                .await
+                .unwrap();
+        }
+        let large: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        json.publish_confirmed("burst/large", large.clone())
+            .await
+            .unwrap();
+        for sub in [&mut at_json, &mut at_bin] {
+            for i in 0..2000u32 {
+                let m = sub
+                    .recv_timeout(Duration::from_secs(10))
+                    .await
+                    .expect("a message");
+                assert_eq!(m.payload, i.to_be_bytes(), "in order, none lost");
+            }
+            let m = sub
+                .recv_timeout(Duration::from_secs(10))
+                .await
+                .expect("the large one");
+            assert_eq!(
+                (m.topic.as_str(), m.payload.len()),
+                ("burst/large", large.len())
+            );
+            assert!(m.payload == large);
+        }
+    });
 }
