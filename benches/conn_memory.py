@@ -238,6 +238,7 @@ def measure(exe, protocol, n, sources):
         socks = []
         for i in range(n):
             s = socket.socket()
+            s.settimeout(30)
             s.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
             s.bind((f"127.0.0.{1 + i % sources}", 0))
             s.connect(("127.0.0.1", port))
@@ -270,7 +271,14 @@ def main():
     args = ap.parse_args()
     global SUBSCRIBE
     SUBSCRIBE = args.subscribe
-    raise_nofile(2 * args.n + 4096)
+    want = 2 * args.n + 4096
+    raise_nofile(want)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        # The brokers inherit this process's limit: neither side would get
+        # its N descriptors.
+        sys.exit(f"the open-file limit is {soft}, {args.n} connections need about {want}: "
+                 "raise the hard limit (ulimit -Hn, as root) and run again")
     print("| binary | protocol | subscribes to | connections | idle broker | all open | per connection "
           "| 2 s after close | 10 s after close |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")

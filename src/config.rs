@@ -88,10 +88,10 @@ pub struct ServerConfig {
     /// Whether WebSocket connections on the broker's own server leave
     /// actix-http for Wharf's own reader and writer once upgraded, so that
     /// an idle one holds no buffer: about 8 KiB per idle connection
-    /// instead of about 14 (benches/README.md, "Memory per idle
-    /// connection"). Off by default: it costs up to a quarter of MQTT-
-    /// over-WebSocket throughput in 1 -> 1 and 1 -> 50, for reasons not
-    /// yet found. For brokers that hold many mostly idle connections.
+    /// instead of about 16 (benches/README.md, "Memory per idle
+    /// connection"). Off by default: it costs up to 30% of MQTT-over-
+    /// WebSocket throughput in 1 -> 1, for reasons not yet found. For
+    /// brokers that hold many mostly idle connections.
     pub lean_websockets: bool,
     /// Web origins (`https://app.example.com`) whose pages may open
     /// WebSockets to the broker, besides the broker's own; `"*"` allows
