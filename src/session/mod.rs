@@ -29,7 +29,7 @@ pub use later::{LATER_MAX, Later};
 pub use manager::{SessionInfo, Sessions};
 pub use outbound::{
     CloseRequest, Farewell, OutFrame, Outbound, OutboundStats, OutboundStream, PushError,
-    encoding_slot,
+    WRITE_BATCH, encoding_slot,
 };
 pub use rate::{RateLimiter, Verdict};
 

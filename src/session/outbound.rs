@@ -593,27 +593,34 @@ impl OutboundStream {
     }
 }
 
-/// Bytes a writer gathers before it writes (more when one quantum is
-/// larger): actix-http's write buffer size, so that a busy connection
-/// makes one system call per 32 KiB rather than one per quantum.
-const WRITE_BATCH: usize = 32 * 1024;
+/// Bytes a writer that owns its socket gathers before it writes (more
+/// when one quantum is larger): actix-http's write buffer size, so that a
+/// busy connection makes one system call per 32 KiB rather than one per
+/// quantum.
+pub const WRITE_BATCH: usize = 32 * 1024;
 
 impl OutboundStream {
-    /// Lays what is ready into `buf`, quantum after quantum, up to a
-    /// write's worth ([`WRITE_BATCH`]): one write per batch, as
-    /// actix-http's own writer does. `Ready(true)` when something was
-    /// laid, `Ready(false)` when the stream is over and nothing was,
-    /// `Pending` (waker registered) when nothing is ready. A writer that
-    /// owns its socket passes the same buffer every time and so reuses it
-    /// while the connection is busy.
-    pub fn poll_fill(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<bool> {
+    /// Lays what is ready into `buf`, quantum after quantum while frames
+    /// are ready and fewer than `batch` bytes are laid (one quantum when
+    /// `batch` is 0). `Ready(true)` when something was laid,
+    /// `Ready(false)` when the stream is over and nothing was, `Pending`
+    /// (waker registered) when nothing is ready. A writer that owns its
+    /// socket passes [`WRITE_BATCH`] and the same buffer every time, so
+    /// that it writes once per batch, as actix-http's writer does, and
+    /// reuses the buffer while the connection is busy.
+    pub fn poll_fill(
+        &mut self,
+        buf: &mut BytesMut,
+        batch: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<bool> {
         if self.done {
             return Poll::Ready(false);
         }
         let start = buf.len();
         let mut polled = self.out.drain_into(buf, cx);
         while let Poll::Ready(false) = polled {
-            if buf.len() - start >= WRITE_BATCH {
+            if buf.len() - start >= batch {
                 break;
             }
             polled = self.out.drain_into(buf, cx);
@@ -642,7 +649,9 @@ impl futures_core::Stream for OutboundStream {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         let mut buf = std::mem::take(&mut this.buf);
-        let polled = this.poll_fill(&mut buf, cx);
+        // One quantum per poll: actix-http's writer, which polls a body
+        // stream, gathers up to its own write buffer's size itself.
+        let polled = this.poll_fill(&mut buf, 0, cx);
         let item = match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(false) => Poll::Ready(None),

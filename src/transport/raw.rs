@@ -36,7 +36,7 @@ use futures_util::SinkExt;
 use futures_util::future::LocalBoxFuture;
 use tokio::io::AsyncWriteExt;
 
-use crate::session::{Outbound, OutboundStream};
+use crate::session::{Outbound, OutboundStream, WRITE_BATCH};
 
 /// Bytes one read may take: the size of each worker thread's scratch
 /// buffer, not of any connection's.
@@ -169,7 +169,7 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
     let mut buf = BytesMut::new();
     loop {
         let laid = poll_fn(|cx| {
-            let polled = stream.poll_fill(&mut buf, cx);
+            let polled = stream.poll_fill(&mut buf, WRITE_BATCH, cx);
             if polled.is_pending() && buf.capacity() > 0 {
                 buf = BytesMut::new();
             }

@@ -137,7 +137,7 @@ impl<H: Handler> Reader<H> {
             if let Flow::Stop = self.frames(buf, codec).await {
                 return Flow::Stop;
             }
-            if self.handler.outbound().is_closing() {
+            if !S::BURSTS || self.handler.outbound().is_closing() {
                 return Flow::Go;
             }
             match poll_fn(|cx| Poll::Ready(source.poll_append(buf, cx))).await {
@@ -265,12 +265,18 @@ fn announced_len(buf: &[u8]) -> Option<u64> {
 /// Where a read loop's bytes come from: the socket itself (the `wharf`
 /// server's handed-over connections) or actix-web's request payload.
 pub(crate) trait Source: Unpin {
+    /// Whether a burst reads on while bytes are ready. Not for actix-web's
+    /// payload: its bytes come from the dispatcher's task, which cannot
+    /// run while the read loop's does, so asking again only wakes it.
+    const BURSTS: bool = true;
     /// Appends what has arrived to `buf`: how many bytes, or `None` once
     /// the connection is over.
     fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>>;
 }
 
 impl Source for web::Payload {
+    const BURSTS: bool = false;
+
     fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {
         match std::pin::Pin::new(self).poll_next(cx) {
             Poll::Pending => Poll::Pending,
