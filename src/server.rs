@@ -193,10 +193,6 @@ pub async fn serve(
         .disable_signals();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mqtt_server = mqtt_server(&wharf, mqtt, mqtt_tls.map(|l| (l, tls.clone())), workers)?;
-    // actix-web's HttpServer, plus an upgrade hook: WebSocket connections
-    // leave actix-http for their own reader and writer (transport::raw),
-    // after the same routes have accepted them. The host and address of
-    // the app config only matter to URL generation, which no route uses.
     let lean = config.server.lean_websockets;
     // actix-web's HttpServer, built by hand for one thing it does not
     // offer: with `lean_websockets`, an upgrade hook, so that WebSocket

@@ -27,9 +27,10 @@ use uuid::Uuid;
 pub(crate) use jobs::may_see_job;
 pub use later::{LATER_MAX, Later};
 pub use manager::{SessionInfo, Sessions};
+pub(crate) use outbound::WRITE_BATCH;
 pub use outbound::{
     CloseRequest, Farewell, OutFrame, Outbound, OutboundStats, OutboundStream, PushError,
-    WRITE_BATCH, encoding_slot,
+    encoding_slot,
 };
 pub use rate::{RateLimiter, Verdict};
 

@@ -597,7 +597,7 @@ impl OutboundStream {
 /// when one quantum is larger): actix-http's write buffer size, so that a
 /// busy connection makes one system call per 32 KiB rather than one per
 /// quantum.
-pub const WRITE_BATCH: usize = 32 * 1024;
+pub(crate) const WRITE_BATCH: usize = 32 * 1024;
 
 impl OutboundStream {
     /// Lays what is ready into `buf`, quantum after quantum while frames

@@ -3,8 +3,9 @@
 //!
 //! A WebSocket served the actix-web way (a streaming request body in, a
 //! streaming response body out) keeps actix-http's read and write
-//! buffers, 8 KiB each, for as long as the connection lives. The `wharf`
-//! server instead registers an upgrade service with actix-http
+//! buffers, 8 KiB each, for as long as the connection lives. With
+//! `[server] lean_websockets`, the `wharf` server instead registers an
+//! upgrade service with actix-http
 //! ([`upgrade_factory`]): an upgrade request still runs through the same
 //! actix-web routes (extractors, credentials, origin checks, refusals as
 //! JSON), but marked [`RawUpgrade`]; the route's
@@ -38,8 +39,8 @@ use tokio::io::AsyncWriteExt;
 
 use crate::session::{Outbound, OutboundStream, WRITE_BATCH};
 
-/// Bytes one read may take: the size of each worker thread's scratch
-/// buffer, not of any connection's.
+/// The size of each worker thread's scratch buffer, not of any
+/// connection's: the most one wake-up reads.
 const READ_CHUNK: usize = 64 * 1024;
 /// Largest body of a refusal (a non-101 answer to an upgrade request)
 /// written on this path; routes answer refusals with a short JSON body.
@@ -88,9 +89,7 @@ impl<R: AsyncRead + Unpin> ByteSource<R> {
             writer,
         }
     }
-}
 
-impl<R: AsyncRead + Unpin> ByteSource<R> {
     /// Reads what has arrived and hands it to `take` as one slice; `None`
     /// once the connection is over. Reads until the socket has nothing
     /// more (or the scratch buffer is full): a client that writes each

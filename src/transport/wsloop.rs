@@ -111,11 +111,6 @@ impl<H: Handler> Reader<H> {
         });
     }
 
-    /// Hands a complete message to the handler.
-    async fn message(&mut self, kind: MessageKind, bytes: Bytes) -> Flow {
-        self.handler.message(kind, bytes, self.now).await
-    }
-
     /// Handles what is in `buf`, then whatever else has already arrived,
     /// until the source has nothing ready (or the connection ends or is
     /// closing): a burst of traffic. The read loop boxes this future once
@@ -190,8 +185,8 @@ impl<H: Handler> Reader<H> {
             return Flow::Stop;
         }
         match frame {
-            Frame::Text(b) => self.message(MessageKind::Text, b).await,
-            Frame::Binary(b) => self.message(MessageKind::Binary, b).await,
+            Frame::Text(b) => self.handler.message(MessageKind::Text, b, self.now).await,
+            Frame::Binary(b) => self.handler.message(MessageKind::Binary, b, self.now).await,
             Frame::Continuation(item) => self.continuation(item).await,
             Frame::Ping(b) => {
                 let _ = self
@@ -240,7 +235,7 @@ impl<H: Handler> Reader<H> {
         }
         if last {
             if let Some((kind, acc)) = self.partial.take() {
-                return self.message(kind, acc.freeze()).await;
+                return self.handler.message(kind, acc.freeze(), self.now).await;
             }
         }
         Flow::Go
@@ -375,9 +370,9 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
     let mut idle_at = last_heard + Duration::from_secs(365 * 24 * 3600);
     let idle = actix_rt::time::sleep_until(idle_at.into());
     tokio::pin!(idle);
-    // The read buffer outlives a burst (a busy connection reuses it, and
-    // an allocation freed by the writer's thread is not cheap to get
-    // back), but not idleness: armed after a burst, this lets it go.
+    // The read buffer outlives a burst (a busy connection reuses it rather
+    // than allocate per read), but not idleness: armed after a burst, this
+    // lets it go.
     let linger = actix_rt::time::sleep_until(idle_at.into());
     tokio::pin!(linger);
     let mut lingering = false;
@@ -420,7 +415,7 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
                 None => break 'conn,
             },
             () = poll_fn(|cx| reader.handler.poll_event(cx)) => {
-                // Boxed for the reason given in Reader::message.
+                // Boxed for the reason given in Reader::burst.
                 if let Flow::Stop = Box::pin(reader.handler.event()).await {
                     break 'conn;
                 }
