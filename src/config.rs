@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::taskq::SchedulerConfig;
 
 pub mod auth;
+mod cluster;
 mod queues;
 
+pub use cluster::ClusterConfig;
 pub use queues::{ExpiredPolicy, QueueDecl, QueueOptions};
 
 /// The shipped `config.toml`: every key with its default and a comment.
@@ -53,6 +55,8 @@ pub struct Config {
     /// `[[rules]]`: matcher trees and the actions they trigger on
     /// published messages (see [`crate::rules`]).
     pub rules: Vec<crate::rules::RuleDecl>,
+    /// `[cluster]`: the NATS servers that join nodes into one broker.
+    pub cluster: ClusterConfig,
     /// The file this was read from, which a rules reload (`SIGHUP`,
     /// `POST /admin/rules/reload`) reads again; `None` for the embedded
     /// defaults and configs built in code.
@@ -718,6 +722,7 @@ impl Config {
             });
         }
         crate::rules::compile(&self.rules)?;
+        self.cluster.validate()?;
         Ok(())
     }
 }
@@ -825,6 +830,15 @@ mod tests {
                 "auth.anonymous_permissions.publish[0]",
             ),
             ("[server.tls]\ncert = \"c.pem\"\n", "server.tls"),
+            ("[cluster]\nnats = [\"http://x\"]\n", "cluster.nats[0]"),
+            ("[cluster]\nprefix = \"a.*\"\n", "cluster.prefix"),
+            ("[cluster]\nnode = \"a.b\"\n", "cluster.node"),
+            ("[cluster]\nbuffer = 0\n", "cluster.buffer"),
+            ("[cluster]\nuser = \"u\"\n", "cluster.user"),
+            (
+                "[cluster]\ntoken = \"t\"\ncreds = \"c\"\n",
+                "cluster.creds",
+            ),
         ];
         for (toml, key) in cases {
             let config = Config::from_toml(toml).unwrap();

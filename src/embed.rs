@@ -121,6 +121,16 @@ impl Wharf {
         let writer = store.start_writer(&config.store)?;
         let scheduler = Scheduler::new(&config.scheduler)?;
         let broker = Broker::with_store(scheduler.handle(), writer.handle(), &config.topics);
+        // Joined before anything subscribes (declared queues' bindings),
+        // so every subscription is heard from the other nodes.
+        let cluster = if config.cluster.enabled() {
+            let cluster =
+                crate::cluster::Cluster::start(&config.cluster, broker.downgrade()).await?;
+            let _ = broker.attach_cluster(cluster.clone());
+            Some(cluster)
+        } else {
+            None
+        };
         let restored = retained.len();
         broker.restore_retained(retained).await?;
         if restored > 0 {
@@ -198,6 +208,24 @@ impl Wharf {
                 ticking_jobs.tick();
             }
         });
+        // Filters no local subscription uses any more stop being heard
+        // from the other nodes.
+        let reconciler = cluster.clone().map(|cluster| {
+            let broker = broker.downgrade();
+            actix_rt::spawn(async move {
+                let mut tick = actix_rt::time::interval(crate::cluster::RECONCILE_EVERY);
+                loop {
+                    tick.tick().await;
+                    let Some(broker) = broker.upgrade() else {
+                        return;
+                    };
+                    let released = cluster.reconcile(&broker).await;
+                    if released > 0 {
+                        tracing::debug!(released, "cluster: unused filters released");
+                    }
+                }
+            })
+        });
         let stopping = broker.clone();
         Ok(Wharf {
             inner: Arc::new(Inner {
@@ -214,6 +242,7 @@ impl Wharf {
                     scheduler,
                     sweeper,
                     ticker,
+                    cluster: cluster.zip(reconciler),
                     threads: Vec::new(),
                 })),
             }),

@@ -52,6 +52,7 @@ pub mod auth;
 pub mod broker;
 #[cfg(feature = "client")]
 pub mod client;
+pub mod cluster;
 pub mod config;
 mod embed;
 pub mod metrics;
@@ -95,6 +96,9 @@ pub enum Error {
     /// The task queue workers could not start.
     #[error(transparent)]
     Scheduler(#[from] taskq::SchedulerError),
+    /// The node could not join its cluster (`[cluster]`).
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterError),
     /// The stored jobs could not be restored.
     #[error("restoring jobs: {0}")]
     Jobs(#[from] broker::jobs::JobError),

@@ -292,6 +292,8 @@ struct Inner {
     shared: tokio::sync::Mutex<()>,
     /// The rules every publish goes through.
     rules: crate::rules::Rules,
+    /// The other nodes, when `[cluster]` joins this one to them.
+    cluster: std::sync::OnceLock<crate::cluster::Cluster>,
 }
 
 #[derive(Default)]
@@ -390,6 +392,7 @@ impl Broker {
                 shared: tokio::sync::Mutex::new(()),
                 metrics: Arc::default(),
                 rules: crate::rules::Rules::default(),
+                cluster: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -541,6 +544,56 @@ impl Broker {
         self.publish_at(msg, source, 0).await
     }
 
+    /// Joins this broker to a cluster: from now on its publishes go to
+    /// the other nodes too, and its subscriptions hear theirs. Once only;
+    /// a second cluster is handed back.
+    ///
+    /// # Errors
+    /// The cluster given, if one is attached already.
+    pub fn attach_cluster(
+        &self,
+        cluster: crate::cluster::Cluster,
+    ) -> Result<(), crate::cluster::Cluster> {
+        self.inner.cluster.set(cluster)
+    }
+
+    /// The cluster this broker is a node of, if any.
+    pub fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+        self.inner.cluster.get()
+    }
+
+    /// Whether a local subscription still uses `filter` (a wildcard
+    /// subscription under exactly that filter, or any subscription to
+    /// that topic): the cluster drops the NATS subscriptions of filters
+    /// nobody here uses.
+    pub(crate) async fn has_subscribers(&self, filter: &str) -> bool {
+        if routing::is_wildcard(filter) {
+            return self
+                .read()
+                .wildcards
+                .any_at(filter, |s| !s.is_cancelled() && !s.sink.is_closed());
+        }
+        let Some(topic) = self.read().topics.get(filter).cloned() else {
+            return false;
+        };
+        // A topic too busy to answer is taken as still wanted.
+        topic
+            .submit(|t| t.summary())
+            .await
+            .map_or(true, |(subs, _, _)| subs > 0)
+    }
+
+    /// Publishes a message another node of the cluster published: to
+    /// local subscribers only, without rules (they ran on that node) and
+    /// without sending it back out.
+    ///
+    /// # Errors
+    /// As [`Broker::publish`].
+    pub(crate) async fn publish_remote(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
+        self.check_topic(&msg.topic)?;
+        self.publish_local(msg).await
+    }
+
     /// The rules every publish goes through (`[[rules]]`, and the app's).
     pub fn rules(&self) -> &crate::rules::Rules {
         &self.inner.rules
@@ -562,6 +615,23 @@ impl Broker {
         } else {
             msg
         };
+        if let Some(cluster) = self.inner.cluster.get() {
+            cluster.forward(
+                &msg.topic,
+                &msg.payload,
+                &msg.headers,
+                crate::cluster::wire::Flags {
+                    retain: msg.retain,
+                    priority: msg.priority,
+                    qos: msg.qos,
+                },
+            );
+        }
+        self.publish_local(msg).await
+    }
+
+    /// A publish to this node's subscribers (and retained store).
+    async fn publish_local(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
         let Publish {
             topic: name,
             payload,
@@ -617,6 +687,11 @@ impl Broker {
     /// An invalid filter, or a topic queue refusing the task.
     pub async fn subscribe(&self, sub: Subscription) -> Result<(), BrokerError> {
         self.check_filter(&sub.filter)?;
+        if let Some(cluster) = self.inner.cluster.get() {
+            // Before the local subscribe: by the time it returns, a
+            // publish on any node is heard here.
+            cluster.want(&sub.filter).await;
+        }
         if !routing::is_wildcard(&sub.filter) {
             return self.subscribe_exact(sub).await;
         }

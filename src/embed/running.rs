@@ -21,13 +21,16 @@ pub(super) struct Running {
     pub(super) scheduler: Scheduler,
     pub(super) sweeper: actix_rt::task::JoinHandle<()>,
     pub(super) ticker: actix_rt::task::JoinHandle<()>,
+    /// The cluster link and its reconciler, when `[cluster]` is set.
+    pub(super) cluster: Option<(crate::cluster::Cluster, actix_rt::task::JoinHandle<()>)>,
     /// Threads of embedded job workers.
     pub(super) threads: Vec<actix_rt::Arbiter>,
 }
 
 /// The steps of [`Running::stop`], in order; the stop records the one
 /// it is in, so a stop that overruns its deadline says where.
-const STOP_STEPS: [&str; 7] = [
+const STOP_STEPS: [&str; 8] = [
+    "leaving the cluster",
     "ending rules' forwards",
     "stopping embedded worker threads",
     "stopping task queue workers",
@@ -49,30 +52,37 @@ impl Running {
             step.store(i, Ordering::Release);
         };
         mark(0);
+        // First, so that what was published before the stop still
+        // reaches the other nodes.
+        if let Some((cluster, reconciler)) = self.cluster.take() {
+            reconciler.abort();
+            cluster.shutdown(timeout);
+        }
+        mark(1);
         self.broker.rules().shutdown(timeout);
         self.sweeper.abort();
         self.ticker.abort();
-        mark(1);
+        mark(2);
         for t in self.threads.drain(..) {
             t.stop();
             let _ = t.join();
         }
-        mark(2);
-        let workers = self.scheduler.shutdown(timeout);
         mark(3);
+        let workers = self.scheduler.shutdown(timeout);
+        mark(4);
         let committed = self.writer.close(timeout);
         let result = if workers && committed {
-            mark(4);
+            mark(5);
             self.store.close().map_err(Error::from)
         } else {
             // Not recorded as a clean shutdown: the next start says so.
             tracing::warn!(
                 "task queue workers or the store writer did not finish before the deadline"
             );
-            mark(5);
+            mark(6);
             self.store.sync().map_err(Error::from)
         };
-        mark(6);
+        mark(7);
         result
     }
 

@@ -208,6 +208,24 @@ pub fn covers_levels(allowed: &str, filter: &str) -> bool {
     }
 }
 
+/// Whether some topic matches both filters (level by level, without the
+/// `$` rule, so it may say yes where [`matches`] never would for both).
+/// The cluster keeps a filter's NATS subscription while a newer one
+/// overlaps it, so that no topic changes the subscription it arrives by.
+pub fn overlaps(a: &str, b: &str) -> bool {
+    let mut a = a.split('/');
+    let mut b = b.split('/');
+    loop {
+        match (a.next(), b.next()) {
+            (Some("#"), _) | (_, Some("#")) => return true,
+            (None, None) => return true,
+            (Some("+"), Some(_)) | (Some(_), Some("+")) => {}
+            (Some(x), Some(y)) if x == y => {}
+            _ => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +383,19 @@ mod tests {
                 escapes.is_none(),
                 "allowed {} filter {} escaping topic {:?}", a, f, escapes
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// `overlaps(a, b)` exactly when some topic matches both, level
+        /// by level.
+        #[test]
+        fn overlaps_agrees_with_matching_levels(a in filter_strategy(), b in filter_strategy()) {
+            let both = small_topics()
+                .into_iter()
+                .find(|t| matches_levels(&a, t) && matches_levels(&b, t));
+            proptest::prop_assert_eq!(overlaps(&a, &b), both.is_some(), "{} {} {:?}", a, b, both);
+            proptest::prop_assert_eq!(overlaps(&a, &b), overlaps(&b, &a));
         }
     }
 

@@ -161,6 +161,25 @@ impl<V: PartialEq> FilterTrie<V> {
         true
     }
 
+    /// Whether some value stored under exactly `filter` satisfies `pred`
+    /// (not values under other filters that match the same topics).
+    pub fn any_at(&self, filter: &str, pred: impl Fn(&V) -> bool) -> bool {
+        let levels: Vec<&str> = filter.split('/').collect();
+        let (path, hash) = match levels.split_last() {
+            Some((&"#", rest)) => (rest, true),
+            _ => (&levels[..], false),
+        };
+        let mut node = &self.root;
+        for &level in path {
+            match node.child(level) {
+                Some(n) => node = n,
+                None => return false,
+            }
+        }
+        let list = if hash { &node.hash } else { &node.here };
+        list.iter().any(pred)
+    }
+
     /// Cuts the branch along `path` below its last node that still holds
     /// something other than the path itself.
     fn prune(&mut self, path: &[&str]) {

@@ -61,6 +61,24 @@ pub(crate) async fn overview(
     Ok(HttpResponse::Ok().json(overview_of(&app, &health, &sessions).await))
 }
 
+/// `GET /admin/cluster`: this node's view of its cluster (nodes heard,
+/// the NATS link's state, the filters it listens to, what crossed);
+/// `enabled: false` on a single node. Needs the admin right.
+pub(crate) async fn cluster(
+    caller: Caller,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Right::Admin)?;
+    let status = match app.broker.cluster() {
+        Some(c) => c.status().await,
+        None => crate::cluster::ClusterStatus {
+            state: "off",
+            ..Default::default()
+        },
+    };
+    Ok(HttpResponse::Ok().json(status))
+}
+
 /// The overview as `GET /admin/overview` answers it, given the live
 /// sessions; the dashboard's stream sends the same (and lists the
 /// sessions once for both), so both are built here.

@@ -141,6 +141,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(
+        web::resource("/admin/cluster")
+            .route(web::get().to(admin::cluster))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
         web::resource("/admin/topics")
             .route(web::get().to(admin::topics))
             .default_service(web::to(error::method_not_allowed)),

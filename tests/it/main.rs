@@ -11,6 +11,7 @@ mod common;
 mod admin;
 mod auth;
 mod cli;
+mod cluster;
 mod crash;
 mod dashboard;
 mod embed;

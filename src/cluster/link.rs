@@ -1,0 +1,493 @@
+//! The NATS link's thread: connects, sends what the broker forwards,
+//! keeps the node's NATS subscriptions, and publishes what other nodes
+//! send to the local broker. Everything here runs on one current-thread
+//! runtime of its own, so NATS work never competes with the HTTP workers'
+//! event loops; its state is touched only by the loop in [`serve`].
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::{SelectAll, Stream};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, Outbound, Shared, subject,
+    wire,
+};
+use crate::broker::{Publish, WeakBroker};
+use crate::config::ClusterConfig;
+use crate::routing::{self, FilterTrie};
+
+/// Commands from the broker waiting for the link; past it a subscribe
+/// waits (bounded by its timeout).
+const CONTROL_DEPTH: usize = 1024;
+/// Longest the link spends sending what is buffered when it stops.
+const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
+
+/// The node's name: configured, or the host's with a random suffix.
+fn node_name(config: &ClusterConfig) -> String {
+    if !config.node.is_empty() {
+        return config.node.clone();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| {
+            h.trim()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect::<String>()
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "wharf".into());
+    let random = uuid::Uuid::now_v7().simple().to_string();
+    format!("{host}-{}", &random[random.len() - 6..])
+}
+
+async fn options(config: &ClusterConfig, node: &str) -> Result<async_nats::ConnectOptions, ClusterError> {
+    let mut o = if !config.creds.as_os_str().is_empty() {
+        async_nats::ConnectOptions::with_credentials_file(&config.creds)
+            .await
+            .map_err(|e| ClusterError::Setup {
+                key: "creds",
+                reason: format!("{}: {e}", config.creds.display()),
+            })?
+    } else {
+        async_nats::ConnectOptions::new()
+    };
+    if !config.user.is_empty() {
+        o = o.user_and_password(config.user.clone(), config.password.clone());
+    }
+    if !config.token.is_empty() {
+        o = o.token(config.token.clone());
+    }
+    if !config.tls_ca.as_os_str().is_empty() {
+        o = o.add_root_certificates(config.tls_ca.clone());
+    }
+    if !config.tls_cert.as_os_str().is_empty() {
+        o = o.add_client_certificate(config.tls_cert.clone(), config.tls_key.clone());
+    }
+    let timeout = Duration::from_millis(config.connect_timeout_ms);
+    o = o
+        .require_tls(config.tls_required)
+        .name(format!("wharf:{node}"))
+        // A node's own publishes never come back to it.
+        .no_echo()
+        .connection_timeout(timeout)
+        .max_reconnects(None)
+        .reconnect_delay_callback(|attempts| {
+            Duration::from_millis((100u64 << attempts.min(5) as u32).min(2_000))
+        })
+        .event_callback(|event| async move {
+            match event {
+                async_nats::Event::Connected => tracing::info!("cluster: connected to NATS"),
+                async_nats::Event::Disconnected => {
+                    tracing::warn!("cluster: NATS connection lost; local delivery carries on")
+                }
+                async_nats::Event::SlowConsumer(sid) => {
+                    tracing::warn!(sid, "cluster: a NATS subscription fell behind; messages were lost")
+                }
+                other => tracing::info!("cluster: NATS: {other}"),
+            }
+        });
+    if !config.required {
+        o = o.retry_on_initial_connect();
+    }
+    Ok(o)
+}
+
+/// Starts the link's thread and waits for it to connect (or, without
+/// `required`, to begin trying).
+pub(super) async fn start(config: &ClusterConfig, broker: WeakBroker) -> Result<Cluster, ClusterError> {
+    let (started, start_answer) = oneshot::channel::<Result<Cluster, ClusterError>>();
+    let config = config.clone();
+    std::thread::Builder::new()
+        .name("wharf-cluster".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = started.send(Err(ClusterError::Thread(e)));
+                    return;
+                }
+            };
+            runtime.block_on(run(config, broker, started));
+        })?;
+    start_answer.await.unwrap_or_else(|_| {
+        Err(ClusterError::Thread(std::io::Error::other(
+            "the NATS link thread ended before it connected",
+        )))
+    })
+}
+
+async fn run(
+    config: ClusterConfig,
+    broker: WeakBroker,
+    started: oneshot::Sender<Result<Cluster, ClusterError>>,
+) {
+    let node = node_name(&config);
+    let options = match options(&config, &node).await {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = started.send(Err(e));
+            return;
+        }
+    };
+    let urls: Vec<async_nats::ServerAddr> = config
+        .nats
+        .iter()
+        .filter_map(|u| u.parse().ok())
+        .collect();
+    let client = match options.connect(urls.as_slice()).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = started.send(Err(ClusterError::Unreachable {
+                urls: config.nats.join(", "),
+                reason: e.to_string(),
+            }));
+            return;
+        }
+    };
+    let prefix = config.prefix.clone();
+    let hello_subject = format!("{prefix}.sys.hello");
+    let hello = match client.subscribe(hello_subject.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = started.send(Err(ClusterError::Unreachable {
+                urls: config.nats.join(", "),
+                reason: e.to_string(),
+            }));
+            return;
+        }
+    };
+    let (outbound, out_rx) = mpsc::channel(config.buffer);
+    let (control, control_rx) = mpsc::channel(CONTROL_DEPTH);
+    let (stop, stop_rx) = oneshot::channel();
+    let (stopped, stopped_rx) = std::sync::mpsc::channel();
+    let shared = Arc::new(Shared {
+        node: node.clone(),
+        prefix,
+        urls: config.nats.clone(),
+        client: client.clone(),
+        outbound,
+        control,
+        counters: super::Counters::default(),
+        confirm: Duration::from_millis(config.connect_timeout_ms),
+        peers: Default::default(),
+        stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
+    });
+    tracing::info!(node = %node, nats = %config.nats.join(", "), "cluster: this node joins");
+    if started
+        .send(Ok(Cluster {
+            shared: shared.clone(),
+        }))
+        .is_err()
+    {
+        return;
+    }
+    let (finish, finishing) = oneshot::channel();
+    let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
+    serve(
+        &shared,
+        broker,
+        control_rx,
+        hello,
+        hello_subject,
+        stop_rx,
+    )
+    .await;
+    // Stopping: what the broker handed over is sent, then flushed.
+    let _ = finish.send(());
+    let _ = tokio::time::timeout(FLUSH_ON_STOP, async {
+        let _ = pump.await;
+        let _ = client.flush().await;
+    })
+    .await;
+    let _ = stopped.send(());
+}
+
+/// Sends forwarded publishes to NATS in the order they were handed over,
+/// until `finish`: then the buffer closes and what is in it is still
+/// sent.
+async fn pump(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<Outbound>,
+    mut finish: oneshot::Receiver<()>,
+) {
+    let c = &shared.counters;
+    let mut finished = false;
+    loop {
+        let m = tokio::select! {
+            biased;
+            m = rx.recv() => m,
+            _ = &mut finish, if !finished => {
+                finished = true;
+                rx.close();
+                rx.recv().await
+            }
+        };
+        let Some(m) = m else {
+            break;
+        };
+        match shared
+            .client
+            .publish_with_headers(m.subject, m.headers, m.payload)
+            .await
+        {
+            Ok(()) => c.forwarded.fetch_add(1, Ordering::Relaxed),
+            Err(e) => {
+                tracing::debug!("cluster: NATS refused a publish: {e}");
+                c.failed.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+}
+
+/// One NATS subscription of a filter, tagged with the filter's id.
+struct Tagged {
+    id: u64,
+    sub: async_nats::Subscriber,
+}
+
+impl Stream for Tagged {
+    type Item = (u64, async_nats::Message);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let id = self.id;
+        self.sub.poll_next_unpin(cx).map(|m| m.map(|m| (id, m)))
+    }
+}
+
+/// A filter the node listens to on NATS.
+struct Listening {
+    filter: String,
+    subjects: Vec<String>,
+    /// Bumped by every want, so a release that raced a new want loses.
+    generation: u64,
+    confirmed: Arc<AtomicBool>,
+}
+
+/// The link's state: its filters and the subscription streams.
+struct Link {
+    prefix: String,
+    by_filter: HashMap<String, u64>,
+    filters: HashMap<u64, Listening>,
+    /// The filters by id, to find the oldest one matching a topic.
+    trie: FilterTrie<u64>,
+    inbound: SelectAll<Tagged>,
+    next_id: u64,
+    generation: u64,
+}
+
+impl Link {
+    async fn want(
+        &mut self,
+        client: &async_nats::Client,
+        filter: String,
+    ) -> Result<Arc<AtomicBool>, String> {
+        self.generation += 1;
+        if let Some(id) = self.by_filter.get(&filter) {
+            let l = self
+                .filters
+                .get_mut(id)
+                .ok_or_else(|| "cluster state lost a filter".to_owned())?;
+            l.generation = self.generation;
+            return Ok(l.confirmed.clone());
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let subjects = subject::filter_subjects(&self.prefix, &filter);
+        let mut subs = Vec::with_capacity(subjects.len());
+        for s in &subjects {
+            subs.push(client.subscribe(s.clone()).await.map_err(|e| e.to_string())?);
+        }
+        for sub in subs {
+            self.inbound.push(Tagged { id, sub });
+        }
+        let confirmed = Arc::new(AtomicBool::new(false));
+        self.trie.insert(&filter, id);
+        self.by_filter.insert(filter.clone(), id);
+        self.filters.insert(
+            id,
+            Listening {
+                filter,
+                subjects,
+                generation: self.generation,
+                confirmed: confirmed.clone(),
+            },
+        );
+        Ok(confirmed)
+    }
+
+    fn list(&self) -> Listed {
+        let mut filters: Vec<(u64, String, u64)> = self
+            .filters
+            .iter()
+            .map(|(id, l)| (*id, l.filter.clone(), l.generation))
+            .collect();
+        filters.sort_unstable();
+        let subjects = filters
+            .iter()
+            .flat_map(|(id, _, _)| self.filters[id].subjects.iter().cloned())
+            .collect();
+        Listed { filters, subjects }
+    }
+
+    /// Drops the subscriptions of `unused` filters that were not wanted
+    /// again since they were listed and that no newer filter overlaps.
+    fn release(&mut self, unused: Vec<(u64, u64)>) -> usize {
+        let mut gone = Vec::new();
+        for (id, generation) in unused {
+            let Some(l) = self.filters.get(&id) else {
+                continue;
+            };
+            if l.generation != generation {
+                continue;
+            }
+            let overlapped = self
+                .filters
+                .iter()
+                .any(|(other, o)| *other > id && routing::overlaps(&l.filter, &o.filter));
+            if overlapped {
+                continue;
+            }
+            gone.push(id);
+        }
+        if gone.is_empty() {
+            return 0;
+        }
+        for id in &gone {
+            if let Some(l) = self.filters.remove(id) {
+                self.trie.remove(&l.filter, id);
+                self.by_filter.remove(&l.filter);
+            }
+        }
+        // Dropping a subscriber unsubscribes it on NATS.
+        let kept: Vec<Tagged> = std::mem::take(&mut self.inbound)
+            .into_iter()
+            .filter(|t| !gone.contains(&t.id))
+            .collect();
+        self.inbound = kept.into_iter().collect();
+        gone.len()
+    }
+
+    /// The topic `msg` is about, if this copy is the one to publish: the
+    /// one that came by the oldest of the node's filters matching it.
+    fn accept(&self, id: u64, msg: &async_nats::Message, shared: &Shared) -> Option<String> {
+        let c = &shared.counters;
+        let topic = match subject::subject_topic(&self.prefix, msg.subject.as_str()) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(subject = %msg.subject, "cluster: ignored: {e}");
+                c.invalid.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
+        let mut oldest = u64::MAX;
+        self.trie.for_each_match(&topic, |i| oldest = oldest.min(*i));
+        if oldest != id {
+            // Heard by an older filter too (or by none that matches it,
+            // a `$` topic under `#`).
+            c.duplicates.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(topic)
+    }
+}
+
+/// The link's loop: commands, messages from other nodes, hellos, until
+/// asked to stop.
+async fn serve(
+    shared: &Arc<Shared>,
+    broker: WeakBroker,
+    mut control: mpsc::Receiver<Control>,
+    mut hello: async_nats::Subscriber,
+    hello_subject: String,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let client = shared.client.clone();
+    let mut link = Link {
+        prefix: shared.prefix.clone(),
+        by_filter: HashMap::new(),
+        filters: HashMap::new(),
+        trie: FilterTrie::new(),
+        inbound: SelectAll::new(),
+        next_id: 0,
+        generation: 0,
+    };
+    let mut tick = tokio::time::interval(HELLO_EVERY);
+    let hello_payload = bytes::Bytes::from(shared.node.clone());
+    let c = &shared.counters;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            cmd = control.recv() => match cmd {
+                Some(Control::Want { filter, reply }) => {
+                    let _ = reply.send(link.want(&client, filter).await);
+                }
+                Some(Control::List { reply }) => {
+                    let _ = reply.send(link.list());
+                }
+                Some(Control::Release { filters, reply }) => {
+                    let _ = reply.send(link.release(filters));
+                }
+                None => break,
+            },
+            Some((id, msg)) = link.inbound.next(), if !link.inbound.is_empty() => {
+                let Some(topic) = link.accept(id, &msg, shared) else {
+                    continue;
+                };
+                let Some(broker) = broker.upgrade() else {
+                    break;
+                };
+                let (headers, flags, _node) = wire::decode(msg.headers.as_ref());
+                let publish = Publish {
+                    topic,
+                    payload: msg.payload,
+                    headers,
+                    retain: flags.retain,
+                    priority: flags.priority,
+                    qos: flags.qos,
+                    origin: 0,
+                };
+                match broker.publish_remote(publish).await {
+                    Ok(_) => c.received.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        tracing::debug!("cluster: a message from another node was refused: {e}");
+                        c.refused.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
+            Some(msg) = hello.next() => {
+                if let Ok(node) = std::str::from_utf8(&msg.payload)
+                    && !node.is_empty()
+                    && node.len() <= 256
+                {
+                    let now = Instant::now();
+                    let mut peers = shared.peers.lock();
+                    peers.insert(node.to_owned(), now);
+                    peers.retain(|_, seen| now.duration_since(*seen) < FORGET_AFTER);
+                }
+            }
+            _ = tick.tick() => {
+                if client.connection_state() == async_nats::connection::State::Connected {
+                    let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! Several Wharf nodes as one broker, joined through NATS (`[cluster]`).
+//!
+//! Every topic publish on a node (whatever way it came in, after rules)
+//! is also published on NATS under `{prefix}.t.` ([`subject`]), with its
+//! flags and headers as NATS headers ([`wire`]). Each node subscribes on
+//! NATS only to the filters its own subscriptions use, and publishes what
+//! arrives to its local subscribers without forwarding it again; NATS
+//! never echoes a node's own publishes back to it, so local subscribers
+//! are served once, locally, without a round trip.
+//!
+//! A node subscribed to overlapping filters (`a/+` and `+/b`) hears a
+//! message on `a/b` once per filter. Of those copies it keeps the one
+//! that arrived by the oldest of its filters matching the topic, so each
+//! topic is taken from one subscription stream, in the order NATS
+//! delivered it, exactly once. A filter's NATS subscription is dropped
+//! only when no local subscription uses it any more and no newer filter
+//! overlaps it, so the stream a topic comes by never changes while the
+//! topic is wanted.
+//!
+//! All NATS work runs on a thread of its own (`link`); the broker hands it
+//! publishes through a bounded buffer and never waits for NATS on the
+//! publish path.
+
+mod link;
+pub mod subject;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::broker::{Broker, WeakBroker};
+use crate::config::ClusterConfig;
+use crate::protocol::frame::Headers;
+
+/// Why a node could not join its cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// NATS did not answer within `connect_timeout_ms` (and
+    /// `cluster.required` is set).
+    #[error(
+        "cluster.nats: cannot reach NATS at {urls}: {reason} (set cluster.required = false to start without it)"
+    )]
+    Unreachable {
+        /// The servers tried.
+        urls: String,
+        /// What the client said.
+        reason: String,
+    },
+    /// A credentials or TLS file could not be read.
+    #[error("cluster.{key}: {reason}")]
+    Setup {
+        /// The key at fault.
+        key: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The link's thread could not start.
+    #[error("cluster: cannot start the NATS link thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// What the link counts (`GET /admin/cluster`, `/metrics`).
+#[derive(Debug, Default)]
+struct Counters {
+    forwarded: AtomicU64,
+    dropped: AtomicU64,
+    failed: AtomicU64,
+    received: AtomicU64,
+    duplicates: AtomicU64,
+    invalid: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// A publish on its way to NATS.
+struct Outbound {
+    subject: String,
+    headers: async_nats::HeaderMap,
+    payload: Bytes,
+}
+
+/// What the broker asks of the link's thread.
+enum Control {
+    /// Subscribe on NATS to a filter (if not already); answers with the
+    /// flag that says NATS has confirmed it.
+    Want {
+        filter: String,
+        reply: oneshot::Sender<Result<Arc<AtomicBool>, String>>,
+    },
+    /// The filters subscribed, with the generation of their last want.
+    List { reply: oneshot::Sender<Listed> },
+    /// Drop these filters' NATS subscriptions unless wanted again since
+    /// the listing (or overlapped by a newer filter); answers how many
+    /// were dropped.
+    Release {
+        filters: Vec<(u64, u64)>,
+        reply: oneshot::Sender<usize>,
+    },
+}
+
+/// The link's subscriptions, as [`Control::List`] answers.
+struct Listed {
+    /// (id, filter, generation of its last want).
+    filters: Vec<(u64, String, u64)>,
+    /// NATS subjects subscribed.
+    subjects: Vec<String>,
+}
+
+/// What the link shares with the broker's threads.
+struct Shared {
+    node: String,
+    prefix: String,
+    urls: Vec<String>,
+    client: async_nats::Client,
+    outbound: mpsc::Sender<Outbound>,
+    control: mpsc::Sender<Control>,
+    counters: Counters,
+    /// How long a subscribe waits for NATS to confirm it.
+    confirm: Duration,
+    /// Other nodes by name, with when they were last heard.
+    peers: Mutex<BTreeMap<String, Instant>>,
+    /// Asks the link's thread to stop; answered when it has.
+    stop: Mutex<Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+}
+
+/// This node's membership of a cluster: cheap to clone, held by the
+/// broker, which calls it on every publish and subscribe.
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+}
+
+/// How often a node says it is alive on `{prefix}.sys.hello`.
+const HELLO_EVERY: Duration = Duration::from_secs(2);
+/// A node not heard for this long is listed as lost.
+const LOST_AFTER: Duration = Duration::from_secs(10);
+/// A lost node is forgotten after this long.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+/// How often filters no local subscription uses are looked for.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(10);
+
+impl Cluster {
+    /// Connects to NATS on a thread of its own and starts serving
+    /// `broker`'s cross-node traffic. With `required`, a NATS that does
+    /// not answer in time is an error; without, the node starts alone
+    /// and joins when NATS comes.
+    ///
+    /// # Errors
+    /// [`ClusterError`].
+    pub async fn start(config: &ClusterConfig, broker: WeakBroker) -> Result<Cluster, ClusterError> {
+        link::start(config, broker).await
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.shared.node
+    }
+
+    /// Hands a publish to the link for the other nodes. Never waits: a
+    /// full buffer (NATS slow or away) drops it and counts it.
+    pub(crate) fn forward(
+        &self,
+        topic: &str,
+        payload: &Bytes,
+        headers: &Headers,
+        flags: wire::Flags,
+    ) {
+        let s = &self.shared;
+        let msg = Outbound {
+            subject: subject::topic_subject(&s.prefix, topic),
+            headers: wire::encode(&s.node, headers, flags),
+            payload: payload.clone(),
+        };
+        if s.outbound.try_send(msg).is_err() {
+            s.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Makes sure this node hears `filter`'s topics from the other nodes:
+    /// subscribes on NATS if it does not yet, and waits (at most
+    /// `connect_timeout_ms`) for NATS to confirm, so that a publish on
+    /// another node after the subscribe returns is heard. With NATS away
+    /// it returns at once: the subscription is made when NATS comes back.
+    pub(crate) async fn want(&self, filter: &str) {
+        let s = &self.shared;
+        let (reply, answer) = oneshot::channel();
+        let asked = s.control.send(Control::Want {
+            filter: filter.to_owned(),
+            reply,
+        });
+        let confirmed = match tokio::time::timeout(s.confirm, async {
+            asked.await.ok()?;
+            answer.await.ok()
+        })
+        .await
+        {
+            Ok(Some(Ok(confirmed))) => confirmed,
+            Ok(Some(Err(e))) => {
+                tracing::warn!(filter, "cluster: cannot subscribe on NATS: {e}");
+                return;
+            }
+            Ok(None) | Err(_) => {
+                tracing::warn!(filter, "cluster: the NATS link did not take the subscription in time");
+                return;
+            }
+        };
+        if confirmed.load(Ordering::Acquire)
+            || s.client.connection_state() != async_nats::connection::State::Connected
+        {
+            return;
+        }
+        match tokio::time::timeout(s.confirm, s.client.flush()).await {
+            Ok(Ok(())) => confirmed.store(true, Ordering::Release),
+            Ok(Err(e)) => tracing::debug!(filter, "cluster: NATS did not confirm: {e}"),
+            Err(_) => tracing::debug!(filter, "cluster: NATS did not confirm in time"),
+        }
+    }
+
+    /// Drops the NATS subscriptions of filters no local subscription uses
+    /// any more (see the module's notes for the ones kept). Returns how
+    /// many were dropped.
+    pub(crate) async fn reconcile(&self, broker: &Broker) -> usize {
+        let s = &self.shared;
+        let Some(listed) = self.list().await else {
+            return 0;
+        };
+        let mut unused = Vec::new();
+        for (id, filter, generation) in listed.filters {
+            if !broker.has_subscribers(&filter).await {
+                unused.push((id, generation));
+            }
+        }
+        if unused.is_empty() {
+            return 0;
+        }
+        let (reply, answer) = oneshot::channel();
+        if s
+            .control
+            .send(Control::Release {
+                filters: unused,
+                reply,
+            })
+            .await
+            .is_err()
+        {
+            return 0;
+        }
+        answer.await.unwrap_or(0)
+    }
+
+    async fn list(&self) -> Option<Listed> {
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .control
+            .send(Control::List { reply })
+            .await
+            .ok()?;
+        tokio::time::timeout(self.shared.confirm, answer)
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// What `GET /admin/cluster` shows.
+    pub async fn status(&self) -> ClusterStatus {
+        let s = &self.shared;
+        let listed = self.list().await;
+        let now = Instant::now();
+        let peers = s
+            .peers
+            .lock()
+            .iter()
+            .map(|(node, seen)| {
+                let ago = now.saturating_duration_since(*seen);
+                PeerStatus {
+                    node: node.clone(),
+                    last_seen_ms: ago.as_millis() as u64,
+                    up: ago < LOST_AFTER,
+                }
+            })
+            .collect();
+        let c = &s.counters;
+        let stats = s.client.statistics();
+        ClusterStatus {
+            enabled: true,
+            node: Some(s.node.clone()),
+            nats: s.urls.clone(),
+            state: match s.client.connection_state() {
+                async_nats::connection::State::Connected => "connected",
+                async_nats::connection::State::Disconnected => "disconnected",
+                async_nats::connection::State::Pending => "connecting",
+            },
+            connects: stats.connects.load(Ordering::Relaxed),
+            peers,
+            filters: listed
+                .as_ref()
+                .map(|l| l.filters.iter().map(|(_, f, _)| f.clone()).collect())
+                .unwrap_or_default(),
+            subjects: listed.map(|l| l.subjects).unwrap_or_default(),
+            buffered: s.outbound.max_capacity() - s.outbound.capacity(),
+            forwarded: c.forwarded.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            received: c.received.load(Ordering::Relaxed),
+            duplicates: c.duplicates.load(Ordering::Relaxed),
+            invalid: c.invalid.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the link: what is buffered for NATS is sent (for at most
+    /// `timeout`), then the connection closes. Blocking; idempotent.
+    pub(crate) fn shutdown(&self, timeout: Duration) {
+        let Some((stop, stopped)) = self.shared.stop.lock().take() else {
+            return;
+        };
+        let _ = stop.send(());
+        if stopped.recv_timeout(timeout + Duration::from_secs(1)).is_err() {
+            tracing::warn!("cluster: the NATS link did not stop in time");
+        }
+    }
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.shared.node)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `GET /admin/cluster`: this node, its NATS link, the nodes it hears and
+/// what crossed between them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClusterStatus {
+    /// Whether `[cluster]` is configured.
+    pub enabled: bool,
+    /// This node's name.
+    pub node: Option<String>,
+    /// The NATS servers configured.
+    pub nats: Vec<String>,
+    /// `connected`, `disconnected` or `connecting`.
+    pub state: &'static str,
+    /// Times the link has connected (1 plus reconnects).
+    pub connects: u64,
+    /// Other nodes heard on NATS.
+    pub peers: Vec<PeerStatus>,
+    /// Topic filters this node listens to on NATS.
+    pub filters: Vec<String>,
+    /// Their NATS subjects.
+    pub subjects: Vec<String>,
+    /// Publishes waiting for NATS now.
+    pub buffered: usize,
+    /// Publishes sent to NATS.
+    pub forwarded: u64,
+    /// Publishes dropped because the buffer was full.
+    pub dropped: u64,
+    /// Publishes NATS refused (past its max_payload, say).
+    pub failed: u64,
+    /// Messages from other nodes published here.
+    pub received: u64,
+    /// Copies of a message heard by a second overlapping filter, ignored.
+    pub duplicates: u64,
+    /// Messages whose subject names no topic, ignored.
+    pub invalid: u64,
+    /// Messages from other nodes this node's topics refused (overloaded).
+    pub refused: u64,
+}
+
+/// A node heard on NATS.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerStatus {
+    /// Its name.
+    pub node: String,
+    /// Milliseconds since it was last heard.
+    pub last_seen_ms: u64,
+    /// Heard within the last ten seconds.
+    pub up: bool,
+}

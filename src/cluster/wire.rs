@@ -1,0 +1,199 @@
+//! A published message's headers and flags as NATS headers, and back.
+//!
+//! The payload travels as it is, so that any NATS client can watch a
+//! cluster's traffic (`nats sub 'wharf.t.>'`) or publish into it. The
+//! message's flags are headers of their own, written only when they are
+//! not the default: `Wharf-Retain: 1`, `Wharf-Priority: high`,
+//! `Wharf-Qos: 1`; `Wharf-Node` names the node it was published on. A
+//! Wharf header travels under its own name when NATS can carry it (a name
+//! of printable ASCII without `:` that does not start with `Wharf-`, a
+//! value without CR or LF); any other is one `Wharf-H` header holding
+//! `name=value`, each side percent-escaped. The codec does no I/O.
+
+use async_nats::HeaderMap;
+
+use crate::protocol::frame::{Headers, Priority};
+
+/// Marks a retained message (`1`).
+pub const RETAIN: &str = "Wharf-Retain";
+/// The message's lane when not normal (`high`).
+pub const PRIORITY: &str = "Wharf-Priority";
+/// The MQTT quality of service the publisher asked for, when not 0.
+pub const QOS: &str = "Wharf-Qos";
+/// The node the message was published on.
+pub const NODE: &str = "Wharf-Node";
+/// A Wharf header NATS cannot carry under its own name.
+pub const ESCAPED: &str = "Wharf-H";
+
+/// What a message's flags are, besides its headers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// Keep as the topic's retained message.
+    pub retain: bool,
+    /// The lane at the subscribers.
+    pub priority: Priority,
+    /// The publisher's MQTT quality of service.
+    pub qos: u8,
+}
+
+fn carried_as_is(name: &str, value: &str) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
+        && !name
+            .get(..6)
+            .is_some_and(|p| p.eq_ignore_ascii_case("wharf-"))
+        && !value.contains(['\r', '\n'])
+}
+
+fn escape(s: &str, out: &mut String) {
+    for &b in s.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+fn unescape(s: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            bytes.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The NATS headers of a message published on `node`.
+pub fn encode(node: &str, headers: &Headers, flags: Flags) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    map.insert(NODE, node);
+    if flags.retain {
+        map.insert(RETAIN, "1");
+    }
+    if flags.priority == Priority::High {
+        map.insert(PRIORITY, "high");
+    }
+    if flags.qos > 0 {
+        map.insert(QOS, flags.qos.to_string());
+    }
+    for (name, value) in headers {
+        if carried_as_is(name, value) {
+            map.insert(name.as_str(), value.as_str());
+        } else {
+            let mut both = String::with_capacity(name.len() + value.len() + 8);
+            escape(name, &mut both);
+            both.push('=');
+            escape(value, &mut both);
+            map.append(ESCAPED, both);
+        }
+    }
+    map
+}
+
+/// A received message's Wharf headers, flags and origin node. Headers
+/// from other NATS clients are taken as they are (the last value of a
+/// repeated name); `Wharf-` headers that do not parse are left out.
+pub fn decode(map: Option<&HeaderMap>) -> (Headers, Flags, Option<String>) {
+    let mut headers = Headers::new();
+    let mut flags = Flags::default();
+    let mut node = None;
+    let Some(map) = map else {
+        return (headers, flags, node);
+    };
+    for (name, values) in map.iter() {
+        let Ok(name) = std::str::from_utf8(name.as_ref()) else {
+            continue;
+        };
+        let last = values.last().map(|v| v.as_str()).unwrap_or_default();
+        match name {
+            RETAIN => flags.retain = last == "1",
+            PRIORITY => {
+                if last == "high" {
+                    flags.priority = Priority::High;
+                }
+            }
+            QOS => flags.qos = last.parse::<u8>().unwrap_or(0).min(2),
+            NODE => node = Some(last.to_owned()),
+            ESCAPED => {
+                for v in values {
+                    if let Some((n, v)) = v.as_str().split_once('=')
+                        && let (Some(n), Some(v)) = (unescape(n), unescape(v))
+                    {
+                        headers.insert(n, v);
+                    }
+                }
+            }
+            _ if name.len() >= 6 && name[..6].eq_ignore_ascii_case("wharf-") => {}
+            _ => {
+                headers.insert(name.to_owned(), last.to_owned());
+            }
+        }
+    }
+    (headers, flags, node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn headers_and_flags_round_trip(
+            headers in prop::collection::btree_map(".{0,12}", ".{0,12}", 0..6),
+            retain in any::<bool>(),
+            high in any::<bool>(),
+            qos in 0u8..3,
+        ) {
+            let flags = Flags {
+                retain,
+                priority: if high { Priority::High } else { Priority::Normal },
+                qos,
+            };
+            let map = encode("node-a", &headers, flags);
+            let (h, f, node) = decode(Some(&map));
+            prop_assert_eq!(h, headers);
+            prop_assert_eq!(f, flags);
+            prop_assert_eq!(node.as_deref(), Some("node-a"));
+        }
+    }
+
+    #[test]
+    fn awkward_headers_are_escaped_and_plain_ones_are_not() {
+        let headers = Headers::from([
+            ("trace".to_owned(), "abc".to_owned()),
+            ("with:colon".to_owned(), "v".to_owned()),
+            ("Wharf-Retain".to_owned(), "1".to_owned()),
+            ("line".to_owned(), "a\r\nb".to_owned()),
+        ]);
+        let map = encode("n", &headers, Flags::default());
+        assert_eq!(map.get("trace").map(|v| v.as_str()), Some("abc"));
+        assert!(map.get("with:colon").is_none());
+        assert!(map.get(RETAIN).is_none(), "a user header is not a flag");
+        assert_eq!(map.get_all(ESCAPED).count(), 3);
+        let (h, f, _) = decode(Some(&map));
+        assert_eq!(h, headers);
+        assert!(!f.retain);
+    }
+
+    #[test]
+    fn messages_from_other_clients() {
+        assert_eq!(decode(None), (Headers::new(), Flags::default(), None));
+        let mut map = HeaderMap::new();
+        map.insert("k", "v");
+        map.insert(QOS, "7");
+        map.insert("Wharf-Unknown", "x");
+        let (h, f, _) = decode(Some(&map));
+        assert_eq!(h, Headers::from([("k".to_owned(), "v".to_owned())]));
+        assert_eq!(f.qos, 2);
+    }
+}

@@ -1,0 +1,145 @@
+//! `[cluster]`: the NATS servers that join Wharf nodes into one broker,
+//! and how this node introduces itself to them.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// `[cluster]` settings. With no `nats` servers listed, the broker is a
+/// single node and nothing here is used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// NATS server URLs (`nats://127.0.0.1:4222`, `tls://nats.internal`);
+    /// empty runs a single node.
+    pub nats: Vec<String>,
+    /// This node's name, unique in the cluster; empty takes the host
+    /// name with a random suffix.
+    pub node: String,
+    /// The first subject tokens of everything Wharf sends on NATS, so
+    /// that several clusters can share one NATS (`wharf` gives topics on
+    /// `wharf.t.>`).
+    pub prefix: String,
+    /// Refuse to start when NATS cannot be reached; `false` starts as a
+    /// single node and joins when NATS comes.
+    pub required: bool,
+    /// Cross-node publishes held while NATS is slow or away; past it they
+    /// are dropped and counted.
+    pub buffer: usize,
+    /// How long a start waits for NATS, and a subscribe for NATS to
+    /// confirm it, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// NATS user name (with `password`).
+    pub user: String,
+    /// NATS password (with `user`).
+    pub password: String,
+    /// NATS token.
+    pub token: String,
+    /// A NATS `.creds` file (JWT and NKEY seed), as `nsc` writes them.
+    pub creds: PathBuf,
+    /// CA certificate (PEM) that NATS's TLS certificate must chain to;
+    /// empty takes the system's.
+    pub tls_ca: PathBuf,
+    /// Client certificate (PEM) for NATS servers that verify clients,
+    /// with `tls_key`.
+    pub tls_cert: PathBuf,
+    /// The client certificate's private key (PEM).
+    pub tls_key: PathBuf,
+    /// Use TLS even when the URL says `nats://`.
+    pub tls_required: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            nats: Vec::new(),
+            node: String::new(),
+            prefix: "wharf".into(),
+            required: true,
+            buffer: 65_536,
+            connect_timeout_ms: 5_000,
+            user: String::new(),
+            password: String::new(),
+            token: String::new(),
+            creds: PathBuf::new(),
+            tls_ca: PathBuf::new(),
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
+            tls_required: false,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether this node is part of a cluster.
+    pub fn enabled(&self) -> bool {
+        !self.nats.is_empty()
+    }
+
+    /// Checks ranges and combinations, naming the key at fault.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            key: format!("cluster.{key}"),
+            reason,
+        };
+        for (i, url) in self.nats.iter().enumerate() {
+            if let Err(e) = url.parse::<async_nats::ServerAddr>() {
+                return Err(invalid(
+                    &format!("nats[{i}]"),
+                    format!("not a NATS server address ({url:?}): {e}"),
+                ));
+            }
+        }
+        if !crate::cluster::subject::valid_prefix(&self.prefix) {
+            return Err(invalid(
+                "prefix",
+                "must be NATS subject tokens (printable ASCII, no '*' or '>', \
+                 separated by single dots)"
+                    .into(),
+            ));
+        }
+        if !self.node.is_empty()
+            && (self.node.contains('.') || !crate::cluster::subject::valid_prefix(&self.node))
+        {
+            return Err(invalid(
+                "node",
+                "must be printable ASCII without '.', '*' or '>'".into(),
+            ));
+        }
+        if self.buffer == 0 || self.buffer > 1 << 24 {
+            return Err(invalid("buffer", "must be between 1 and 16777216".into()));
+        }
+        if self.connect_timeout_ms < 10 || self.connect_timeout_ms > 600_000 {
+            return Err(invalid(
+                "connect_timeout_ms",
+                "must be between 10 and 600000".into(),
+            ));
+        }
+        if self.user.is_empty() != self.password.is_empty() {
+            return Err(invalid("user", "user and password go together".into()));
+        }
+        let ways = [
+            !self.user.is_empty(),
+            !self.token.is_empty(),
+            !self.creds.as_os_str().is_empty(),
+        ];
+        if ways.iter().filter(|w| **w).count() > 1 {
+            return Err(invalid(
+                "creds",
+                "give one of user and password, token, or creds".into(),
+            ));
+        }
+        if self.tls_cert.as_os_str().is_empty() != self.tls_key.as_os_str().is_empty() {
+            return Err(invalid(
+                "tls_cert",
+                "tls_cert and tls_key go together".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,342 @@
+//! Nodes joined through a real `nats-server` (Debian's package, which
+//! .ci/run and scripts/test install): topics published on one node reach
+//! subscribers on the others once each, in order, with wildcards and
+//! MQTT QoS 1; NATS restarted under the nodes; a NATS that is not there
+//! at start; `GET /admin/cluster`.
+
+use crate::common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::raw_mqtt::{self, Raw};
+use common::{LONG, TestBroker, block_on, eventually, http};
+use wharf::client::{Client, ClientOptions, Subscription};
+use wharf::protocol::mqtt::{Packet, Publish};
+
+/// A `nats-server` on a loopback port, killed on drop.
+struct Nats {
+    port: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Nats {
+    fn start() -> Nats {
+        let mut n = Nats {
+            port: free_port(),
+            child: None,
+        };
+        n.restart();
+        n
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port and waits until it accepts.
+    fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server is not installed: apt-get install nats-server (./scripts/test does)");
+        self.child = Some(child);
+        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
+        let deadline = Instant::now() + LONG;
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn node(nats: &str, name: &str) -> TestBroker {
+    let (nats, name) = (nats.to_owned(), name.to_owned());
+    TestBroker::start(move |c| {
+        c.cluster.nats = vec![nats];
+        c.cluster.node = name;
+        c.cluster.connect_timeout_ms = 2_000;
+    })
+}
+
+fn tcp_node(nats: &str, name: &str) -> TestBroker {
+    let (nats, name) = (nats.to_owned(), name.to_owned());
+    TestBroker::start_tcp(move |c| {
+        c.cluster.nats = vec![nats];
+        c.cluster.node = name;
+    })
+}
+
+fn status(b: &TestBroker) -> serde_json::Value {
+    let (code, body) = http(b.addr, "GET", "/admin/cluster", "");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+async fn client(b: &TestBroker) -> Client {
+    Client::connect(&b.ws_url(), ClientOptions::default())
+        .await
+        .unwrap()
+}
+
+/// The payloads `sub` receives until `quiet` passes with nothing more.
+async fn drain(sub: &mut Subscription, quiet: Duration) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Some(m) = sub.recv_timeout(quiet).await {
+        got.push(String::from_utf8_lossy(&m.payload).into_owned());
+    }
+    got
+}
+
+#[test]
+fn a_publish_on_any_node_reaches_every_matching_subscription_once_in_order() {
+    let nats = Nats::start();
+    let (a, b, c) = (
+        node(&nats.url(), "a"),
+        node(&nats.url(), "b"),
+        node(&nats.url(), "c"),
+    );
+    block_on(async {
+        let (ca, cb, cc) = (client(&a).await, client(&b).await, client(&c).await);
+        // Overlapping filters on one node: each subscription gets its
+        // copy, the node hears the message once.
+        let mut a_plus = ca.subscribe("sensors/+/temp").await.unwrap();
+        let mut a_hash = ca.subscribe("sensors/#").await.unwrap();
+        let mut b_exact = cb.subscribe("sensors/kitchen/temp").await.unwrap();
+        let mut b_other = cb.subscribe("sensors/hall/temp").await.unwrap();
+        let mut c_all = cc.subscribe("#").await.unwrap();
+        let escaped = "sensors/kitchen/temp";
+        for i in 0..200 {
+            cc.publish(escaped, format!("{i}")).await.unwrap();
+        }
+        // A name NATS reserves characters of, published on b.
+        cb.publish("sensors/a.b */temp", "odd").await.unwrap();
+        let want: Vec<String> = (0..200).map(|i| i.to_string()).collect();
+        let quiet = Duration::from_millis(700);
+        let mut a_plus_got = drain(&mut a_plus, quiet).await;
+        let mut a_hash_got = drain(&mut a_hash, quiet).await;
+        let b_got = drain(&mut b_exact, quiet).await;
+        let mut c_got = drain(&mut c_all, quiet).await;
+        for (name, got) in [
+            ("a sensors/+/temp", &mut a_plus_got),
+            ("a sensors/#", &mut a_hash_got),
+            ("c #", &mut c_got),
+        ] {
+            // Another publisher, another topic: no order between them.
+            let odd = got.iter().position(|m| m == "odd");
+            assert!(odd.is_some(), "{name} heard the odd name");
+            got.remove(odd.unwrap_or_default());
+            assert_eq!(*got, want, "{name}");
+        }
+        assert_eq!(b_got, want, "b's exact subscription");
+        assert!(b_other.try_recv().is_none());
+        // No copy came back to the publishing node, nor twice to a.
+        let sa = status(&a);
+        assert_eq!(sa["received"], 201, "{sa}");
+        assert!(sa["duplicates"].as_u64().unwrap() >= 201, "{sa}");
+        let sc = status(&c);
+        assert_eq!(sc["received"], 1, "{sc}");
+        assert_eq!(sc["forwarded"], 200, "{sc}");
+        assert_eq!(sc["dropped"], 0, "{sc}");
+    });
+    for n in [a, b, c] {
+        n.stop().unwrap();
+    }
+}
+
+#[test]
+fn mqtt_qos1_and_native_clients_on_different_nodes() {
+    let nats = Nats::start();
+    let (a, b) = (tcp_node(&nats.url(), "a"), tcp_node(&nats.url(), "b"));
+    let (mut sub, code) = Raw::connect(a.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "sub-on-a"));
+    assert_eq!(code, 0);
+    sub.send(&Packet::subscribe(1, vec![("m/+/x".into(), 1)]));
+    assert!(matches!(sub.recv(), Some(Packet::SubAck(_))));
+    let (mut publisher, code) =
+        Raw::connect(b.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "pub-on-b"));
+    assert_eq!(code, 0);
+    for i in 0..20u16 {
+        publisher.send(&Packet::Publish(Publish {
+            dup: false,
+            qos: 1,
+            retain: false,
+            topic: "m/k/x".into(),
+            pid: Some(i + 1),
+            payload: format!("q{i}").into_bytes().into(),
+            props: Default::default(),
+        }));
+    }
+    let mut got = Vec::new();
+    while got.len() < 20 {
+        match sub.recv() {
+            Some(Packet::Publish(p)) => {
+                assert_eq!(p.qos, 1, "QoS 1 end to end");
+                sub.send(&Packet::puback(p.pid.unwrap()));
+                got.push(String::from_utf8_lossy(&p.payload).into_owned());
+            }
+            other => panic!("expected a publish, got {other:?}"),
+        }
+    }
+    assert_eq!(got, (0..20).map(|i| format!("q{i}")).collect::<Vec<_>>());
+    // And a native subscriber on b hears an MQTT publish from a.
+    block_on(async {
+        let cb = client(&b).await;
+        let mut s = cb.subscribe("from/mqtt").await.unwrap();
+        let (mut p, _) = Raw::connect(a.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "p2"));
+        p.send(&Packet::Publish(Publish {
+            dup: false,
+            qos: 0,
+            retain: false,
+            topic: "from/mqtt".into(),
+            pid: None,
+            payload: b"hi".to_vec().into(),
+            props: Default::default(),
+        }));
+        let m = s.recv_timeout(LONG).await.expect("the MQTT publish on a");
+        assert_eq!(&m.payload[..], b"hi");
+    });
+}
+
+/// Publishes on `from` until `sub` hears one (a reconnecting node may
+/// miss the first): core NATS keeps nothing for a node that is away.
+async fn until_heard(from: &Client, topic: &str, sub: &mut Subscription) -> bool {
+    let deadline = Instant::now() + LONG;
+    while Instant::now() < deadline {
+        from.publish(topic, "probe").await.unwrap();
+        if sub.recv_timeout(Duration::from_millis(200)).await.is_some() {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn nodes_carry_on_alone_while_nats_is_away_and_rejoin_when_it_returns() {
+    let mut nats = Nats::start();
+    let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
+    block_on(async {
+        let (ca, cb) = (client(&a).await, client(&b).await);
+        let mut on_a = ca.subscribe("r/#").await.unwrap();
+        let mut on_b = cb.subscribe("r/#").await.unwrap();
+        assert!(until_heard(&ca, "r/1", &mut on_b).await, "before the restart");
+        drain(&mut on_a, Duration::from_millis(100)).await;
+        drain(&mut on_b, Duration::from_millis(100)).await;
+        nats.kill();
+        assert!(
+            eventually(LONG, || status(&a)["state"] != "connected").await,
+            "a notices NATS is gone"
+        );
+        // Local delivery carries on.
+        ca.publish("r/local", "still here").await.unwrap();
+        let m = on_a.recv_timeout(LONG).await.expect("local delivery");
+        assert_eq!(&m.payload[..], b"still here");
+        nats.restart();
+        for n in [&a, &b] {
+            assert!(
+                eventually(LONG, || status(n)["state"] == "connected").await,
+                "reconnected: {}",
+                status(n)
+            );
+        }
+        assert!(until_heard(&ca, "r/2", &mut on_b).await, "after the restart");
+        assert!(status(&a)["connects"].as_u64().unwrap() >= 2);
+    });
+}
+
+#[test]
+fn a_missing_nats_stops_the_start_unless_the_cluster_is_optional() {
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let refused = node(&url, "a").stop().expect_err("no NATS, required");
+    let text = refused.to_string();
+    assert!(text.contains("cannot reach NATS"), "{text}");
+    assert!(text.contains("cluster.required"), "{text}");
+
+    let optional = {
+        let url = url.clone();
+        TestBroker::start(move |c| {
+            c.cluster.nats = vec![url];
+            c.cluster.node = "lonely".into();
+            c.cluster.required = false;
+        })
+    };
+    let s = status(&optional);
+    assert_eq!(s["enabled"], true);
+    assert_ne!(s["state"], "connected", "{s}");
+    block_on(async {
+        let c = client(&optional).await;
+        let mut sub = c.subscribe("x").await.unwrap();
+        c.publish("x", "alone").await.unwrap();
+        assert!(sub.recv_timeout(LONG).await.is_some(), "local delivery");
+        // NATS arrives: the node joins and hears the others.
+        let mut nats = Nats {
+            port,
+            child: None,
+        };
+        nats.restart();
+        assert!(
+            eventually(LONG, || status(&optional)["state"] == "connected").await,
+            "{}",
+            status(&optional)
+        );
+        let other = node(&url, "other");
+        let co = client(&other).await;
+        assert!(until_heard(&co, "x", &mut sub).await);
+        drop(co);
+        other.stop().unwrap();
+    });
+}
+
+#[test]
+fn admin_cluster_shows_nodes_link_and_counts() {
+    let single = TestBroker::start(|_| {});
+    let s = status(&single);
+    assert_eq!(s["enabled"], false, "{s}");
+    assert_eq!(s["state"], "off", "{s}");
+
+    let nats = Nats::start();
+    let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
+    assert!(
+        common::wait_until(LONG, || {
+            status(&a)["peers"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["node"] == "b" && p["up"] == true))
+        }),
+        "a hears b: {}",
+        status(&a)
+    );
+    block_on(async {
+        let cb = client(&b).await;
+        let _sub = cb.subscribe("admin/+/x").await.unwrap();
+        let s = status(&b);
+        assert_eq!(s["node"], "b");
+        assert_eq!(s["state"], "connected");
+        assert_eq!(s["filters"], serde_json::json!(["admin/+/x"]), "{s}");
+        assert_eq!(s["subjects"], serde_json::json!(["wharf.t.admin.*.x"]), "{s}");
+    });
+}
