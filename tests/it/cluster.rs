@@ -46,7 +46,12 @@ impl Nats {
     /// Starts (again) on the same port and waits until it accepts.
     fn restart(&mut self) {
         self.kill();
-        let child = Command::new("nats-server")
+        // Debian installs it in /usr/sbin, not on every user's PATH.
+        let program = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .unwrap_or("nats-server");
+        let child = Command::new(program)
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
