@@ -346,26 +346,10 @@ impl Link {
         Listed { filters, subjects }
     }
 
-    /// Drops the subscriptions of `unused` filters that were not wanted
-    /// again since they were listed and that no newer filter overlaps.
+    /// Drops the subscriptions of `unused` filters that [`releasable`]
+    /// lets go.
     fn release(&mut self, unused: Vec<(u64, u64)>) -> usize {
-        let mut gone = Vec::new();
-        for (id, generation) in unused {
-            let Some(l) = self.filters.get(&id) else {
-                continue;
-            };
-            if l.generation != generation {
-                continue;
-            }
-            let overlapped = self
-                .filters
-                .iter()
-                .any(|(other, o)| *other > id && routing::overlaps(&l.filter, &o.filter));
-            if overlapped {
-                continue;
-            }
-            gone.push(id);
-        }
+        let gone = releasable(&self.filters, unused);
         if gone.is_empty() {
             return 0;
         }
@@ -406,6 +390,30 @@ impl Link {
         }
         Some(topic)
     }
+}
+
+/// Which of the `unused` filters (id, generation when listed) may stop
+/// being heard: those not wanted again since they were listed, and that
+/// no newer filter overlaps (a topic both match is taken from the older
+/// one's stream; dropping it would move the topic to another stream
+/// mid-flow).
+fn releasable(filters: &HashMap<u64, Listening>, unused: Vec<(u64, u64)>) -> Vec<u64> {
+    let mut gone = Vec::new();
+    for (id, generation) in unused {
+        let Some(l) = filters.get(&id) else {
+            continue;
+        };
+        if l.generation != generation {
+            continue;
+        }
+        let overlapped = filters
+            .iter()
+            .any(|(other, o)| *other > id && routing::overlaps(&l.filter, &o.filter));
+        if !overlapped {
+            gone.push(id);
+        }
+    }
+    gone
 }
 
 /// The link's loop: commands, messages from other nodes, hellos, until
@@ -489,5 +497,41 @@ async fn serve(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listening(filters: &[(u64, &str, u64)]) -> HashMap<u64, Listening> {
+        filters
+            .iter()
+            .map(|(id, f, generation)| {
+                (
+                    *id,
+                    Listening {
+                        filter: (*f).to_owned(),
+                        subjects: Vec::new(),
+                        generation: *generation,
+                        confirmed: Arc::default(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_filter_is_released_only_unwanted_since_listed_and_not_overlapped_by_a_newer_one() {
+        let f = listening(&[(1, "a/#", 1), (2, "a/b", 2), (3, "x/+", 3), (4, "y", 9)]);
+        // a/# is overlapped by the newer a/b: kept. a/b overlaps only the
+        // older a/#: released. x/+ overlaps nothing: released. y was
+        // wanted again (generation 9, listed at 4): kept. 5 is unknown.
+        let mut gone = releasable(&f, vec![(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]);
+        gone.sort_unstable();
+        assert_eq!(gone, [2, 3]);
+        // Once a/b is gone, a/# may go too.
+        let f = listening(&[(1, "a/#", 1)]);
+        assert_eq!(releasable(&f, vec![(1, 1)]), [1]);
     }
 }

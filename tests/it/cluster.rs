@@ -345,3 +345,27 @@ fn admin_cluster_shows_nodes_link_and_counts() {
         assert_eq!(s["subjects"], serde_json::json!(["wharf.t.admin.*.x"]), "{s}");
     });
 }
+
+#[test]
+fn filters_nobody_uses_any_more_stop_being_heard() {
+    let nats = Nats::start();
+    let b = node(&nats.url(), "b");
+    block_on(async {
+        let keep = client(&b).await;
+        let _kept = keep.subscribe("kept/+").await.unwrap();
+        let gone = client(&b).await;
+        let _sub = gone.subscribe("gone/+").await.unwrap();
+        let filters = || status(&b)["filters"].clone();
+        assert_eq!(filters(), serde_json::json!(["kept/+", "gone/+"]));
+        drop(_sub);
+        drop(gone);
+        // The reconciler runs every 10 s.
+        assert!(
+            eventually(Duration::from_secs(30), || filters()
+                == serde_json::json!(["kept/+"]))
+            .await,
+            "{}",
+            status(&b)
+        );
+    });
+}
