@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,11 @@ fn node_name(config: &ClusterConfig) -> String {
     format!("{host}-{}", &random[random.len() - 6..])
 }
 
-async fn options(config: &ClusterConfig, node: &str) -> Result<async_nats::ConnectOptions, ClusterError> {
+async fn options(
+    config: &ClusterConfig,
+    node: &str,
+    lost: Arc<AtomicU64>,
+) -> Result<async_nats::ConnectOptions, ClusterError> {
     let mut o = if !config.creds.as_os_str().is_empty() {
         async_nats::ConnectOptions::with_credentials_file(&config.creds)
             .await
@@ -84,20 +88,33 @@ async fn options(config: &ClusterConfig, node: &str) -> Result<async_nats::Conne
         // A node's own publishes never come back to it.
         .no_echo()
         .connection_timeout(timeout)
+        .subscription_capacity(config.inbound_buffer)
         .max_reconnects(None)
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis((100u64 << attempts.min(5) as u32).min(2_000))
         })
-        .event_callback(|event| async move {
-            match event {
-                async_nats::Event::Connected => tracing::info!("cluster: connected to NATS"),
-                async_nats::Event::Disconnected => {
-                    tracing::warn!("cluster: NATS connection lost; local delivery carries on")
+        .event_callback(move |event| {
+            let lost = lost.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => tracing::info!("cluster: connected to NATS"),
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("cluster: NATS connection lost; local delivery carries on")
+                    }
+                    // One event per message the client dropped: counted,
+                    // and said once per power of two.
+                    async_nats::Event::SlowConsumer(_) => {
+                        let n = lost.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n.is_power_of_two() {
+                            tracing::warn!(
+                                lost = n,
+                                "cluster: this node fell behind the messages of other nodes \
+                                 ([cluster] inbound_buffer is full); messages were lost"
+                            );
+                        }
+                    }
+                    other => tracing::info!("cluster: NATS: {other}"),
                 }
-                async_nats::Event::SlowConsumer(sid) => {
-                    tracing::warn!(sid, "cluster: a NATS subscription fell behind; messages were lost")
-                }
-                other => tracing::info!("cluster: NATS: {other}"),
             }
         });
     if !config.required {
@@ -139,7 +156,8 @@ async fn run(
     started: oneshot::Sender<Result<Cluster, ClusterError>>,
 ) {
     let node = node_name(&config);
-    let options = match options(&config, &node).await {
+    let lost = Arc::new(AtomicU64::new(0));
+    let options = match options(&config, &node, lost.clone()).await {
         Ok(o) => o,
         Err(e) => {
             let _ = started.send(Err(e));
@@ -185,6 +203,7 @@ async fn run(
         outbound,
         control,
         counters: super::Counters::default(),
+        lost,
         confirm: Duration::from_millis(config.connect_timeout_ms),
         peers: Default::default(),
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),

@@ -121,6 +121,9 @@ struct Shared {
     outbound: mpsc::Sender<Outbound>,
     control: mpsc::Sender<Control>,
     counters: Counters,
+    /// Messages from other nodes the NATS client dropped because the
+    /// link fell behind (its event callback counts them).
+    lost: Arc<AtomicU64>,
     /// How long a subscribe waits for NATS to confirm it.
     confirm: Duration,
     /// Other nodes by name, with when they were last heard.
@@ -311,6 +314,7 @@ impl Cluster {
             duplicates: c.duplicates.load(Ordering::Relaxed),
             invalid: c.invalid.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
+            lost: s.lost.load(Ordering::Relaxed),
         }
     }
 
@@ -371,6 +375,9 @@ pub struct ClusterStatus {
     pub invalid: u64,
     /// Messages from other nodes this node's topics refused (overloaded).
     pub refused: u64,
+    /// Messages from other nodes lost because this node fell behind
+    /// (`[cluster] inbound_buffer` was full).
+    pub lost: u64,
 }
 
 /// A node heard on NATS.

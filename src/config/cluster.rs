@@ -28,6 +28,10 @@ pub struct ClusterConfig {
     /// Cross-node publishes held while NATS is slow or away; past it they
     /// are dropped and counted.
     pub buffer: usize,
+    /// Messages from other nodes held per filter while this node catches
+    /// up; past it they are lost and counted (core NATS cannot slow the
+    /// publisher down).
+    pub inbound_buffer: usize,
     /// How long a start waits for NATS, and a subscribe for NATS to
     /// confirm it, in milliseconds.
     pub connect_timeout_ms: u64,
@@ -59,6 +63,7 @@ impl Default for ClusterConfig {
             prefix: "wharf".into(),
             required: true,
             buffer: 65_536,
+            inbound_buffer: 262_144,
             connect_timeout_ms: 5_000,
             user: String::new(),
             password: String::new(),
@@ -113,6 +118,12 @@ impl ClusterConfig {
         }
         if self.buffer == 0 || self.buffer > 1 << 24 {
             return Err(invalid("buffer", "must be between 1 and 16777216".into()));
+        }
+        if self.inbound_buffer == 0 || self.inbound_buffer > 1 << 24 {
+            return Err(invalid(
+                "inbound_buffer",
+                "must be between 1 and 16777216".into(),
+            ));
         }
         if self.connect_timeout_ms < 10 || self.connect_timeout_ms > 600_000 {
             return Err(invalid(

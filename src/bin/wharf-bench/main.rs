@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+mod cluster;
 mod jobs;
 mod mqtt;
 mod progress;
@@ -103,6 +104,10 @@ struct Args {
     /// Only the rules scenarios (each against brokers it starts).
     #[arg(long)]
     rules_only: bool,
+    /// Only the cluster scenarios: three nodes joined by a nats-server it
+    /// starts, against one node.
+    #[arg(long)]
+    cluster_only: bool,
     /// Jobs per jobs scenario (0 skips them).
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
@@ -196,6 +201,18 @@ fn throughput(args: &Args, url: &str, topic: &str, subs: usize) -> Row {
 
 /// [`throughput`], with the deliveries per second as a number.
 pub(crate) fn throughput_rate(args: &Args, url: &str, topic: &str, subs: usize) -> (Row, f64) {
+    throughput_spread(args, url, &[url.to_owned()], topic, subs)
+}
+
+/// [`throughput_rate`] with the publisher on `url` and the subscribers
+/// spread over `sub_urls` in turn (cluster nodes).
+pub(crate) fn throughput_spread(
+    args: &Args,
+    url: &str,
+    sub_urls: &[String],
+    topic: &str,
+    subs: usize,
+) -> (Row, f64) {
     let n = args.messages;
     let bar = progress::counted(format!("1 -> {subs}, {} B", args.size), n as u64);
     let threads = args.threads.clamp(1, subs.max(1));
@@ -206,15 +223,20 @@ pub(crate) fn throughput_rate(args: &Args, url: &str, topic: &str, subs: usize) 
     let done_at = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut handles = Vec::new();
+    let mut first = 0;
     for t in 0..threads {
         let count = subs / threads + usize::from(t < subs % threads);
-        let (url, topic, opts) = (url.to_owned(), topic.to_owned(), options(args));
+        let (topic, opts) = (topic.to_owned(), options(args));
+        let urls: Vec<String> = (first..first + count)
+            .map(|i| sub_urls[i % sub_urls.len()].clone())
+            .collect();
+        first += count;
         let (ready, received, done_at) = (ready_tx.clone(), received.clone(), done_at.clone());
         handles.push(std::thread::spawn(move || {
             actix_rt::System::new().block_on(async move {
                 let mut clients = Vec::new();
                 let mut streams = Vec::new();
-                for _ in 0..count {
+                for url in urls {
                     let c = Client::connect(&url, opts.clone())
                         .await
                         .expect("subscriber connects");
@@ -313,12 +335,19 @@ pub(crate) fn throughput_rate(args: &Args, url: &str, topic: &str, subs: usize) 
 
 /// Publishes at `rate` for `secs` and measures publish-to-delivery delay.
 fn latency(args: &Args, url: &str) -> Row {
+    latency_between(args, url, url)
+}
+
+/// [`latency`] with the publisher on `url` and the subscriber on
+/// `sub_url` (another cluster node).
+pub(crate) fn latency_between(args: &Args, url: &str, sub_url: &str) -> Row {
     let (url, opts, rate, secs) = (url.to_owned(), options(args), args.rate, args.latency_secs);
+    let sub_url = sub_url.to_owned();
     let _bar = progress::scenario(format!("latency at {rate} msg/s, {secs} s"));
     let cpu = Cpu::start(args.pid);
     let mut samples = actix_rt::System::new().block_on(async move {
         let base = Instant::now();
-        let sub = Client::connect(&url, opts.clone())
+        let sub = Client::connect(&sub_url, opts.clone())
             .await
             .expect("subscriber connects");
         let mut s = sub.subscribe("bench/latency").await.expect("subscribe");
@@ -585,7 +614,15 @@ fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned,
             break rest.split_whitespace().next().expect("address").to_owned();
         }
     };
-    std::thread::spawn(move || for _ in lines {});
+    // The broker's warnings (a slow consumer, a dropped connection) go
+    // to stderr: a run that lost messages says why.
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("broker: {line}");
+            }
+        }
+    });
     (
         Spawned {
             child,
@@ -632,6 +669,10 @@ fn main() {
     }
     if args.rules_only {
         print_rows(rules::scenarios(&args));
+        return;
+    }
+    if args.cluster_only {
+        print_rows(cluster::scenarios(&args));
         return;
     }
     if !args.queues_only {

@@ -1,0 +1,145 @@
+//! The cluster scenarios: one publisher on node a and the fan-out's
+//! subscribers all on a, or spread over a, b and c (three nodes joined by
+//! a nats-server this run starts), against one node without a cluster;
+//! and the delay of a hop to another node. Broker CPU is summed over the
+//! nodes and nats-server, and given per delivery.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Args, Row, cpu_seconds, latency_between, spawn_broker_in, throughput_spread};
+
+/// A nats-server on a free loopback port, killed on drop.
+struct Nats {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_nats() -> Option<Nats> {
+    let program = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("nats-server"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .ok()?
+        .port();
+    let child = Command::new(program)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let nats = Nats {
+        child,
+        url: format!("nats://127.0.0.1:{port}"),
+    };
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(nats)
+}
+
+/// CPU seconds of several processes together.
+fn cpu_of(pids: &[u32]) -> f64 {
+    pids.iter().filter_map(|p| cpu_seconds(*p)).sum()
+}
+
+/// Runs `f` and puts the CPU of `pids` (in cores) in its row, with the
+/// broker CPU per delivery when `rate` (deliveries/s) is known.
+fn measured(pids: &[u32], f: impl FnOnce() -> (Row, Option<f64>)) -> Row {
+    let (wall, before) = (Instant::now(), cpu_of(pids));
+    let (mut row, rate) = f();
+    let cores = (cpu_of(pids) - before) / wall.elapsed().as_secs_f64().max(1e-9);
+    row.broker_cores = Some(cores);
+    if let Some(rate) = rate.filter(|r| *r > 0.0) {
+        row.result
+            .push_str(&format!(", {:.2} us of broker CPU per delivery", cores / rate * 1e6));
+    }
+    row
+}
+
+/// The scenarios; none when nats-server is missing (said on stderr).
+pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
+    let Some(nats) = start_nats() else {
+        eprintln!("wharf-bench: nats-server did not start (Debian: apt-get install nats-server)");
+        return Vec::new();
+    };
+    let base = std::env::temp_dir().join(format!("wharf-bench-{}-cluster", std::process::id()));
+    let (single, single_url) = spawn_broker_in(args, &base.join("single"), "");
+    let nodes: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| {
+            spawn_broker_in(
+                args,
+                &base.join(name),
+                &format!("[cluster]\nnats = [\"{}\"]\nnode = \"{name}\"\n", nats.url),
+            )
+        })
+        .collect();
+    let urls: Vec<String> = nodes.iter().map(|(_, u)| u.clone()).collect();
+    let mut pids: Vec<u32> = nodes.iter().map(|(s, _)| s.child.id()).collect();
+    pids.push(nats.child.id());
+    let mut a = args.clone();
+    a.pid = None;
+    let fan = args.fanout;
+    let mut rows = Vec::new();
+    let label = |mut r: Row, what: &str| {
+        r.scenario = format!("{what}: {}", r.scenario);
+        r
+    };
+    let (at_a, spread) = (&urls[..1], &urls[..]);
+    rows.push(label(
+        measured(&[single.child.id()], || {
+            let (r, rate) = throughput_spread(&a, &single_url, &[single_url.clone()], "bench/fan", fan);
+            (r, Some(rate))
+        }),
+        "one node, no cluster",
+    ));
+    rows.push(label(
+        measured(&pids, || {
+            let (r, rate) = throughput_spread(&a, &urls[0], at_a, "bench/fan", fan);
+            (r, Some(rate))
+        }),
+        "cluster, every subscriber on a",
+    ));
+    rows.push(label(
+        measured(&pids, || {
+            let (r, rate) = throughput_spread(&a, &urls[0], spread, "bench/fan", fan);
+            (r, Some(rate))
+        }),
+        "cluster, subscribers over a, b, c",
+    ));
+    rows.push(label(
+        measured(&[single.child.id()], || {
+            (latency_between(&a, &single_url, &single_url), None)
+        }),
+        "one node, no cluster",
+    ));
+    rows.push(label(
+        measured(&pids, || (latency_between(&a, &urls[0], &urls[0]), None)),
+        "cluster, publisher and subscriber on a",
+    ));
+    rows.push(label(
+        measured(&pids, || (latency_between(&a, &urls[0], &urls[1]), None)),
+        "cluster, publisher on a, subscriber on b",
+    ));
+    drop(nodes);
+    drop(single);
+    let _ = std::fs::remove_dir_all(&base);
+    rows
+}
