@@ -835,10 +835,7 @@ mod tests {
             ("[cluster]\nnode = \"a.b\"\n", "cluster.node"),
             ("[cluster]\nbuffer = 0\n", "cluster.buffer"),
             ("[cluster]\nuser = \"u\"\n", "cluster.user"),
-            (
-                "[cluster]\ntoken = \"t\"\ncreds = \"c\"\n",
-                "cluster.creds",
-            ),
+            ("[cluster]\ntoken = \"t\"\ncreds = \"c\"\n", "cluster.creds"),
         ];
         for (toml, key) in cases {
             let config = Config::from_toml(toml).unwrap();

@@ -125,7 +125,10 @@ async fn options(
 
 /// Starts the link's thread and waits for it to connect (or, without
 /// `required`, to begin trying).
-pub(super) async fn start(config: &ClusterConfig, broker: WeakBroker) -> Result<Cluster, ClusterError> {
+pub(super) async fn start(
+    config: &ClusterConfig,
+    broker: WeakBroker,
+) -> Result<Cluster, ClusterError> {
     let (started, start_answer) = oneshot::channel::<Result<Cluster, ClusterError>>();
     let config = config.clone();
     std::thread::Builder::new()
@@ -164,11 +167,8 @@ async fn run(
             return;
         }
     };
-    let urls: Vec<async_nats::ServerAddr> = config
-        .nats
-        .iter()
-        .filter_map(|u| u.parse().ok())
-        .collect();
+    let urls: Vec<async_nats::ServerAddr> =
+        config.nats.iter().filter_map(|u| u.parse().ok()).collect();
     let client = match options.connect(urls.as_slice()).await {
         Ok(c) => c,
         Err(e) => {
@@ -219,15 +219,7 @@ async fn run(
     }
     let (finish, finishing) = oneshot::channel();
     let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
-    serve(
-        &shared,
-        broker,
-        control_rx,
-        hello,
-        hello_subject,
-        stop_rx,
-    )
-    .await;
+    serve(&shared, broker, control_rx, hello, hello_subject, stop_rx).await;
     // Stopping: what the broker handed over is sent, then flushed.
     let _ = finish.send(());
     let _ = tokio::time::timeout(FLUSH_ON_STOP, async {
@@ -331,7 +323,12 @@ impl Link {
         let subjects = subject::filter_subjects(&self.prefix, &filter);
         let mut subs = Vec::with_capacity(subjects.len());
         for s in &subjects {
-            subs.push(client.subscribe(s.clone()).await.map_err(|e| e.to_string())?);
+            subs.push(
+                client
+                    .subscribe(s.clone())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
         }
         for sub in subs {
             self.inbound.push(Tagged { id, sub });
@@ -400,7 +397,8 @@ impl Link {
             }
         };
         let mut oldest = u64::MAX;
-        self.trie.for_each_match(&topic, |i| oldest = oldest.min(*i));
+        self.trie
+            .for_each_match(&topic, |i| oldest = oldest.min(*i));
         if oldest != id {
             // Heard by an older filter too (or by none that matches it,
             // a `$` topic under `#`).

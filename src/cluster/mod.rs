@@ -156,7 +156,10 @@ impl Cluster {
     ///
     /// # Errors
     /// [`ClusterError`].
-    pub async fn start(config: &ClusterConfig, broker: WeakBroker) -> Result<Cluster, ClusterError> {
+    pub async fn start(
+        config: &ClusterConfig,
+        broker: WeakBroker,
+    ) -> Result<Cluster, ClusterError> {
         link::start(config, broker).await
     }
 
@@ -209,7 +212,10 @@ impl Cluster {
                 return;
             }
             Ok(None) | Err(_) => {
-                tracing::warn!(filter, "cluster: the NATS link did not take the subscription in time");
+                tracing::warn!(
+                    filter,
+                    "cluster: the NATS link did not take the subscription in time"
+                );
                 return;
             }
         };
@@ -243,8 +249,7 @@ impl Cluster {
             return 0;
         }
         let (reply, answer) = oneshot::channel();
-        if s
-            .control
+        if s.control
             .send(Control::Release {
                 filters: unused,
                 reply,
@@ -325,7 +330,10 @@ impl Cluster {
             return;
         };
         let _ = stop.send(());
-        if stopped.recv_timeout(timeout + Duration::from_secs(1)).is_err() {
+        if stopped
+            .recv_timeout(timeout + Duration::from_secs(1))
+            .is_err()
+        {
             tracing::warn!("cluster: the NATS link did not stop in time");
         }
     }

@@ -56,7 +56,9 @@ impl Nats {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("nats-server is not installed: apt-get install nats-server (./scripts/test does)");
+            .expect(
+                "nats-server is not installed: apt-get install nats-server (./scripts/test does)",
+            );
         self.child = Some(child);
         let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
         let deadline = Instant::now() + LONG;
@@ -248,7 +250,10 @@ fn nodes_carry_on_alone_while_nats_is_away_and_rejoin_when_it_returns() {
         let (ca, cb) = (client(&a).await, client(&b).await);
         let mut on_a = ca.subscribe("r/#").await.unwrap();
         let mut on_b = cb.subscribe("r/#").await.unwrap();
-        assert!(until_heard(&ca, "r/1", &mut on_b).await, "before the restart");
+        assert!(
+            until_heard(&ca, "r/1", &mut on_b).await,
+            "before the restart"
+        );
         drain(&mut on_a, Duration::from_millis(100)).await;
         drain(&mut on_b, Duration::from_millis(100)).await;
         nats.kill();
@@ -268,7 +273,10 @@ fn nodes_carry_on_alone_while_nats_is_away_and_rejoin_when_it_returns() {
                 status(n)
             );
         }
-        assert!(until_heard(&ca, "r/2", &mut on_b).await, "after the restart");
+        assert!(
+            until_heard(&ca, "r/2", &mut on_b).await,
+            "after the restart"
+        );
         assert!(status(&a)["connects"].as_u64().unwrap() >= 2);
     });
 }
@@ -299,10 +307,7 @@ fn a_missing_nats_stops_the_start_unless_the_cluster_is_optional() {
         c.publish("x", "alone").await.unwrap();
         assert!(sub.recv_timeout(LONG).await.is_some(), "local delivery");
         // NATS arrives: the node joins and hears the others.
-        let mut nats = Nats {
-            port,
-            child: None,
-        };
+        let mut nats = Nats { port, child: None };
         nats.restart();
         assert!(
             eventually(LONG, || status(&optional)["state"] == "connected").await,
@@ -342,7 +347,11 @@ fn admin_cluster_shows_nodes_link_and_counts() {
         assert_eq!(s["node"], "b");
         assert_eq!(s["state"], "connected");
         assert_eq!(s["filters"], serde_json::json!(["admin/+/x"]), "{s}");
-        assert_eq!(s["subjects"], serde_json::json!(["wharf.t.admin.*.x"]), "{s}");
+        assert_eq!(
+            s["subjects"],
+            serde_json::json!(["wharf.t.admin.*.x"]),
+            "{s}"
+        );
     });
 }
 

@@ -67,8 +67,10 @@ fn measured(pids: &[u32], f: impl FnOnce() -> (Row, Option<f64>)) -> Row {
     let cores = (cpu_of(pids) - before) / wall.elapsed().as_secs_f64().max(1e-9);
     row.broker_cores = Some(cores);
     if let Some(rate) = rate.filter(|r| *r > 0.0) {
-        row.result
-            .push_str(&format!(", {:.2} us of broker CPU per delivery", cores / rate * 1e6));
+        row.result.push_str(&format!(
+            ", {:.2} us of broker CPU per delivery",
+            cores / rate * 1e6
+        ));
     }
     row
 }
@@ -105,7 +107,13 @@ pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
     let (at_a, spread) = (&urls[..1], &urls[..]);
     rows.push(label(
         measured(&[single.child.id()], || {
-            let (r, rate) = throughput_spread(&a, &single_url, &[single_url.clone()], "bench/fan", fan);
+            let (r, rate) = throughput_spread(
+                &a,
+                &single_url,
+                std::slice::from_ref(&single_url),
+                "bench/fan",
+                fan,
+            );
             (r, Some(rate))
         }),
         "one node, no cluster",
