@@ -16,8 +16,8 @@ use futures_util::stream::{SelectAll, Stream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, Outbound, Shared, subject,
-    wire,
+    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, Outbound, Shared, kv,
+    subject, wire,
 };
 use crate::broker::{Publish, WeakBroker};
 use crate::config::ClusterConfig;
@@ -205,9 +205,14 @@ async fn run(
         counters: super::Counters::default(),
         lost,
         confirm: Duration::from_millis(config.connect_timeout_ms),
+        retained: std::sync::OnceLock::new(),
         peers: Default::default(),
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
+    let bucket = retained_bucket(&shared.prefix);
+    if client.connection_state() == async_nats::connection::State::Connected {
+        ensure_bucket(&client, &bucket, &shared).await;
+    }
     tracing::info!(node = %node, nats = %config.nats.join(", "), "cluster: this node joins");
     if started
         .send(Ok(Cluster {
@@ -219,7 +224,16 @@ async fn run(
     }
     let (finish, finishing) = oneshot::channel();
     let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
-    serve(&shared, broker, control_rx, hello, hello_subject, stop_rx).await;
+    serve(
+        &shared,
+        broker,
+        bucket,
+        control_rx,
+        hello,
+        hello_subject,
+        stop_rx,
+    )
+    .await;
     // Stopping: what the broker handed over is sent, then flushed.
     let _ = finish.send(());
     let _ = tokio::time::timeout(FLUSH_ON_STOP, async {
@@ -228,6 +242,35 @@ async fn run(
     })
     .await;
     let _ = stopped.send(());
+}
+
+/// The retained bucket's name: the prefix's tokens joined by `_`.
+fn retained_bucket(prefix: &str) -> String {
+    format!("{}_retained", prefix.replace('.', "_"))
+}
+
+/// Finds or creates the retained bucket and from then on writes retained
+/// messages to it. Without JetStream on the NATS server, retained
+/// messages stay with each node (said each time it is tried).
+async fn ensure_bucket(client: &async_nats::Client, bucket: &str, shared: &Shared) -> bool {
+    if shared.retained.get().is_some() {
+        return true;
+    }
+    match tokio::time::timeout(shared.confirm, kv::ensure(client, bucket)).await {
+        Ok(Ok(())) => {
+            let _ = shared.retained.set(format!("$KV.{bucket}."));
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(
+                bucket,
+                "cluster: no retained bucket ({e}); retained messages stay with each node \
+                 until NATS has JetStream (nats-server -js)"
+            );
+            false
+        }
+        Err(_) => false,
+    }
 }
 
 /// Sends forwarded publishes to NATS in the order they were handed over,
@@ -253,11 +296,16 @@ async fn pump(
         let Some(m) = m else {
             break;
         };
-        match shared
-            .client
-            .publish_with_headers(m.subject, m.headers, m.payload)
-            .await
-        {
+        let sent = match m.headers {
+            Some(h) => {
+                shared
+                    .client
+                    .publish_with_headers(m.subject, h, m.payload)
+                    .await
+            }
+            None => shared.client.publish(m.subject, m.payload).await,
+        };
+        match sent {
             Ok(()) => c.forwarded.fetch_add(1, Ordering::Relaxed),
             Err(e) => {
                 tracing::debug!("cluster: NATS refused a publish: {e}");
@@ -301,6 +349,28 @@ struct Link {
     inbound: SelectAll<Tagged>,
     next_id: u64,
     generation: u64,
+    /// Filters whose retained messages are being read, by id.
+    syncing: HashMap<u64, Syncing>,
+}
+
+/// A filter whose retained messages are being read: the subscribes
+/// waiting for them, and the topics whose retained message changed live
+/// meanwhile (newer than what the read may bring).
+struct Syncing {
+    filter: String,
+    live: std::collections::HashSet<String>,
+    waiting: Vec<oneshot::Sender<Result<Arc<AtomicBool>, String>>>,
+}
+
+/// A subscribe's answer: now, or once the filter's retained messages are
+/// in.
+enum Wanted {
+    Now(Result<Arc<AtomicBool>, String>),
+    /// A new filter: read its retained messages (these key patterns),
+    /// then answer.
+    Sync(u64, Vec<String>),
+    /// Its retained messages are being read: answer with the others.
+    Later,
 }
 
 impl Link {
@@ -308,27 +378,30 @@ impl Link {
         &mut self,
         client: &async_nats::Client,
         filter: String,
-    ) -> Result<Arc<AtomicBool>, String> {
+        reply: &mut Option<oneshot::Sender<Result<Arc<AtomicBool>, String>>>,
+        retained: bool,
+    ) -> Wanted {
         self.generation += 1;
         if let Some(id) = self.by_filter.get(&filter) {
-            let l = self
-                .filters
-                .get_mut(id)
-                .ok_or_else(|| "cluster state lost a filter".to_owned())?;
+            if let Some(s) = self.syncing.get_mut(id) {
+                s.waiting.extend(reply.take());
+                return Wanted::Later;
+            }
+            let Some(l) = self.filters.get_mut(id) else {
+                return Wanted::Now(Err("cluster state lost a filter".to_owned()));
+            };
             l.generation = self.generation;
-            return Ok(l.confirmed.clone());
+            return Wanted::Now(Ok(l.confirmed.clone()));
         }
         self.next_id += 1;
         let id = self.next_id;
         let subjects = subject::filter_subjects(&self.prefix, &filter);
         let mut subs = Vec::with_capacity(subjects.len());
         for s in &subjects {
-            subs.push(
-                client
-                    .subscribe(s.clone())
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
+            match client.subscribe(s.clone()).await {
+                Ok(sub) => subs.push(sub),
+                Err(e) => return Wanted::Now(Err(e.to_string())),
+            }
         }
         for sub in subs {
             self.inbound.push(Tagged { id, sub });
@@ -339,13 +412,27 @@ impl Link {
         self.filters.insert(
             id,
             Listening {
-                filter,
+                filter: filter.clone(),
                 subjects,
                 generation: self.generation,
                 confirmed: confirmed.clone(),
             },
         );
-        Ok(confirmed)
+        if !retained {
+            return Wanted::Now(Ok(confirmed));
+        }
+        // The NATS subscription went out first on this connection: a
+        // retained message changed after the read is heard live.
+        let keys = subject::filter_keys(&filter);
+        self.syncing.insert(
+            id,
+            Syncing {
+                filter,
+                live: Default::default(),
+                waiting: reply.take().into_iter().collect(),
+            },
+        );
+        Wanted::Sync(id, keys)
     }
 
     fn list(&self) -> Listed {
@@ -382,6 +469,62 @@ impl Link {
             .collect();
         self.inbound = kept.into_iter().collect();
         gone.len()
+    }
+
+    /// Puts a filter's retained messages, read from the bucket, into the
+    /// local topics, then answers the subscribes waiting for them. A
+    /// topic another (already heard) filter covers, or whose retained
+    /// message changed live during the read, is current already.
+    async fn synced(
+        &mut self,
+        broker: &crate::broker::Broker,
+        id: u64,
+        result: Result<super::Synced, String>,
+    ) {
+        let Some(s) = self.syncing.remove(&id) else {
+            return;
+        };
+        match result {
+            Ok(entries) => {
+                for (topic, value) in entries {
+                    if s.live.contains(&topic) {
+                        continue;
+                    }
+                    let mut covered = false;
+                    self.trie.for_each_match(&topic, |i| {
+                        covered |= *i != id && !self.syncing.contains_key(i);
+                    });
+                    if covered {
+                        continue;
+                    }
+                    let (payload, headers, flags) = value.unwrap_or_default();
+                    let publish = Publish {
+                        topic,
+                        payload,
+                        headers,
+                        retain: true,
+                        priority: flags.priority,
+                        qos: flags.qos,
+                        origin: 0,
+                    };
+                    if let Err(e) = broker.publish_remote(publish).await {
+                        tracing::debug!("cluster: a retained message was not restored: {e}");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(
+                filter = %s.filter,
+                "cluster: the retained messages were not read: {e}"
+            ),
+        }
+        let confirmed = self.filters.get(&id).map(|l| l.confirmed.clone());
+        for w in s.waiting {
+            let _ = w.send(
+                confirmed
+                    .clone()
+                    .ok_or_else(|| "filter released".to_owned()),
+            );
+        }
     }
 
     /// The topic `msg` is about, if this copy is the one to publish: the
@@ -438,6 +581,7 @@ fn releasable(filters: &HashMap<u64, Listening>, unused: Vec<(u64, u64)>) -> Vec
 async fn serve(
     shared: &Arc<Shared>,
     broker: WeakBroker,
+    bucket: String,
     mut control: mpsc::Receiver<Control>,
     mut hello: async_nats::Subscriber,
     hello_subject: String,
@@ -452,6 +596,7 @@ async fn serve(
         inbound: SelectAll::new(),
         next_id: 0,
         generation: 0,
+        syncing: HashMap::new(),
     };
     let mut tick = tokio::time::interval(HELLO_EVERY);
     let hello_payload = bytes::Bytes::from(shared.node.clone());
@@ -462,7 +607,36 @@ async fn serve(
             _ = &mut stop => break,
             cmd = control.recv() => match cmd {
                 Some(Control::Want { filter, reply }) => {
-                    let _ = reply.send(link.want(&client, filter).await);
+                    let has_bucket = shared.retained.get().is_some()
+                        || (client.connection_state() == async_nats::connection::State::Connected
+                            && ensure_bucket(&client, &bucket, shared).await);
+                    let mut reply = Some(reply);
+                    match link.want(&client, filter, &mut reply, has_bucket).await {
+                        Wanted::Now(answer) => {
+                            if let Some(r) = reply {
+                                let _ = r.send(answer);
+                            }
+                        }
+                        Wanted::Later => {}
+                        Wanted::Sync(id, keys) => {
+                            let (client, bucket, back) =
+                                (client.clone(), bucket.clone(), shared.control.clone());
+                            let limit = shared.confirm;
+                            tokio::spawn(async move {
+                                let read = kv::read(&client, &bucket, &keys, limit);
+                                let result = tokio::time::timeout(limit, read)
+                                    .await
+                                    .unwrap_or_else(|_| Err("timed out".into()));
+                                let _ = back.send(Control::Synced { id, result }).await;
+                            });
+                        }
+                    }
+                }
+                Some(Control::Synced { id, result }) => {
+                    let Some(broker) = broker.upgrade() else {
+                        break;
+                    };
+                    link.synced(&broker, id, result).await;
                 }
                 Some(Control::List { reply }) => {
                     let _ = reply.send(link.list());
@@ -480,6 +654,13 @@ async fn serve(
                     break;
                 };
                 let (headers, flags, _node) = wire::decode(msg.headers.as_ref());
+                if flags.retain {
+                    for s in link.syncing.values_mut() {
+                        if routing::matches(&s.filter, &topic) {
+                            s.live.insert(topic.clone());
+                        }
+                    }
+                }
                 let publish = Publish {
                     topic,
                     payload: msg.payload,

@@ -21,6 +21,7 @@
 //! publishes through a bounded buffer and never waits for NATS on the
 //! publish path.
 
+mod kv;
 mod link;
 pub mod subject;
 pub mod wire;
@@ -81,9 +82,13 @@ struct Counters {
 /// A publish on its way to NATS.
 struct Outbound {
     subject: String,
-    headers: async_nats::HeaderMap,
+    headers: Option<async_nats::HeaderMap>,
     payload: Bytes,
 }
+
+/// A retained bucket entry read back: the topic, and its message (or
+/// `None` where it was cleared).
+type Synced = Vec<(String, Option<(Bytes, Headers, wire::Flags)>)>;
 
 /// What the broker asks of the link's thread.
 enum Control {
@@ -95,6 +100,12 @@ enum Control {
     },
     /// The filters subscribed, with the generation of their last want.
     List { reply: oneshot::Sender<Listed> },
+    /// The retained messages of a filter first wanted, read from the
+    /// retained bucket by a task of the link's.
+    Synced {
+        id: u64,
+        result: Result<Synced, String>,
+    },
     /// Drop these filters' NATS subscriptions unless wanted again since
     /// the listing (or overlapped by a newer filter); answers how many
     /// were dropped.
@@ -126,6 +137,8 @@ struct Shared {
     lost: Arc<AtomicU64>,
     /// How long a subscribe waits for NATS to confirm it.
     confirm: Duration,
+    /// `$KV.{bucket}.`, once the retained bucket is known to exist.
+    retained: std::sync::OnceLock<String>,
     /// Other nodes by name, with when they were last heard.
     peers: Mutex<BTreeMap<String, Instant>>,
     /// Asks the link's thread to stop; answered when it has.
@@ -180,18 +193,45 @@ impl Cluster {
         let s = &self.shared;
         let msg = Outbound {
             subject: subject::topic_subject(&s.prefix, topic),
-            headers: wire::encode(&s.node, headers, flags),
+            headers: Some(wire::encode(&s.node, headers, flags)),
             payload: payload.clone(),
         };
         if s.outbound.try_send(msg).is_err() {
+            s.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // A retained message is also the value of its topic's key in the
+        // retained bucket, written after the message on the same
+        // connection (a core publish: JetStream stores it in order).
+        let Some(kv) = s.retained.get().filter(|_| flags.retain) else {
+            return;
+        };
+        let subject = format!("{kv}{}", subject::retained_key(topic));
+        let put = if payload.is_empty() {
+            let mut del = async_nats::HeaderMap::new();
+            del.insert("KV-Operation", "DEL");
+            Outbound {
+                subject,
+                headers: Some(del),
+                payload: Bytes::new(),
+            }
+        } else {
+            Outbound {
+                subject,
+                headers: None,
+                payload: wire::retained_value(payload, headers, flags).into(),
+            }
+        };
+        if s.outbound.try_send(put).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Makes sure this node hears `filter`'s topics from the other nodes:
-    /// subscribes on NATS if it does not yet, and waits (at most
-    /// `connect_timeout_ms`) for NATS to confirm, so that a publish on
-    /// another node after the subscribe returns is heard. With NATS away
+    /// subscribes on NATS if it does not yet, reads the filter's retained
+    /// messages from the retained bucket into the local topics, and waits
+    /// (at most `connect_timeout_ms`) for NATS to confirm, so that a
+    /// publish on another node after the subscribe returns is heard. With NATS away
     /// it returns at once: the subscription is made when NATS comes back.
     pub(crate) async fn want(&self, filter: &str) {
         let s = &self.shared;
@@ -200,7 +240,9 @@ impl Cluster {
             filter: filter.to_owned(),
             reply,
         });
-        let confirmed = match tokio::time::timeout(s.confirm, async {
+        // The link's own read of retained messages is bounded by `confirm`
+        // too: this wait is longer.
+        let confirmed = match tokio::time::timeout(s.confirm * 2, async {
             asked.await.ok()?;
             answer.await.ok()
         })

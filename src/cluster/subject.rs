@@ -142,6 +142,99 @@ pub fn subject_topic(prefix: &str, subject: &str) -> Result<String, SubjectError
     String::from_utf8(bytes).map_err(|_| SubjectError::NotUtf8)
 }
 
+/// Whether `b` stands for itself in a key of the retained bucket (NATS
+/// keys allow `-/_=.` and ASCII letters and digits; `.` separates levels
+/// and `=` escapes).
+fn key_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/')
+}
+
+fn push_key_level(out: &mut String, level: &str) {
+    if level.is_empty() {
+        out.push('=');
+        return;
+    }
+    for &b in level.as_bytes() {
+        if key_plain(b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "={b:02X}");
+        }
+    }
+}
+
+/// A topic's key in the cluster's retained bucket: its levels as
+/// dot-separated tokens, bytes other than ASCII letters, digits, `-` and
+/// `_` as `=XX`, an empty level as `=` (`a/b.c` is `a.b=2Ec`).
+pub fn retained_key(topic: &str) -> String {
+    let mut out = String::with_capacity(topic.len() + 8);
+    for (i, level) in topic.split('/').enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        push_key_level(&mut out, level);
+    }
+    out
+}
+
+/// The key patterns of a (valid) filter in the retained bucket, as
+/// [`filter_subjects`] gives subjects: `a/#` is `a.>` and `a`.
+pub fn filter_keys(filter: &str) -> Vec<String> {
+    let mut out = String::with_capacity(filter.len() + 8);
+    for (i, level) in filter.split('/').enumerate() {
+        if level == "#" {
+            if i == 0 {
+                return vec![">".into()];
+            }
+            let parent = out.clone();
+            out.push_str(".>");
+            return vec![out, parent];
+        }
+        if i > 0 {
+            out.push('.');
+        }
+        if level == "+" {
+            out.push('*');
+        } else {
+            push_key_level(&mut out, level);
+        }
+    }
+    vec![out]
+}
+
+/// The topic a retained bucket key names.
+///
+/// # Errors
+/// [`SubjectError::BadEscape`] or [`SubjectError::NotUtf8`].
+pub fn key_topic(key: &str) -> Result<String, SubjectError> {
+    let mut bytes = Vec::with_capacity(key.len());
+    for (i, token) in key.split('.').enumerate() {
+        if i > 0 {
+            bytes.push(b'/');
+        }
+        if token == "=" {
+            continue;
+        }
+        let t = token.as_bytes();
+        let mut j = 0;
+        while j < t.len() {
+            if t[j] == b'=' {
+                let hex = t
+                    .get(j + 1..j + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| SubjectError::BadEscape(token.to_owned()))?;
+                bytes.push(hex);
+                j += 3;
+            } else {
+                bytes.push(t[j]);
+                j += 1;
+            }
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| SubjectError::NotUtf8)
+}
+
 /// Whether a prefix can head subjects: dot-separated tokens of printable
 /// ASCII without wildcards.
 pub fn valid_prefix(prefix: &str) -> bool {
@@ -188,6 +281,9 @@ mod tests {
         assert!(subject_topic("w", "w.t.a%2").is_err());
         assert!(subject_topic("w", "w.t.a%ZZ").is_err());
         assert_eq!(subject_topic("w", "w.t.%FF"), Err(SubjectError::NotUtf8));
+        assert_eq!(retained_key("a/b.c//é"), "a.b=2Ec.=.=C3=A9");
+        assert_eq!(filter_keys("a/+/#"), ["a.*.>", "a.*"]);
+        assert_eq!(filter_keys("#"), [">"]);
         assert!(valid_prefix("wharf.prod"));
         assert!(!valid_prefix("wharf..prod"));
         assert!(!valid_prefix("wharf.*"));
@@ -227,6 +323,21 @@ mod tests {
             prop_assert!(!s.contains(char::is_whitespace), "{}", s);
             prop_assert!(s.split('.').all(|tok| !tok.is_empty() && tok != "*" && tok != ">"), "{}", s);
             prop_assert_eq!(subject_topic("wharf.x", &s).unwrap(), t);
+        }
+
+        #[test]
+        fn retained_keys_round_trip(t in topic()) {
+            let k = retained_key(&t);
+            prop_assert!(k.split('.').all(|tok| !tok.is_empty()
+                && tok.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_/=".contains(&b))), "{}", k);
+            prop_assert_eq!(key_topic(&k).unwrap(), t);
+        }
+
+        #[test]
+        fn a_filter_s_key_patterns_find_exactly_its_topics(f in filter(), t in topic()) {
+            let k = retained_key(&t);
+            let found = filter_keys(&f).iter().filter(|p| nats_matches(p, &k)).count();
+            prop_assert_eq!(found, usize::from(crate::routing::matches_levels(&f, &t)), "{} {} {}", f, t, k);
         }
 
         #[test]

@@ -141,6 +141,46 @@ pub fn decode(map: Option<&HeaderMap>) -> (Headers, Flags, Option<String>) {
     (headers, flags, node)
 }
 
+/// The first byte of a retained bucket value Wharf wrote (version 1).
+const RETAINED_V1: u8 = 0x57;
+
+/// A retained message as the value of its key in the retained bucket:
+/// a version byte, a flags byte (bit 0: high priority, bits 1-2: QoS),
+/// the headers as JSON after their length (u32, little-endian), then the
+/// payload.
+pub fn retained_value(payload: &[u8], headers: &Headers, flags: Flags) -> Vec<u8> {
+    let json = serde_json::to_vec(headers).unwrap_or_default();
+    let mut out = Vec::with_capacity(6 + json.len() + payload.len());
+    out.push(RETAINED_V1);
+    out.push(u8::from(flags.priority == Priority::High) | (flags.qos.min(2) << 1));
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The payload, headers and flags of a retained bucket value; `None` for
+/// one Wharf did not write.
+pub fn retained_decode(value: &bytes::Bytes) -> Option<(bytes::Bytes, Headers, Flags)> {
+    if value.len() < 6 || value[0] != RETAINED_V1 {
+        return None;
+    }
+    let bits = value[1];
+    let len = u32::from_le_bytes(value[2..6].try_into().ok()?) as usize;
+    let end = 6usize.checked_add(len)?;
+    let headers: Headers = serde_json::from_slice(value.get(6..end)?).ok()?;
+    let flags = Flags {
+        retain: true,
+        priority: if bits & 1 == 1 {
+            Priority::High
+        } else {
+            Priority::Normal
+        },
+        qos: (bits >> 1) & 3,
+    };
+    Some((value.slice(end..), headers, flags))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +223,21 @@ mod tests {
         let (h, f, _) = decode(Some(&map));
         assert_eq!(h, headers);
         assert!(!f.retain);
+    }
+
+    #[test]
+    fn retained_values_round_trip_and_others_are_refused() {
+        let headers = Headers::from([("k".to_owned(), "v\r\n".to_owned())]);
+        let flags = Flags {
+            retain: true,
+            priority: Priority::High,
+            qos: 1,
+        };
+        let v = bytes::Bytes::from(retained_value(b"21.5", &headers, flags));
+        let (p, h, f) = retained_decode(&v).unwrap();
+        assert_eq!((&p[..], h, f), (&b"21.5"[..], headers, flags));
+        assert!(retained_decode(&bytes::Bytes::from_static(b"plain")).is_none());
+        assert!(retained_decode(&bytes::Bytes::from_static(b"W\0\xff\xff\xff\xff")).is_none());
     }
 
     #[test]

@@ -15,10 +15,11 @@ use common::{LONG, TestBroker, block_on, eventually, http};
 use wharf::client::{Client, ClientOptions, Subscription};
 use wharf::protocol::mqtt::{Packet, Publish};
 
-/// A `nats-server` on a loopback port, killed on drop.
+/// A `nats-server` with JetStream on a loopback port, killed on drop.
 struct Nats {
     port: u16,
     child: Option<Child>,
+    store: tempfile::TempDir,
 }
 
 fn free_port() -> u16 {
@@ -34,6 +35,7 @@ impl Nats {
         let mut n = Nats {
             port: free_port(),
             child: None,
+            store: tempfile::tempdir().unwrap(),
         };
         n.restart();
         n
@@ -52,7 +54,15 @@ impl Nats {
             .find(|p| std::path::Path::new(p).exists())
             .unwrap_or("nats-server");
         let child = Command::new(program)
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -307,7 +317,11 @@ fn a_missing_nats_stops_the_start_unless_the_cluster_is_optional() {
         c.publish("x", "alone").await.unwrap();
         assert!(sub.recv_timeout(LONG).await.is_some(), "local delivery");
         // NATS arrives: the node joins and hears the others.
-        let mut nats = Nats { port, child: None };
+        let mut nats = Nats {
+            port,
+            child: None,
+            store: tempfile::tempdir().unwrap(),
+        };
         nats.restart();
         assert!(
             eventually(LONG, || status(&optional)["state"] == "connected").await,
@@ -376,5 +390,61 @@ fn filters_nobody_uses_any_more_stop_being_heard() {
             "{}",
             status(&b)
         );
+    });
+}
+
+#[test]
+fn retained_messages_are_shared_through_jetstream() {
+    let nats = Nats::start();
+    let (a, b, c) = (
+        node(&nats.url(), "a"),
+        node(&nats.url(), "b"),
+        node(&nats.url(), "c"),
+    );
+    block_on(async {
+        let (ca, cb, cc) = (client(&a).await, client(&b).await, client(&c).await);
+        // Nobody subscribes anywhere yet.
+        ca.publish_retained("state/door", "open").await.unwrap();
+        assert!(
+            eventually(LONG, || status(&a)["forwarded"] == 2).await,
+            "the message and its bucket write: {}",
+            status(&a)
+        );
+        // A node that never heard it has it for its first subscriber.
+        // (JetStream stores the write a moment after NATS has it: each
+        // try is a filter b has not heard yet, which reads the bucket.)
+        let mut heard = None;
+        for f in ["state/+", "+/door", "state/door/#", "+/+", "#"] {
+            let mut s = cb.subscribe(f).await.unwrap();
+            if let Some(m) = s.recv_timeout(Duration::from_millis(500)).await {
+                heard = Some(m);
+                break;
+            }
+        }
+        let m = heard.expect("b delivers the retained message published on a");
+        assert_eq!(
+            (m.topic.as_str(), &m.payload[..]),
+            ("state/door", &b"open"[..])
+        );
+        assert!(m.retained, "delivered as retained");
+
+        // Cleared on c, changed on c: a, which still holds its own
+        // "open", reads the bucket when its first subscriber comes.
+        cc.publish_retained("state/door", "").await.unwrap();
+        cc.publish_retained("state/window", "closed").await.unwrap();
+        assert!(
+            eventually(LONG, || status(&c)["forwarded"] == 4).await,
+            "{}",
+            status(&c)
+        );
+        let mut s = ca.subscribe("state/#").await.unwrap();
+        let mut got = Vec::new();
+        while let Some(m) = s.recv_timeout(Duration::from_millis(700)).await {
+            got.push((
+                m.topic.clone(),
+                String::from_utf8_lossy(&m.payload).into_owned(),
+            ));
+        }
+        assert_eq!(got, [("state/window".to_owned(), "closed".to_owned())]);
     });
 }

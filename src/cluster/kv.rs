@@ -1,0 +1,158 @@
+//! The retained bucket: a JetStream stream holding one message per
+//! subject (`$KV.{bucket}.{key}`), laid out as NATS key-value buckets are,
+//! so `nats kv` tools read it. Spoken through JetStream's JSON API over
+//! plain requests rather than the client's typed JetStream API, whose
+//! replies do not parse from every server version (2.9's among them).
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use super::{Synced, subject, wire};
+
+/// Most entries one filter's read takes.
+pub const MAX_SYNC: u64 = 100_000;
+
+/// The bucket's stream name, for a bucket name.
+fn stream(bucket: &str) -> String {
+    format!("KV_{bucket}")
+}
+
+/// A JetStream API request; its JSON reply, or the error it carries.
+async fn api(client: &async_nats::Client, subject: String, body: Value) -> Result<Value, String> {
+    let reply = client
+        .request(subject, body.to_string().into())
+        .await
+        .map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&reply.payload).map_err(|e| e.to_string())?;
+    match v.get("error") {
+        Some(e) => Err(format!(
+            "{} ({})",
+            e["description"].as_str().unwrap_or("error"),
+            e["err_code"]
+        )),
+        None => Ok(v),
+    }
+}
+
+/// Finds the bucket's stream, or creates it: one message per key, on
+/// disk, direct gets allowed (as `nats kv add` makes them).
+///
+/// # Errors
+/// No JetStream on the server, or a refusal.
+pub async fn ensure(client: &async_nats::Client, bucket: &str) -> Result<(), String> {
+    let name = stream(bucket);
+    if api(client, format!("$JS.API.STREAM.INFO.{name}"), json!({}))
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
+    api(
+        client,
+        format!("$JS.API.STREAM.CREATE.{name}"),
+        json!({
+            "name": name,
+            "subjects": [format!("$KV.{bucket}.>")],
+            "retention": "limits",
+            "max_consumers": -1,
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": 0,
+            "max_msgs_per_subject": 1,
+            "max_msg_size": -1,
+            "storage": "file",
+            "discard": "new",
+            "num_replicas": 1,
+            "duplicate_window": 120_000_000_000u64,
+            "allow_rollup_hdrs": true,
+            "deny_delete": true,
+            "allow_direct": true,
+        }),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// The last value of every key matching each pattern: an ephemeral push
+/// consumer per pattern, delivering the last message per subject to an
+/// inbox, read up to the count it reports pending (at most [`MAX_SYNC`]),
+/// each message within `wait`.
+///
+/// # Errors
+/// A refusal or a reply that does not come.
+pub async fn read(
+    client: &async_nats::Client,
+    bucket: &str,
+    patterns: &[String],
+    wait: Duration,
+) -> Result<Synced, String> {
+    let name = stream(bucket);
+    let prefix = format!("$KV.{bucket}.");
+    let mut out = Vec::new();
+    for p in patterns {
+        let inbox = client.new_inbox();
+        let mut sub = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        let created = api(
+            client,
+            format!("$JS.API.CONSUMER.CREATE.{name}"),
+            json!({
+                "stream_name": name,
+                "config": {
+                    "deliver_subject": inbox,
+                    "deliver_policy": "last_per_subject",
+                    "ack_policy": "none",
+                    "filter_subject": format!("{prefix}{p}"),
+                    "replay_policy": "instant",
+                    "inactive_threshold": 10_000_000_000u64,
+                    "mem_storage": true,
+                    "num_replicas": 1,
+                }
+            }),
+        )
+        .await?;
+        let pending = created["num_pending"].as_u64().unwrap_or(0);
+        if pending > MAX_SYNC {
+            tracing::warn!(pattern = %p, pending, "cluster: reading only the first {MAX_SYNC} retained messages");
+        }
+        for _ in 0..pending.min(MAX_SYNC) {
+            let Ok(Some(m)) = tokio::time::timeout(wait, sub.next()).await else {
+                return Err("the retained bucket stopped sending".into());
+            };
+            let Some(key) = m.subject.as_str().strip_prefix(&prefix) else {
+                continue;
+            };
+            let Ok(topic) = subject::key_topic(key) else {
+                continue;
+            };
+            let cleared = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("KV-Operation"))
+                .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+            let value = if cleared {
+                None
+            } else {
+                match wire::retained_decode(&m.payload) {
+                    Some(v) => Some(v),
+                    None => continue,
+                }
+            };
+            out.push((topic, value));
+        }
+        if let Some(consumer) = created["name"].as_str() {
+            // Done with it; the server would drop it idle anyway.
+            let _ = client
+                .publish(
+                    format!("$JS.API.CONSUMER.DELETE.{name}.{consumer}"),
+                    bytes::Bytes::new(),
+                )
+                .await;
+        }
+    }
+    Ok(out)
+}
