@@ -174,6 +174,18 @@ impl Wharf {
             tracing::info!(jobs = restored_jobs, "jobs restored from the store");
         }
         let sessions = Sessions::new();
+        if let Some(cluster) = &cluster {
+            // An MQTT client that connects on another node takes over its
+            // connection here.
+            let sessions = sessions.clone();
+            cluster.on_connect(Box::new(move |client, principal, clean| {
+                let closed =
+                    crate::session::mqtt::take_over_elsewhere(&sessions, client, principal, clean);
+                if closed > 0 {
+                    tracing::debug!(client, "cluster: connection taken over on another node");
+                }
+            }));
+        }
         let config = Arc::new(config);
         let state = web::Data::new(AppState {
             broker: broker.clone(),

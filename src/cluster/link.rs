@@ -191,6 +191,16 @@ async fn run(
             return;
         }
     };
+    let connects = match client.subscribe(format!("{prefix}.sys.connect")).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = started.send(Err(ClusterError::Unreachable {
+                urls: config.nats.join(", "),
+                reason: e.to_string(),
+            }));
+            return;
+        }
+    };
     let (outbound, out_rx) = mpsc::channel(config.buffer);
     let (control, control_rx) = mpsc::channel(CONTROL_DEPTH);
     let (stop, stop_rx) = oneshot::channel();
@@ -206,6 +216,7 @@ async fn run(
         lost,
         confirm: Duration::from_millis(config.connect_timeout_ms),
         retained: std::sync::OnceLock::new(),
+        on_connect: std::sync::OnceLock::new(),
         peers: Default::default(),
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
@@ -229,6 +240,7 @@ async fn run(
         broker,
         bucket,
         control_rx,
+        connects,
         hello,
         hello_subject,
         stop_rx,
@@ -583,6 +595,7 @@ async fn serve(
     broker: WeakBroker,
     bucket: String,
     mut control: mpsc::Receiver<Control>,
+    mut connects: async_nats::Subscriber,
     mut hello: async_nats::Subscriber,
     hello_subject: String,
     mut stop: oneshot::Receiver<()>,
@@ -677,6 +690,14 @@ async fn serve(
                         c.refused.fetch_add(1, Ordering::Relaxed)
                     }
                 };
+            }
+            Some(msg) = connects.next() => {
+                if let Ok(c) = serde_json::from_slice::<super::Connected>(&msg.payload)
+                    && c.node != shared.node
+                    && let Some(hook) = shared.on_connect.get()
+                {
+                    hook(&c.client, &c.principal, c.clean);
+                }
             }
             Some(msg) = hello.next() => {
                 if let Ok(node) = std::str::from_utf8(&msg.payload)

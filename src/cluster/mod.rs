@@ -139,10 +139,28 @@ struct Shared {
     confirm: Duration,
     /// `$KV.{bucket}.`, once the retained bucket is known to exist.
     retained: std::sync::OnceLock<String>,
+    /// What to do when another node says a client connected there (close
+    /// this node's older connections of that client id and principal);
+    /// set by the embedding broker, which owns the sessions.
+    on_connect: std::sync::OnceLock<ConnectHook>,
     /// Other nodes by name, with when they were last heard.
     peers: Mutex<BTreeMap<String, Instant>>,
     /// Asks the link's thread to stop; answered when it has.
     stop: Mutex<Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+}
+
+/// Called with a client id (`mqtt:{id}`), the principal's id and whether
+/// the new connection asked for a clean start, when a client connects on
+/// another node.
+pub type ConnectHook = Box<dyn Fn(&str, &str, bool) + Send + Sync>;
+
+/// What a node says on `{prefix}.sys.connect` when a client connects.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Connected {
+    pub node: String,
+    pub client: String,
+    pub principal: String,
+    pub clean: bool,
 }
 
 /// This node's membership of a cluster: cheap to clone, held by the
@@ -223,6 +241,35 @@ impl Cluster {
             }
         };
         if s.outbound.try_send(put).is_err() {
+            s.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets what this node does when a client connects on another node
+    /// (once; the embedding broker closes its older connections of the
+    /// same client id and principal: a takeover across nodes).
+    pub fn on_connect(&self, hook: ConnectHook) {
+        let _ = self.shared.on_connect.set(hook);
+    }
+
+    /// Tells the other nodes that `client` (`mqtt:{id}`) of `principal`
+    /// connected here, so they close their older connections of it. In
+    /// order with this node's publishes (a will the old connection leaves
+    /// comes before the new connection's messages only on its own node).
+    pub(crate) fn announce_connect(&self, client: &str, principal: &str, clean: bool) {
+        let s = &self.shared;
+        let body = Connected {
+            node: s.node.clone(),
+            client: client.to_owned(),
+            principal: principal.to_owned(),
+            clean,
+        };
+        let msg = Outbound {
+            subject: format!("{}.sys.connect", s.prefix),
+            headers: None,
+            payload: serde_json::to_vec(&body).unwrap_or_default().into(),
+        };
+        if s.outbound.try_send(msg).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -106,6 +106,7 @@ fn tcp_node(nats: &str, name: &str) -> TestBroker {
     TestBroker::start_tcp(move |c| {
         c.cluster.nats = vec![nats];
         c.cluster.node = name;
+        c.cluster.connect_timeout_ms = 2_000;
     })
 }
 
@@ -447,4 +448,27 @@ fn retained_messages_are_shared_through_jetstream() {
         }
         assert_eq!(got, [("state/window".to_owned(), "closed".to_owned())]);
     });
+}
+
+#[test]
+fn an_mqtt_client_that_connects_on_another_node_takes_its_session_over() {
+    let nats = Nats::start();
+    let (a, b) = (tcp_node(&nats.url(), "a"), tcp_node(&nats.url(), "b"));
+    // MQTT 5, so the old connection is told why.
+    let (mut old, code) = Raw::connect(a.mqtt_addr.unwrap(), raw_mqtt::hello_at(5, "dev-1"));
+    assert_eq!(code, 0);
+    let (mut other, code) = Raw::connect(a.mqtt_addr.unwrap(), raw_mqtt::hello_at(5, "dev-2"));
+    assert_eq!(code, 0);
+    let (mut new, code) = Raw::connect(b.mqtt_addr.unwrap(), raw_mqtt::hello_at(5, "dev-1"));
+    assert_eq!(code, 0);
+    match old.recv() {
+        Some(Packet::Disconnect(d)) => {
+            assert_eq!(d.reason, 0x8E, "session taken over: {d:?}")
+        }
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+    assert!(old.recv().is_none(), "then closed");
+    // Only that client: another on a, and the new one on b, carry on.
+    assert!(other.until_pong().is_empty());
+    assert!(new.until_pong().is_empty());
 }

@@ -90,10 +90,31 @@ pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
 
 /// Why an older connection is closed when a CONNECT takes its client id
 /// over (the start of the reason, for a clean start too).
-pub(super) const TAKEN_OVER: &str = "session taken over by a new connection";
+pub(crate) const TAKEN_OVER: &str = "session taken over by a new connection";
+
+/// Closes this node's connections of `client` (`mqtt:{id}`) of
+/// `principal` because the client connected again on another node of the
+/// cluster: the same takeover as on one node (with a clean start, the old
+/// session ends and its will goes out now).
+pub fn take_over_elsewhere(
+    sessions: &crate::session::Sessions,
+    client: &str,
+    principal: &str,
+    clean: bool,
+) -> usize {
+    let why = if clean { TAKEN_OVER_CLEAN } else { TAKEN_OVER };
+    let mut closed = 0;
+    for old in sessions.find_by_client(client) {
+        if old.principal.as_deref() == Some(principal) && sessions.close(old.id, 1000, why, false) {
+            closed += 1;
+        }
+    }
+    closed
+}
 /// Why an older connection is closed when a CONNECT with clean start
 /// takes its client id over.
-const TAKEN_OVER_CLEAN: &str = "session taken over by a new connection with a clean start";
+pub(crate) const TAKEN_OVER_CLEAN: &str =
+    "session taken over by a new connection with a clean start";
 
 /// The key of a client's delayed will in [`Sessions::later`].
 ///
@@ -255,6 +276,10 @@ impl MqttSession {
                 TAKEN_OVER
             };
             self.sessions.close(old.id, 1000, why, false);
+        }
+        if let Some(cluster) = self.broker.cluster() {
+            // And on every other node.
+            cluster.announce_connect(&key, &principal.id(), c.clean_session);
         }
         self.sessions
             .insert(self.id, "mqtt", key.clone(), self.sink.out.clone());

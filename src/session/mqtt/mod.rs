@@ -22,6 +22,8 @@
 //! - CONNECT, session lifetime and the end of a connection: `connect.rs`.
 
 mod connect;
+
+pub use connect::take_over_elsewhere;
 mod publish;
 mod shared;
 mod sink;
