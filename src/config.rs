@@ -723,6 +723,16 @@ impl Config {
         }
         crate::rules::compile(&self.rules)?;
         self.cluster.validate()?;
+        for (i, q) in self.queues.iter().enumerate() {
+            if let Some(home) = &q.home
+                && !self.cluster.members.contains(home)
+            {
+                return Err(ConfigError::Invalid {
+                    key: format!("queues[{i}].home"),
+                    reason: format!("{home:?} is not one of cluster.members"),
+                });
+            }
+        }
         Ok(())
     }
 }

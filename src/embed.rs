@@ -127,6 +127,12 @@ impl Wharf {
             let cluster =
                 crate::cluster::Cluster::start(&config.cluster, broker.downgrade()).await?;
             let _ = broker.attach_cluster(cluster.clone());
+            // Queues and jobs homed on other nodes are called there.
+            cluster.set_homes(crate::cluster::home::Homes::new(
+                &config.cluster.members,
+                &config.queues,
+                &config.queue_defaults,
+            ));
             Some(cluster)
         } else {
             None
@@ -169,6 +175,9 @@ impl Wharf {
                 });
             }),
         );
+        if let Some(cluster) = &cluster {
+            cluster.serve_jobs(&jobs);
+        }
         let restored_jobs = jobs.restore(stored_jobs).await?;
         if restored_jobs > 0 {
             tracing::info!(jobs = restored_jobs, "jobs restored from the store");
@@ -232,6 +241,10 @@ impl Wharf {
                         return;
                     };
                     let released = cluster.reconcile(&broker).await;
+                    let forgotten = cluster.forget_lost_consumers(&broker).await;
+                    if forgotten > 0 {
+                        tracing::info!(forgotten, "cluster: consumers on lost nodes detached");
+                    }
                     if released > 0 {
                         tracing::debug!(released, "cluster: unused filters released");
                     }

@@ -134,6 +134,10 @@ impl Broker {
     /// A filter that is not valid, or a topic refusing the subscription.
     pub async fn declare_queues(&self, declared: &[QueueDecl]) -> Result<(), BrokerError> {
         for d in declared {
+            if self.home_elsewhere(&d.name).is_some() {
+                // Its home creates and binds it.
+                continue;
+            }
             let Some(queue) = self.queue(&d.name, true)? else {
                 continue;
             };

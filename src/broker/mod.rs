@@ -126,6 +126,23 @@ pub enum BrokerError {
     /// A request that makes no sense as asked (a move to the queue itself).
     #[error("{0}")]
     Invalid(String),
+    /// The queue's home node refused the call (with the code it gave).
+    #[error("{message}")]
+    Remote {
+        /// The home's error code.
+        code: ErrorCode,
+        /// The home's reason.
+        message: String,
+    },
+    /// The queue's home node did not answer (down, or NATS away); try
+    /// again.
+    #[error("the queue's home node {home:?} did not answer: {reason}")]
+    HomeUnreachable {
+        /// The home.
+        home: String,
+        /// What the NATS client said.
+        reason: String,
+    },
 }
 
 impl BrokerError {
@@ -153,6 +170,8 @@ impl BrokerError {
             | BrokerError::Invalid(_) => ErrorCode::InvalidField,
             BrokerError::MessageInFlight(_) => ErrorCode::Conflict,
             BrokerError::UnknownMessage(_) => ErrorCode::UnknownMessage,
+            BrokerError::Remote { code, .. } => *code,
+            BrokerError::HomeUnreachable { .. } => ErrorCode::Overloaded,
         }
     }
 }

@@ -307,6 +307,10 @@ impl Broker {
         ids: Vec<u64>,
         how: Settlement,
     ) {
+        if let Some((cluster, home)) = self.home_elsewhere(queue) {
+            cluster.settle_detached_at(&home, queue, sink, id, ids, how);
+            return;
+        }
         let Ok(Some(q)) = self.queue(queue, false) else {
             return;
         };
@@ -340,6 +344,11 @@ impl Broker {
         if msg.priority > 9 {
             return Err(BrokerError::InvalidPriority(msg.priority));
         }
+        if let Some((cluster, home)) = self.home_elsewhere(&msg.queue) {
+            self.check_topic(&msg.queue)?;
+            // Answered once durable there.
+            return Ok((cluster.enqueue_at(&home, msg).await?, None));
+        }
         let queue = self
             .queue(&msg.queue, true)?
             .ok_or(BrokerError::Contended)?;
@@ -354,6 +363,10 @@ impl Broker {
     /// the task): for callers inside other resources' tasks, which must
     /// not block. Failures are logged.
     pub fn enqueue_detached(&self, msg: Enqueue) {
+        if let Some((cluster, home)) = self.home_elsewhere(&msg.queue) {
+            cluster.enqueue_detached_at(&home, msg);
+            return;
+        }
         let queue = match self.queue(&msg.queue, true) {
             Ok(Some(q)) => q,
             Ok(None) => return,
@@ -401,6 +414,10 @@ impl Broker {
         if prefetch == 0 || prefetch > MAX_PREFETCH {
             return Err(BrokerError::InvalidPrefetch(prefetch));
         }
+        if let Some((cluster, home)) = self.home_elsewhere(queue) {
+            self.check_topic(queue)?;
+            return cluster.consume_at(&home, queue, sub, prefetch).await;
+        }
         let q = self.queue(queue, true)?.ok_or(BrokerError::Contended)?;
         Ok(q.tq
             .submit(move |q| q.consume(sub, prefetch, now_ms()))
@@ -418,6 +435,9 @@ impl Broker {
         sink: u64,
         id: &str,
     ) -> Result<(), BrokerError> {
+        if let Some((cluster, home)) = self.home_elsewhere(queue) {
+            return cluster.cancel_at(&home, queue, sink, id).await;
+        }
         let q = self
             .queue(queue, false)?
             .ok_or_else(|| BrokerError::UnknownQueue(queue.to_owned()))?;
@@ -444,6 +464,13 @@ impl Broker {
         if ids.is_empty() || ids.len() > MAX_IDS {
             return Err(BrokerError::InvalidIds(ids.len()));
         }
+        if let Some((cluster, home)) = self.home_elsewhere(queue) {
+            // Answered once an ack's deletes are durable there.
+            return cluster
+                .settle_at(&home, queue, sink, id, ids, how)
+                .await
+                .map(|()| None);
+        }
         let q = self
             .queue(queue, false)?
             .ok_or_else(|| BrokerError::UnknownQueue(queue.to_owned()))?;
@@ -459,6 +486,14 @@ impl Broker {
                 }
             })
             .await??)
+    }
+
+    /// The cluster and the node `queue` lives on, when that is another
+    /// node: queue calls are then sent there.
+    pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<(crate::cluster::Cluster, String)> {
+        let cluster = self.cluster()?;
+        let home = cluster.home_elsewhere(queue)?;
+        Some((cluster.clone(), home))
     }
 
     /// A queue's numbers (with its dead-letter queue's depth), if it

@@ -89,6 +89,14 @@ impl Broker {
                 id: a.id,
             });
         }
+        if let Some((name, (_, home))) = by_queue
+            .keys()
+            .find_map(|name| self.home_elsewhere(name).map(|h| (name, h)))
+        {
+            return Err(BrokerError::Invalid(format!(
+                "queue {name:?} lives on node {home:?}: a transaction takes only this node's queues"
+            )));
+        }
         let txn = NEXT_TXN.fetch_add(1, Ordering::Relaxed);
         let mut prepared: Vec<QueueHandle> = Vec::new();
         let mut writes = Vec::new();

@@ -201,6 +201,19 @@ async fn run(
             return;
         }
     };
+    let (calls, deliveries) = match tokio::try_join!(
+        client.subscribe(format!("{prefix}.home.{node}")),
+        client.subscribe(format!("{prefix}.deliver.{node}")),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = started.send(Err(ClusterError::Unreachable {
+                urls: config.nats.join(", "),
+                reason: e.to_string(),
+            }));
+            return;
+        }
+    };
     let (outbound, out_rx) = mpsc::channel(config.buffer);
     let (control, control_rx) = mpsc::channel(CONTROL_DEPTH);
     let (stop, stop_rx) = oneshot::channel();
@@ -217,6 +230,7 @@ async fn run(
         confirm: Duration::from_millis(config.connect_timeout_ms),
         retained: std::sync::OnceLock::new(),
         on_connect: std::sync::OnceLock::new(),
+        remotes: super::remote::Remotes::new(),
         peers: Default::default(),
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
@@ -235,6 +249,14 @@ async fn run(
     }
     let (finish, finishing) = oneshot::channel();
     let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
+    // Calls to this node's queues and jobs, and deliveries to its
+    // consumers of other nodes' queues (ends with the runtime).
+    tokio::spawn(super::remote::serve(
+        shared.clone(),
+        broker.clone(),
+        calls,
+        deliveries,
+    ));
     serve(
         &shared,
         broker,

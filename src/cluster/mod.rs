@@ -21,8 +21,12 @@
 //! publishes through a bounded buffer and never waits for NATS on the
 //! publish path.
 
+pub mod home;
 mod kv;
 mod link;
+mod remote;
+
+pub use remote::CALL_TIMEOUT;
 pub mod subject;
 pub mod wire;
 
@@ -143,6 +147,8 @@ struct Shared {
     /// this node's older connections of that client id and principal);
     /// set by the embedding broker, which owns the sessions.
     on_connect: std::sync::OnceLock<ConnectHook>,
+    /// Queues and jobs homed here or elsewhere.
+    remotes: remote::Remotes,
     /// Other nodes by name, with when they were last heard.
     peers: Mutex<BTreeMap<String, Instant>>,
     /// Asks the link's thread to stop; answered when it has.
@@ -384,6 +390,7 @@ impl Cluster {
             .collect();
         let c = &s.counters;
         let stats = s.client.statistics();
+        let (remote_consumers, consumers_elsewhere) = self.consumer_counts();
         ClusterStatus {
             enabled: true,
             node: Some(s.node.clone()),
@@ -409,6 +416,10 @@ impl Cluster {
             invalid: c.invalid.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             lost: s.lost.load(Ordering::Relaxed),
+            members: s.remotes.members(),
+            jobs_home: s.remotes.jobs_home(),
+            remote_consumers,
+            consumers_elsewhere,
         }
     }
 
@@ -475,6 +486,14 @@ pub struct ClusterStatus {
     /// Messages from other nodes lost because this node fell behind
     /// (`[cluster] inbound_buffer` was full).
     pub lost: u64,
+    /// `[cluster] members`: the nodes queues and jobs are homed on.
+    pub members: Vec<String>,
+    /// The node the jobs resource lives on (none without members).
+    pub jobs_home: Option<String>,
+    /// Consumers on other nodes of queues homed here.
+    pub remote_consumers: usize,
+    /// This node's consumers of queues homed on other nodes.
+    pub consumers_elsewhere: usize,
 }
 
 /// A node heard on NATS.

@@ -18,6 +18,11 @@ pub struct ClusterConfig {
     /// This node's name, unique in the cluster; empty takes the host
     /// name with a random suffix.
     pub node: String,
+    /// The nodes that home queues and the jobs resource (by rendezvous
+    /// hashing of the queue's name, or a queue's `home`); other nodes
+    /// forward queue and job calls to the home. Empty: every node keeps
+    /// its own queues and jobs.
+    pub members: Vec<String>,
     /// The first subject tokens of everything Wharf sends on NATS, so
     /// that several clusters can share one NATS (`wharf` gives topics on
     /// `wharf.t.>`).
@@ -60,6 +65,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             nats: Vec::new(),
             node: String::new(),
+            members: Vec::new(),
             prefix: "wharf".into(),
             required: true,
             buffer: 65_536,
@@ -114,6 +120,26 @@ impl ClusterConfig {
             return Err(invalid(
                 "node",
                 "must be printable ASCII without '.', '*' or '>'".into(),
+            ));
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            if m.is_empty() || m.contains('.') || !crate::cluster::subject::valid_prefix(m) {
+                return Err(invalid(
+                    &format!("members[{i}]"),
+                    "a node name: printable ASCII without '.', '*' or '>'".into(),
+                ));
+            }
+            if self.members[..i].contains(m) {
+                return Err(invalid(
+                    &format!("members[{i}]"),
+                    format!("{m:?} is listed twice"),
+                ));
+            }
+        }
+        if !self.members.is_empty() && self.node.is_empty() {
+            return Err(invalid(
+                "node",
+                "name this node when members are listed (queues are homed by node name)".into(),
             ));
         }
         if self.buffer == 0 || self.buffer > 1 << 24 {

@@ -93,6 +93,10 @@ pub struct QueueDecl {
     /// See [`QueueOptions::memory_window`].
     #[serde(default)]
     pub memory_window: Option<usize>,
+    /// The cluster node that holds this queue (one of `cluster.members`);
+    /// unset: chosen by rendezvous hashing of the name.
+    #[serde(default)]
+    pub home: Option<String>,
 }
 
 impl QueueDecl {

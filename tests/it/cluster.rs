@@ -16,7 +16,7 @@ use wharf::client::{Client, ClientOptions, Subscription};
 use wharf::protocol::mqtt::{Packet, Publish};
 
 /// A `nats-server` with JetStream on a loopback port, killed on drop.
-struct Nats {
+pub(crate) struct Nats {
     port: u16,
     child: Option<Child>,
     store: tempfile::TempDir,
@@ -31,7 +31,7 @@ fn free_port() -> u16 {
 }
 
 impl Nats {
-    fn start() -> Nats {
+    pub(crate) fn start() -> Nats {
         let mut n = Nats {
             port: free_port(),
             child: None,
@@ -41,7 +41,7 @@ impl Nats {
         n
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
@@ -92,7 +92,7 @@ impl Drop for Nats {
     }
 }
 
-fn node(nats: &str, name: &str) -> TestBroker {
+pub(crate) fn node(nats: &str, name: &str) -> TestBroker {
     let (nats, name) = (nats.to_owned(), name.to_owned());
     TestBroker::start(move |c| {
         c.cluster.nats = vec![nats];
@@ -110,13 +110,13 @@ fn tcp_node(nats: &str, name: &str) -> TestBroker {
     })
 }
 
-fn status(b: &TestBroker) -> serde_json::Value {
+pub(crate) fn status(b: &TestBroker) -> serde_json::Value {
     let (code, body) = http(b.addr, "GET", "/admin/cluster", "");
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
 
-async fn client(b: &TestBroker) -> Client {
+pub(crate) async fn client(b: &TestBroker) -> Client {
     Client::connect(&b.ws_url(), ClientOptions::default())
         .await
         .unwrap()
@@ -242,7 +242,7 @@ fn mqtt_qos1_and_native_clients_on_different_nodes() {
 
 /// Publishes on `from` until `sub` hears one (a reconnecting node may
 /// miss the first): core NATS keeps nothing for a node that is away.
-async fn until_heard(from: &Client, topic: &str, sub: &mut Subscription) -> bool {
+pub(crate) async fn until_heard(from: &Client, topic: &str, sub: &mut Subscription) -> bool {
     let deadline = Instant::now() + LONG;
     while Instant::now() < deadline {
         from.publish(topic, "probe").await.unwrap();
@@ -471,4 +471,194 @@ fn an_mqtt_client_that_connects_on_another_node_takes_its_session_over() {
     // Only that client: another on a, and the new one on b, carry on.
     assert!(other.until_pong().is_empty());
     assert!(new.until_pong().is_empty());
+}
+
+const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+/// A node of a cluster whose queues and jobs have homes: `orders` lives
+/// on `b`, everything else by rendezvous over a, b and c.
+fn homing_node(nats: &str, name: &str) -> TestBroker {
+    let (nats, name) = (nats.to_owned(), name.to_owned());
+    TestBroker::start(move |c| {
+        c.cluster.nats = vec![nats];
+        c.cluster.node = name;
+        c.cluster.connect_timeout_ms = 2_000;
+        c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+        c.queues.push(wharf::config::QueueDecl {
+            name: "orders".into(),
+            home: Some("b".into()),
+            ack_timeout_ms: Some(60_000),
+            ..Default::default()
+        });
+    })
+}
+
+fn queue_depth(b: &TestBroker, queue: &str) -> Option<u64> {
+    let (code, body) = http(b.addr, "GET", &format!("/queues/{queue}"), "");
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["depth"].as_u64()
+}
+
+#[test]
+fn a_queue_homed_on_b_is_fed_on_a_and_consumed_on_c() {
+    let nats = Nats::start();
+    let a = homing_node(&nats.url(), "a");
+    let b = homing_node(&nats.url(), "b");
+    let c = homing_node(&nats.url(), "c");
+    block_on(async {
+        let on_a = client(&a).await;
+        for i in 0..30 {
+            on_a.enqueue("orders", format!("o{i}"))
+                .await
+                .expect("an enqueue on a, homed on b");
+        }
+        // Held by b, the home; a keeps nothing.
+        assert_eq!(queue_depth(&b, "orders"), Some(30));
+        assert_ne!(queue_depth(&a, "orders"), Some(30));
+        let on_c = client(&c).await;
+        let mut consumer = on_c.consume("orders", 10).await.expect("a consumer on c");
+        assert!(
+            eventually(LONG, || status(&b)["remote_consumers"] == 1).await,
+            "b lists c's consumer: {}",
+            status(&b)
+        );
+        let mut got = Vec::new();
+        let mut nacked = false;
+        while got.len() < 30 {
+            let d = consumer
+                .recv_timeout(LONG)
+                .await
+                .expect("a delivery from b on c");
+            assert_eq!(d.queue, "orders");
+            let text = String::from_utf8_lossy(&d.payload).into_owned();
+            if text == "o5" && !nacked {
+                // Given back: it comes again, counted twice.
+                on_c.nack(consumer.id(), &[d.id], Some(0))
+                    .await
+                    .expect("a nack through c");
+                nacked = true;
+                continue;
+            }
+            if text == "o5" {
+                assert_eq!(d.count, 2, "the redelivery of a nacked message");
+            }
+            on_c.ack(consumer.id(), &[d.id])
+                .await
+                .expect("an ack through c");
+            got.push(text);
+        }
+        got.sort();
+        let mut want: Vec<String> = (0..30).map(|i| format!("o{i}")).collect();
+        want.sort();
+        assert_eq!(got, want, "every message once");
+        assert!(
+            eventually(LONG, || queue_depth(&b, "orders") == Some(0)).await,
+            "the acks reached b"
+        );
+        // A delivery left unsettled when its consumer's connection ends
+        // goes back to the queue on b, and a consumer on a gets it.
+        on_a.enqueue("orders", "last").await.unwrap();
+        let d = consumer
+            .recv_timeout(LONG)
+            .await
+            .expect("the last one on c");
+        assert_eq!(&d.payload[..], b"last");
+        drop(consumer);
+        on_c.close(false).await.unwrap();
+        assert!(
+            eventually(LONG, || status(&b)["remote_consumers"] == 0).await,
+            "c's consumer is gone from b: {}",
+            status(&b)
+        );
+        let mut again = on_a.consume("orders", 1).await.expect("a consumer on a");
+        let d = again
+            .recv_timeout(LONG)
+            .await
+            .expect("the unsettled one, again");
+        assert_eq!((&d.payload[..], d.count), (&b"last"[..], 2));
+        on_a.ack(again.id(), &[d.id]).await.unwrap();
+        // A settle naming a consumer that does not exist is refused as on
+        // one node.
+        let err = on_a
+            .ack("nobody", &[1])
+            .await
+            .expect_err("an unknown consumer");
+        assert!(err.to_string().contains("consumer"), "{err}");
+    });
+}
+
+#[test]
+fn a_job_enqueued_on_one_node_is_worked_on_another() {
+    let nats = Nats::start();
+    let members: Vec<String> = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+    let home = wharf::cluster::home::rendezvous(&members, "jobs")
+        .unwrap()
+        .to_owned();
+    let others: Vec<&str> = MEMBERS.iter().copied().filter(|m| *m != home).collect();
+    let nodes: Vec<TestBroker> = MEMBERS
+        .iter()
+        .map(|m| homing_node(&nats.url(), m))
+        .collect();
+    let at = |name: &str| &nodes[MEMBERS.iter().position(|m| *m == name).unwrap()];
+    let (enqueuer, worker_node) = (at(others[0]), at(others[1]));
+    let post = |b: &TestBroker, path: &str, body: serde_json::Value| {
+        let (code, text) = http(b.addr, "POST", path, &body.to_string());
+        (
+            code,
+            serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+        )
+    };
+    let (code, job) = post(
+        enqueuer,
+        "/jobs",
+        serde_json::json!({
+            "kind": "resize",
+            "entity_id": "0190a6f0-0000-7000-8000-000000000001",
+            "data": {"n": 1},
+        }),
+    );
+    assert_eq!(code, 201, "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let (code, w) = post(
+        worker_node,
+        "/workers",
+        serde_json::json!({"kinds": ["resize"]}),
+    );
+    assert_eq!(code, 201, "{w}");
+    let worker = w["worker_id"].as_str().unwrap().to_owned();
+    let (code, got) = post(
+        worker_node,
+        &format!("/workers/{worker}/dequeue?wait_ms=5000"),
+        serde_json::json!({}),
+    );
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["id"], id.as_str(), "the job enqueued on another node");
+    let token = got["attempt"]
+        .as_u64()
+        .or(got["token"].as_u64())
+        .unwrap_or(1);
+    let (code, done) = post(
+        worker_node,
+        &format!("/jobs/{id}/outcome"),
+        serde_json::json!({"worker_id": worker, "token": token, "outcome": "succeeded"}),
+    );
+    assert_eq!(code, 200, "{done}");
+    // Every node sees the same job.
+    for n in &nodes {
+        let (code, text) = http(n.addr, "GET", &format!("/jobs/{id}"), "");
+        assert_eq!(code, 200, "{text}");
+        assert!(text.contains("succeeded"), "{text}");
+    }
+    assert_eq!(status(enqueuer)["jobs_home"], home.as_str());
+    // A job call refused at the home is refused here the same way.
+    let (code, text) = http(
+        enqueuer.addr,
+        "GET",
+        "/jobs/0190a6f0-0000-7000-8000-0000000000ff",
+        "",
+    );
+    assert_eq!(code, 404, "{text}");
 }

@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::queue::now_ms;
+use crate::cluster::home::JobCall;
 use crate::config::JobsConfig;
 pub use crate::protocol::jobs::{JobStatus, JobView, NewJob, Outcome};
 use crate::store::WriterHandle;
@@ -146,6 +147,15 @@ pub enum JobError {
     /// The jobs resource refused or lost the task.
     #[error(transparent)]
     Task(#[from] TaskError),
+    /// The jobs resource's home node refused the call, or did not answer
+    /// (`Overloaded`).
+    #[error("{message}")]
+    Remote {
+        /// The code.
+        code: crate::protocol::frame::ErrorCode,
+        /// Why.
+        message: String,
+    },
 }
 
 impl JobError {
@@ -165,12 +175,13 @@ impl JobError {
                 ErrorCode::Overloaded
             }
             JobError::Store(_) | JobError::Task(_) => ErrorCode::Internal,
+            JobError::Remote { code, .. } => *code,
         }
     }
 }
 
 /// Counts for the admin API.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct JobsInfo {
     /// Jobs held (finished ones within their retention included).
     pub jobs: usize,
@@ -211,6 +222,9 @@ pub struct JobFilter {
 pub struct Jobs {
     tq: TaskQueue<JobsState>,
     cfg: std::sync::Arc<JobsConfig>,
+    /// The cluster and the node the resource lives on, when that is not
+    /// this one: every operation is then sent there.
+    home: std::sync::Arc<std::sync::OnceLock<(crate::cluster::Cluster, String)>>,
 }
 
 impl Jobs {
@@ -226,7 +240,25 @@ impl Jobs {
         Jobs {
             tq: TaskQueue::new(JobsState::new(cfg.clone(), writer, on_dead), scheduler),
             cfg: std::sync::Arc::new(cfg),
+            home: Default::default(),
         }
+    }
+
+    /// Sends every operation to `home` through `cluster` from now on
+    /// (once; the resource here stays empty).
+    pub fn set_home(&self, cluster: crate::cluster::Cluster, home: String) {
+        let _ = self.home.set((cluster, home));
+    }
+
+    /// A call to the resource's home, if it lives on another node.
+    async fn at_home<T: serde::de::DeserializeOwned>(
+        &self,
+        call: impl FnOnce() -> JobCall,
+        wait: Duration,
+    ) -> Option<Result<T, JobError>> {
+        let (cluster, home) = self.home.get()?;
+        let limit = crate::cluster::CALL_TIMEOUT + wait;
+        Some(cluster.job_call(home, call(), limit).await)
     }
 
     /// Installs job records read back from the store (JSON); unfinished
@@ -255,6 +287,12 @@ impl Jobs {
     /// [`JobError::Invalid`] for a bad kind or priority, [`JobError::Full`],
     /// or a store failure.
     pub async fn enqueue(&self, new: NewJob) -> Result<Uuid, JobError> {
+        if let Some(r) = self
+            .at_home(|| JobCall::Enqueue { new: new.clone() }, Duration::ZERO)
+            .await
+        {
+            return r;
+        }
         if new.kind.is_empty() || new.kind.len() > MAX_KIND {
             return Err(JobError::Invalid(format!(
                 "kind must be 1 to {MAX_KIND} bytes"
@@ -281,6 +319,12 @@ impl Jobs {
     /// # Errors
     /// [`JobError::UnknownJob`], or the resource refusing the task.
     pub async fn status(&self, id: Uuid) -> Result<JobView, JobError> {
+        if let Some(r) = self
+            .at_home(|| JobCall::Status { id }, Duration::ZERO)
+            .await
+        {
+            return r;
+        }
         let mut view = self
             .tq
             .submit(move |s| s.status(id))
@@ -303,6 +347,25 @@ impl Jobs {
         filter: JobFilter,
         visible: impl Fn(&str) -> bool + Send + 'static,
     ) -> Result<(Vec<JobView>, Option<Uuid>), JobError> {
+        if let Some(r) = self
+            .at_home::<(Vec<JobView>, Option<Uuid>)>(
+                || JobCall::List {
+                    status: filter.status,
+                    kind: filter.kind.clone(),
+                    after: filter.after,
+                    limit: filter.limit,
+                },
+                Duration::ZERO,
+            )
+            .await
+        {
+            return r.map(|(page, next)| {
+                (
+                    page.into_iter().filter(|j| visible(&j.kind)).collect(),
+                    next,
+                )
+            });
+        }
         if filter.limit == 0 || filter.limit > MAX_LIST {
             return Err(JobError::Invalid(format!(
                 "limit {}: give 1 to {MAX_LIST}",
@@ -325,6 +388,9 @@ impl Jobs {
     /// [`JobError::UnknownJob`], [`JobError::Conflict`] for a queued,
     /// running or succeeded job, or a store failure.
     pub async fn retry(&self, id: Uuid) -> Result<JobView, JobError> {
+        if let Some(r) = self.at_home(|| JobCall::Retry { id }, Duration::ZERO).await {
+            return r;
+        }
         let durable = self.tq.submit(move |s| s.retry(id, now_ms())).await??;
         if let Some(d) = durable {
             d.await.map_err(JobError::Store)?;
@@ -340,6 +406,12 @@ impl Jobs {
     /// [`JobError::UnknownJob`], [`JobError::Conflict`] for a finished
     /// job, or a store failure.
     pub async fn cancel(&self, id: Uuid) -> Result<JobView, JobError> {
+        if let Some(r) = self
+            .at_home(|| JobCall::Cancel { id }, Duration::ZERO)
+            .await
+        {
+            return r;
+        }
         let durable = self.tq.submit(move |s| s.cancel(id, now_ms())).await??;
         if let Some(d) = durable {
             d.await.map_err(JobError::Store)?;
@@ -366,6 +438,17 @@ impl Jobs {
     /// # Errors
     /// [`JobError::TooManyWorkers`], or the resource refusing the task.
     pub async fn register(&self, kinds: Vec<String>) -> Result<(Uuid, u64), JobError> {
+        if let Some(r) = self
+            .at_home(
+                || JobCall::Register {
+                    kinds: kinds.clone(),
+                },
+                Duration::ZERO,
+            )
+            .await
+        {
+            return r;
+        }
         if kinds.iter().any(|k| k.is_empty() || k.len() > MAX_KIND) {
             return Err(JobError::Invalid(format!(
                 "kinds must be 1 to {MAX_KIND} bytes"
@@ -380,6 +463,12 @@ impl Jobs {
     /// # Errors
     /// The resource refusing the task.
     pub async fn ping(&self, worker: Uuid) -> Result<bool, JobError> {
+        if let Some(r) = self
+            .at_home(|| JobCall::Ping { worker }, Duration::ZERO)
+            .await
+        {
+            return r;
+        }
         Ok(self.tq.submit(move |s| s.ping(worker, now_ms())).await?)
     }
 
@@ -390,6 +479,18 @@ impl Jobs {
     /// # Errors
     /// [`JobError::WorkerExpired`], or the resource refusing the task.
     pub async fn dequeue(&self, worker: Uuid, wait: Duration) -> Result<Option<JobView>, JobError> {
+        if let Some(r) = self
+            .at_home(
+                || JobCall::Dequeue {
+                    worker,
+                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                },
+                wait,
+            )
+            .await
+        {
+            return r;
+        }
         let wait = wait.min(Duration::from_millis(self.cfg.max_wait_ms));
         let (tx, mut rx) = oneshot::channel();
         let waiter = (!wait.is_zero()).then_some(tx);
@@ -444,6 +545,21 @@ impl Jobs {
         outcome: Outcome,
         error: Option<String>,
     ) -> Result<JobStatus, JobError> {
+        if let Some(r) = self
+            .at_home(
+                || JobCall::Outcome {
+                    id,
+                    worker,
+                    token,
+                    outcome,
+                    error: error.clone(),
+                },
+                Duration::ZERO,
+            )
+            .await
+        {
+            return r;
+        }
         let (status, durable) = self
             .tq
             .submit(move |s| s.outcome(id, worker, token, outcome, error, now_ms()))
@@ -466,6 +582,9 @@ impl Jobs {
     /// # Errors
     /// The resource refusing the task.
     pub async fn info(&self) -> Result<JobsInfo, JobError> {
+        if let Some(r) = self.at_home(|| JobCall::Info, Duration::ZERO).await {
+            return r;
+        }
         Ok(self.tq.submit(|s| s.counts()).await?)
     }
 

@@ -1,0 +1,767 @@
+//! Queues and jobs homed on other nodes ([`home`](super::home)): calls
+//! to a home over NATS request/reply (`{prefix}.home.{node}`), the home
+//! serving them, and deliveries flowing back to consumers on the calling
+//! node (`{prefix}.deliver.{node}`).
+//!
+//! A consumer on node C of a queue homed on B is, on B, an ordinary
+//! consumer whose sink ([`RemoteSink`]) sends each delivery to C through
+//! the link's bounded publish buffer; on C it is a number (token) that
+//! leads to the session's own subscription. Settling names the token, so
+//! B finds its consumer. A home forgets the consumers of a node it has not
+//! heard for [`LOST_AFTER`](super::LOST_AFTER) (their deliveries go back
+//! to the queue), and a node that receives a delivery for a consumer it
+//! no longer has cancels it at the home.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc::error::TrySendError;
+
+use super::home::{Answer, Call, Delivered, Homes, How, JOBS_HOME_KEY, JobCall, frame, unframe};
+use super::{Cluster, Outbound, Shared};
+use crate::broker::jobs::{JobError, JobFilter, Jobs};
+use crate::broker::{
+    Broker, BrokerError, DeliveryOutcome, Enqueue, Published, QueuedDelivery, Settlement, Sink,
+    SubTag, Subscription, WeakBroker, next_sink_id,
+};
+use crate::protocol::frame::ErrorCode;
+use crate::store::queues::StoredMessage;
+
+/// How long a call waits for its home's answer (a dequeue waits this
+/// much longer than its own wait).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+/// Calls a home serves at once; past it, callers are told it is
+/// overloaded.
+const MAX_CALLS: usize = 4096;
+/// Consumers on other nodes a home keeps at most.
+const MAX_REMOTE_CONSUMERS: usize = 100_000;
+
+/// The home side's record of a consumer on another node.
+struct RemoteConsumer {
+    queue: String,
+    sink: Arc<RemoteSink>,
+    id: String,
+    since: Instant,
+}
+
+/// This node's consumer of a queue homed elsewhere.
+struct Local {
+    sub: Subscription,
+    queue: String,
+}
+
+/// This node's consumers of queues homed elsewhere, by token and by what
+/// the session knows them as (queue, sink, consumer id).
+#[derive(Default)]
+struct LocalConsumers {
+    by_token: HashMap<u64, Local>,
+    by_sub: HashMap<(String, u64, String), u64>,
+}
+
+/// What the link keeps for queues and jobs homed anywhere.
+pub(super) struct Remotes {
+    /// Where queues live; set once the embedding broker read its config.
+    homes: OnceLock<Homes>,
+    /// The jobs resource this node serves when it is its home.
+    jobs: OnceLock<Jobs>,
+    /// Consumers on other nodes of this node's queues, by (node, token).
+    remote: Mutex<HashMap<(String, u64), RemoteConsumer>>,
+    /// This node's consumers of other nodes' queues.
+    local: Mutex<LocalConsumers>,
+    /// Calls being served.
+    calls: Arc<Semaphore>,
+    /// The next consumer token: starts from the clock so a node that
+    /// restarts under the same name never reuses one a home still holds.
+    next_token: AtomicU64,
+}
+
+impl Remotes {
+    pub(super) fn new() -> Remotes {
+        Remotes {
+            homes: OnceLock::new(),
+            jobs: OnceLock::new(),
+            remote: Mutex::default(),
+            local: Mutex::default(),
+            calls: Arc::new(Semaphore::new(MAX_CALLS)),
+            next_token: AtomicU64::new(crate::broker::now_ms() << 16),
+        }
+    }
+
+    /// `[cluster] members`.
+    pub(super) fn members(&self) -> Vec<String> {
+        self.homes
+            .get()
+            .map(|h| h.members().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Where the jobs resource lives.
+    pub(super) fn jobs_home(&self) -> Option<String> {
+        self.homes.get()?.home_of(JOBS_HOME_KEY).map(str::to_owned)
+    }
+}
+
+/// A consumer on another node, as its queue here sees it: each delivery
+/// goes to that node through the link's bounded publish buffer.
+struct RemoteSink {
+    id: u64,
+    /// `{prefix}.deliver.{node}`.
+    subject: String,
+    token: u64,
+    shared: Weak<Shared>,
+    closed: AtomicBool,
+}
+
+impl Sink for RemoteSink {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn deliver(&self, _: &Subscription, _: &Arc<Published>) -> DeliveryOutcome {
+        DeliveryOutcome::Closed
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn deliver_queued(&self, _: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
+        let Some(shared) = self.shared.upgrade() else {
+            return DeliveryOutcome::Closed;
+        };
+        let m = d.message;
+        let head = Delivered {
+            token: self.token,
+            from: shared.node.clone(),
+            queue: d.queue.to_owned(),
+            id: d.id,
+            seq: m.seq,
+            priority: m.priority,
+            headers: m.headers.clone(),
+            enqueued_ms: m.enqueued_ms,
+            expires_ms: m.expires_ms,
+            deliveries: m.deliveries,
+            not_before_ms: m.not_before_ms,
+        };
+        let out = Outbound {
+            subject: self.subject.clone(),
+            headers: None,
+            payload: frame(&head, &m.payload),
+        };
+        match shared.outbound.try_send(out) {
+            Ok(()) => DeliveryOutcome::Queued,
+            // The queue keeps it and tries again once the consumer acks.
+            Err(TrySendError::Full(_)) => DeliveryOutcome::Dropped,
+            Err(TrySendError::Closed(_)) => DeliveryOutcome::Closed,
+        }
+    }
+}
+
+/// A home's answer as the broker's error, naming the home when it did
+/// not answer.
+fn answered(home: &str, r: Result<Answer, String>) -> Result<Answer, BrokerError> {
+    match r {
+        Err(reason) => Err(BrokerError::HomeUnreachable {
+            home: home.to_owned(),
+            reason,
+        }),
+        Ok(Answer::Error { code, message }) => Err(BrokerError::Remote { code, message }),
+        Ok(a) => Ok(a),
+    }
+}
+
+impl Cluster {
+    /// Sets where queues and the jobs resource live (once, before the
+    /// broker serves).
+    pub fn set_homes(&self, homes: Homes) {
+        let _ = self.shared.remotes.homes.set(homes);
+    }
+
+    /// Serves jobs calls from other nodes with `jobs`, and, when the jobs
+    /// resource lives on another node, makes `jobs` forward there.
+    pub fn serve_jobs(&self, jobs: &Jobs) {
+        let _ = self.shared.remotes.jobs.set(jobs.clone());
+        if let Some(home) = self.home_elsewhere(JOBS_HOME_KEY) {
+            jobs.set_home(self.clone(), home);
+        }
+    }
+
+    /// The node `queue` lives on, when that is not this one.
+    pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<String> {
+        let home = self.shared.remotes.homes.get()?.home_of(queue)?;
+        (home != self.shared.node).then(|| home.to_owned())
+    }
+
+    /// Sends `call` (with `payload`) to `home` and waits up to `limit`
+    /// for its answer.
+    async fn call(
+        &self,
+        home: &str,
+        call: &Call,
+        payload: &[u8],
+        limit: Duration,
+    ) -> Result<Answer, String> {
+        let subject = format!("{}.home.{home}", self.shared.prefix);
+        let request = async_nats::Request::new()
+            .payload(frame(call, payload))
+            .timeout(Some(limit));
+        let msg = self
+            .shared
+            .client
+            .send_request(subject, request)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&msg.payload).map_err(|e| format!("an unreadable answer: {e}"))
+    }
+
+    /// Sends `call` to `home` without waiting for anything (through the
+    /// bounded publish buffer: dropped and counted when it is full).
+    fn tell(&self, home: &str, call: &Call, payload: &[u8]) {
+        let s = &self.shared;
+        let out = Outbound {
+            subject: format!("{}.home.{home}", s.prefix),
+            headers: None,
+            payload: frame(call, payload),
+        };
+        if s.outbound.try_send(out).is_err() {
+            s.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Enqueues on `home`; answers once the message is durable there.
+    pub(crate) async fn enqueue_at(&self, home: &str, msg: Enqueue) -> Result<u64, BrokerError> {
+        let call = Call::Enqueue {
+            queue: msg.queue,
+            priority: msg.priority,
+            headers: msg.headers,
+            ttl_ms: msg.ttl_ms,
+        };
+        match answered(
+            home,
+            self.call(home, &call, &msg.payload, CALL_TIMEOUT).await,
+        )? {
+            Answer::Seq { seq } => Ok(seq),
+            other => Err(unexpected(home, &other)),
+        }
+    }
+
+    /// Enqueues on `home` without waiting.
+    pub(crate) fn enqueue_detached_at(&self, home: &str, msg: Enqueue) {
+        let call = Call::Enqueue {
+            queue: msg.queue,
+            priority: msg.priority,
+            headers: msg.headers,
+            ttl_ms: msg.ttl_ms,
+        };
+        self.tell(home, &call, &msg.payload);
+    }
+
+    /// Attaches `sub` as a consumer of `queue` on `home`; its deliveries
+    /// come back to this node and go to `sub`'s sink.
+    pub(crate) async fn consume_at(
+        &self,
+        home: &str,
+        queue: &str,
+        sub: Subscription,
+        prefetch: u32,
+    ) -> Result<(), BrokerError> {
+        let r = &self.shared.remotes;
+        let token = r.next_token.fetch_add(1, Ordering::Relaxed);
+        let key = (queue.to_owned(), sub.sink.id(), sub.id.to_string());
+        let id = sub.id.to_string();
+        {
+            let mut local = r.local.lock();
+            if local.by_sub.contains_key(&key) {
+                return Err(BrokerError::DuplicateConsumer);
+            }
+            local.by_sub.insert(key.clone(), token);
+            local.by_token.insert(
+                token,
+                Local {
+                    sub,
+                    queue: queue.to_owned(),
+                },
+            );
+        }
+        let call = Call::Consume {
+            queue: queue.to_owned(),
+            prefetch,
+            node: self.shared.node.clone(),
+            token,
+            id,
+        };
+        let result = answered(home, self.call(home, &call, &[], CALL_TIMEOUT).await);
+        if let Err(e) = result {
+            let mut local = r.local.lock();
+            local.by_sub.remove(&key);
+            local.by_token.remove(&token);
+            drop(local);
+            if matches!(e, BrokerError::HomeUnreachable { .. }) {
+                // It may have got there: undo it.
+                self.tell(home, &self.cancel_call(queue, token), &[]);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn cancel_call(&self, queue: &str, token: u64) -> Call {
+        Call::Cancel {
+            queue: queue.to_owned(),
+            node: self.shared.node.clone(),
+            token,
+        }
+    }
+
+    /// This node's token for a consumer of a queue homed elsewhere.
+    fn token_of(&self, queue: &str, sink: u64, id: &str) -> Option<u64> {
+        let key = (queue.to_owned(), sink, id.to_owned());
+        self.shared.remotes.local.lock().by_sub.get(&key).copied()
+    }
+
+    /// Detaches a consumer of a queue on `home`.
+    pub(crate) async fn cancel_at(
+        &self,
+        home: &str,
+        queue: &str,
+        sink: u64,
+        id: &str,
+    ) -> Result<(), BrokerError> {
+        let key = (queue.to_owned(), sink, id.to_owned());
+        let token = {
+            let mut local = self.shared.remotes.local.lock();
+            let token = local
+                .by_sub
+                .remove(&key)
+                .ok_or(BrokerError::UnknownConsumer)?;
+            local.by_token.remove(&token);
+            token
+        };
+        let call = self.cancel_call(queue, token);
+        answered(home, self.call(home, &call, &[], CALL_TIMEOUT).await).map(|_| ())
+    }
+
+    /// Settles deliveries of a consumer of a queue on `home`.
+    pub(crate) async fn settle_at(
+        &self,
+        home: &str,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) -> Result<(), BrokerError> {
+        let token = self
+            .token_of(queue, sink, id)
+            .ok_or(BrokerError::UnknownConsumer)?;
+        let call = Call::Settle {
+            queue: queue.to_owned(),
+            node: self.shared.node.clone(),
+            token,
+            ids,
+            how: How::from(how),
+        };
+        answered(home, self.call(home, &call, &[], CALL_TIMEOUT).await).map(|_| ())
+    }
+
+    /// Settles without waiting.
+    pub(crate) fn settle_detached_at(
+        &self,
+        home: &str,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) {
+        let Some(token) = self.token_of(queue, sink, id) else {
+            return;
+        };
+        let call = Call::Settle {
+            queue: queue.to_owned(),
+            node: self.shared.node.clone(),
+            token,
+            ids,
+            how: How::from(how),
+        };
+        self.tell(home, &call, &[]);
+    }
+
+    /// A jobs call on `home`, its reply read as `T`.
+    pub(crate) async fn job_call<T: DeserializeOwned>(
+        &self,
+        home: &str,
+        call: JobCall,
+        limit: Duration,
+    ) -> Result<T, JobError> {
+        let answer = self
+            .call(home, &Call::Job { call }, &[], limit)
+            .await
+            .map_err(|reason| JobError::Remote {
+                code: ErrorCode::Overloaded,
+                message: format!("the jobs resource's home node {home:?} did not answer: {reason}"),
+            })?;
+        match answer {
+            Answer::Value { value } => {
+                serde_json::from_value(value).map_err(|e| JobError::Remote {
+                    code: ErrorCode::Internal,
+                    message: format!("an unreadable answer from node {home:?}: {e}"),
+                })
+            }
+            Answer::Error { code, message } => Err(JobError::Remote { code, message }),
+            other => Err(JobError::Remote {
+                code: ErrorCode::Internal,
+                message: format!("an unexpected answer from node {home:?}: {other:?}"),
+            }),
+        }
+    }
+
+    /// Forgets the consumers of nodes not heard for a while (their
+    /// deliveries go back to their queues); returns how many.
+    pub(crate) async fn forget_lost_consumers(&self, broker: &Broker) -> usize {
+        let s = &self.shared;
+        let now = Instant::now();
+        let lost: Vec<((String, u64), RemoteConsumer)> = {
+            let peers = s.peers.lock();
+            let mut remote = s.remotes.remote.lock();
+            let keys: Vec<(String, u64)> = remote
+                .iter()
+                .filter(|((node, _), c)| {
+                    let heard = peers.get(node).copied().unwrap_or(c.since).max(c.since);
+                    now.saturating_duration_since(heard) > super::LOST_AFTER
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| remote.remove(&k).map(|c| (k, c)))
+                .collect()
+        };
+        let n = lost.len();
+        for ((node, _), c) in lost {
+            tracing::info!(queue = %c.queue, node = %node, "cluster: a lost node's consumer is detached");
+            c.sink.closed.store(true, Ordering::Release);
+            let _ = broker.cancel_consumer(&c.queue, c.sink.id, &c.id).await;
+        }
+        n
+    }
+
+    /// Consumers on other nodes of this node's queues, and this node's
+    /// consumers of other nodes' queues.
+    pub(crate) fn consumer_counts(&self) -> (usize, usize) {
+        let r = &self.shared.remotes;
+        (r.remote.lock().len(), r.local.lock().by_token.len())
+    }
+}
+
+fn unexpected(home: &str, answer: &Answer) -> BrokerError {
+    BrokerError::Remote {
+        code: ErrorCode::Internal,
+        message: format!("an unexpected answer from node {home:?}: {answer:?}"),
+    }
+}
+
+/// Serves calls from other nodes and deliveries to this node's consumers
+/// of their queues, until the link's runtime ends.
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    broker: WeakBroker,
+    mut calls: async_nats::Subscriber,
+    mut deliveries: async_nats::Subscriber,
+) {
+    loop {
+        tokio::select! {
+            Some(msg) = calls.next() => {
+                let reply = msg.reply.clone();
+                let Ok(permit) = shared.remotes.calls.clone().try_acquire_owned() else {
+                    if let Some(reply) = reply {
+                        let busy = Answer::Error {
+                            code: ErrorCode::Overloaded,
+                            message: format!("node {:?} serves {MAX_CALLS} calls already", shared.node),
+                        };
+                        let _ = shared.client.publish(reply, json(&busy)).await;
+                    }
+                    continue;
+                };
+                let (shared, broker) = (shared.clone(), broker.clone());
+                tokio::spawn(async move {
+                    let answer = answer(&shared, &broker, &msg.payload).await;
+                    if let Some(reply) = reply {
+                        let _ = shared.client.publish(reply, json(&answer)).await;
+                    } else if let Answer::Error { message, .. } = answer {
+                        tracing::debug!("cluster: a call from another node was refused: {message}");
+                    }
+                    drop(permit);
+                });
+            }
+            Some(msg) = deliveries.next() => deliver(&shared, &msg.payload),
+            else => break,
+        }
+    }
+}
+
+fn json(answer: &Answer) -> Bytes {
+    serde_json::to_vec(answer).unwrap_or_default().into()
+}
+
+fn refused(code: ErrorCode, message: impl Into<String>) -> Answer {
+    Answer::Error {
+        code,
+        message: message.into(),
+    }
+}
+
+fn broker_refused(e: &BrokerError) -> Answer {
+    refused(e.code(), e.to_string())
+}
+
+/// What this node, as a home, answers to one call.
+async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, body: &Bytes) -> Answer {
+    let (call, payload) = match unframe::<Call>(body) {
+        Ok(c) => c,
+        Err(e) => return refused(ErrorCode::Malformed, format!("not a call: {e}")),
+    };
+    let home = shared
+        .remotes
+        .homes
+        .get()
+        .and_then(|h| h.home_of(call.queue()));
+    if home != Some(shared.node.as_str()) {
+        return refused(
+            ErrorCode::Internal,
+            format!(
+                "{:?} lives on {home:?} by node {:?}'s cluster.members, not here: the nodes' configurations differ",
+                call.queue(),
+                shared.node
+            ),
+        );
+    }
+    let Some(broker) = broker.upgrade() else {
+        return refused(ErrorCode::Overloaded, "the node is stopping");
+    };
+    match call {
+        Call::Enqueue {
+            queue,
+            priority,
+            headers,
+            ttl_ms,
+        } => {
+            let msg = Enqueue {
+                queue,
+                payload,
+                headers,
+                priority,
+                ttl_ms,
+            };
+            match broker.enqueue_durable(msg).await {
+                Ok(seq) => Answer::Seq { seq },
+                Err(e) => broker_refused(&e),
+            }
+        }
+        Call::Consume {
+            queue,
+            prefetch,
+            node,
+            token,
+            id,
+        } => {
+            if shared.remotes.remote.lock().len() >= MAX_REMOTE_CONSUMERS {
+                return refused(
+                    ErrorCode::Overloaded,
+                    format!(
+                        "node {:?} serves {MAX_REMOTE_CONSUMERS} remote consumers already",
+                        shared.node
+                    ),
+                );
+            }
+            let key = (node.clone(), token);
+            let old = shared.remotes.remote.lock().remove(&key);
+            if let Some(old) = old {
+                old.sink.closed.store(true, Ordering::Release);
+                let _ = broker
+                    .cancel_consumer(&old.queue, old.sink.id, &old.id)
+                    .await;
+            }
+            let sink = Arc::new(RemoteSink {
+                id: next_sink_id(),
+                subject: format!("{}.deliver.{node}", shared.prefix),
+                token,
+                shared: Arc::downgrade(shared),
+                closed: AtomicBool::new(false),
+            });
+            let sub = Subscription::new(sink.clone(), &id, "", SubTag::None, None);
+            // Recorded first: a settle may follow the first delivery
+            // before this call's answer reaches the caller.
+            shared.remotes.remote.lock().insert(
+                key.clone(),
+                RemoteConsumer {
+                    queue: queue.clone(),
+                    sink,
+                    id,
+                    since: Instant::now(),
+                },
+            );
+            match broker.consume(&queue, sub, prefetch).await {
+                Ok(()) => Answer::Ok,
+                Err(e) => {
+                    shared.remotes.remote.lock().remove(&key);
+                    broker_refused(&e)
+                }
+            }
+        }
+        Call::Cancel { queue, node, token } => {
+            let Some(c) = shared.remotes.remote.lock().remove(&(node, token)) else {
+                return Answer::Ok;
+            };
+            c.sink.closed.store(true, Ordering::Release);
+            match broker.cancel_consumer(&queue, c.sink.id, &c.id).await {
+                Ok(()) | Err(BrokerError::UnknownConsumer | BrokerError::UnknownQueue(_)) => {
+                    Answer::Ok
+                }
+                Err(e) => broker_refused(&e),
+            }
+        }
+        Call::Settle {
+            queue,
+            node,
+            token,
+            ids,
+            how,
+        } => {
+            let found = shared
+                .remotes
+                .remote
+                .lock()
+                .get(&(node, token))
+                .map(|c| (c.sink.id, c.id.clone()));
+            let Some((sink, id)) = found else {
+                return broker_refused(&BrokerError::UnknownConsumer);
+            };
+            match broker.settle(&queue, sink, &id, ids, how.into()).await {
+                Ok(Some(durable)) => match durable.await {
+                    Ok(()) => Answer::Ok,
+                    Err(e) => broker_refused(&BrokerError::Store(e)),
+                },
+                Ok(None) => Answer::Ok,
+                Err(e) => broker_refused(&e),
+            }
+        }
+        Call::Job { call } => match shared.remotes.jobs.get() {
+            Some(jobs) => job_answer(jobs, call).await,
+            None => refused(ErrorCode::Internal, "this node serves no jobs"),
+        },
+    }
+}
+
+/// Runs a jobs call here, the jobs resource's home.
+async fn job_answer(jobs: &Jobs, call: JobCall) -> Answer {
+    fn value<T: serde::Serialize>(r: Result<T, JobError>) -> Answer {
+        match r {
+            Ok(v) => Answer::Value {
+                value: serde_json::to_value(v).unwrap_or_default(),
+            },
+            Err(e) => refused(e.code(), e.to_string()),
+        }
+    }
+    match call {
+        JobCall::Enqueue { new } => value(jobs.enqueue(new).await),
+        JobCall::Status { id } => value(jobs.status(id).await),
+        JobCall::List {
+            status,
+            kind,
+            after,
+            limit,
+        } => {
+            let filter = JobFilter {
+                status,
+                kind,
+                after,
+                limit,
+            };
+            value(jobs.list(filter, |_| true).await)
+        }
+        JobCall::Retry { id } => value(jobs.retry(id).await),
+        JobCall::Cancel { id } => value(jobs.cancel(id).await),
+        JobCall::Register { kinds } => value(jobs.register(kinds).await),
+        JobCall::Ping { worker } => value(jobs.ping(worker).await),
+        JobCall::Dequeue { worker, wait_ms } => {
+            value(jobs.dequeue(worker, Duration::from_millis(wait_ms)).await)
+        }
+        JobCall::Outcome {
+            id,
+            worker,
+            token,
+            outcome,
+            error,
+        } => value(jobs.outcome(id, worker, token, outcome, error).await),
+        JobCall::Info => value(jobs.info().await),
+    }
+}
+
+/// A delivery from a queue's home to a consumer on this node.
+fn deliver(shared: &Arc<Shared>, body: &Bytes) {
+    let (d, payload) = match unframe::<Delivered>(body) {
+        Ok(d) => d,
+        Err(e) => {
+            shared.counters.invalid.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("cluster: an unreadable delivery: {e}");
+            return;
+        }
+    };
+    let local = shared
+        .remotes
+        .local
+        .lock()
+        .by_token
+        .get(&d.token)
+        .map(|l| l.sub.clone());
+    let outcome = match &local {
+        Some(sub) if !sub.is_cancelled() => {
+            let message = StoredMessage {
+                seq: d.seq,
+                priority: d.priority,
+                headers: d.headers,
+                payload,
+                enqueued_ms: d.enqueued_ms,
+                expires_ms: d.expires_ms,
+                deliveries: d.deliveries,
+                not_before_ms: d.not_before_ms,
+            };
+            let delivery = QueuedDelivery {
+                queue: &d.queue,
+                id: d.id,
+                message: &message,
+            };
+            sub.sink.deliver_queued(sub, &delivery)
+        }
+        _ => DeliveryOutcome::Closed,
+    };
+    match outcome {
+        DeliveryOutcome::Queued => {}
+        // Still in flight at the home: it comes back after its ack
+        // timeout.
+        DeliveryOutcome::Dropped => {
+            tracing::debug!(queue = %d.queue, "cluster: a remote delivery was dropped by a slow consumer");
+        }
+        DeliveryOutcome::Closed => {
+            {
+                let mut l = shared.remotes.local.lock();
+                if let Some(gone) = l.by_token.remove(&d.token) {
+                    l.by_sub
+                        .remove(&(gone.queue, gone.sub.sink.id(), gone.sub.id.to_string()));
+                }
+            }
+            let cluster = Cluster {
+                shared: shared.clone(),
+            };
+            let call = cluster.cancel_call(&d.queue, d.token);
+            cluster.tell(&d.from, &call, &[]);
+        }
+    }
+}
