@@ -53,6 +53,11 @@ impl Broker {
     /// An unknown queue, an overloaded queue or store writer, a failed
     /// commit.
     pub async fn purge_queue(&self, queue: &str) -> Result<u64, BrokerError> {
+        if let Some((cluster, home)) = self.home_elsewhere(queue) {
+            return cluster
+                .admin_at(&home, queue, crate::cluster::home::AdminOp::Purge)
+                .await;
+        }
         let q = self.existing_queue(queue)?;
         let (purged, durable) = q.tq.submit_high(|s| s.purge()).await??;
         if let Some(d) = durable {

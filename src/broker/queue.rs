@@ -129,7 +129,7 @@ impl Incoming {
 }
 
 /// A queue's numbers, for the admin API.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueInfo {
     /// The queue's name.
     pub name: String,
@@ -159,7 +159,7 @@ pub struct QueueInfo {
 }
 
 /// Counters of one queue since start.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueCounters {
     /// Messages enqueued.
     pub enqueued: u64,

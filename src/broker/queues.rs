@@ -19,6 +19,7 @@ use super::durable::{DURABLE_PREFIX, StoredMeta};
 use super::queue::{Incoming, QueueError, QueueHandle, QueueInfo, QueueShared, QueueState, now_ms};
 use super::sink::Subscription;
 use super::{Broker, BrokerError};
+use crate::cluster::home::AdminOp;
 use crate::config::{QueueDecl, QueueOptions};
 use crate::protocol::frame::Headers;
 use crate::routing;
@@ -69,7 +70,7 @@ pub struct Enqueue {
 pub const MAX_DRAIN_WAIT_MS: u64 = 60_000;
 
 /// What [`Broker::drain_queue`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Drain {
     /// The queue was empty, or emptied in time, and is removed.
     Removed,
@@ -499,6 +500,15 @@ impl Broker {
     /// A queue's numbers (with its dead-letter queue's depth), if it
     /// exists.
     pub async fn queue_info(&self, name: &str) -> Option<QueueInfo> {
+        if let Some((cluster, home)) = self.home_elsewhere(name) {
+            return cluster
+                .admin_at::<Option<QueueInfo>>(&home, name, AdminOp::Info)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(queue = name, "cluster: {e}");
+                    None
+                });
+        }
         let q = self.queue(name, false).ok()??;
         let mut info = q.tq.submit(|q| q.info()).await.ok()?;
         let dlq_name = {
@@ -537,6 +547,12 @@ impl Broker {
     /// # Errors
     /// An unknown queue, or a target refusing messages (those stay).
     pub async fn redrive(&self, dlq: &str, to: Option<&str>) -> Result<u64, BrokerError> {
+        if let Some((cluster, home)) = self.home_elsewhere(dlq) {
+            let op = AdminOp::Redrive {
+                to: to.map(str::to_owned),
+            };
+            return cluster.admin_at(&home, dlq, op).await;
+        }
         let source = self
             .queue(dlq, false)?
             .ok_or_else(|| BrokerError::UnknownQueue(dlq.to_owned()))?;
@@ -619,6 +635,9 @@ impl Broker {
     /// # Errors
     /// The queue refusing the task, or the store failing the deletes.
     pub async fn delete_queue(&self, name: &str) -> Result<bool, BrokerError> {
+        if let Some((cluster, home)) = self.home_elsewhere(name) {
+            return cluster.admin_at(&home, name, AdminOp::Delete).await;
+        }
         let Some(q) = self.queue(name, false)? else {
             return Ok(false);
         };
@@ -656,6 +675,12 @@ impl Broker {
     /// # Errors
     /// The queue refusing the task, or the store failing the deletes.
     pub async fn drain_queue(&self, name: &str, wait: Duration) -> Result<Drain, BrokerError> {
+        if let Some((cluster, home)) = self.home_elsewhere(name) {
+            let op = AdminOp::Drain {
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            };
+            return cluster.admin_at(&home, name, op).await;
+        }
         let Some(q) = self.queue(name, false)? else {
             return Ok(Drain::NotFound);
         };

@@ -148,7 +148,7 @@ impl From<How> for Settlement {
 
 /// What a node asks of a queue's or the jobs resource's home.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "do", rename_all = "snake_case")]
 pub enum Call {
     /// Enqueue the payload that follows; answered once durable.
     Enqueue {
@@ -201,6 +201,35 @@ pub enum Call {
         /// Which.
         call: JobCall,
     },
+    /// An operator's operation on a queue.
+    Admin {
+        /// The queue.
+        queue: String,
+        /// Which.
+        op: AdminOp,
+    },
+}
+
+/// An operator's operation on a queue homed on another node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "admin", rename_all = "snake_case")]
+pub enum AdminOp {
+    /// `Broker::queue_info`.
+    Info,
+    /// `Broker::purge_queue`.
+    Purge,
+    /// `Broker::delete_queue`.
+    Delete,
+    /// `Broker::drain_queue`.
+    Drain {
+        /// How long to wait for the drain.
+        wait_ms: u64,
+    },
+    /// `Broker::redrive` (the queue is the dead-letter queue).
+    Redrive {
+        /// Where to, if not back where they came from.
+        to: Option<String>,
+    },
 }
 
 impl Call {
@@ -210,7 +239,8 @@ impl Call {
             Call::Enqueue { queue, .. }
             | Call::Consume { queue, .. }
             | Call::Cancel { queue, .. }
-            | Call::Settle { queue, .. } => queue,
+            | Call::Settle { queue, .. }
+            | Call::Admin { queue, .. } => queue,
             Call::Job { .. } => JOBS_HOME_KEY,
         }
     }

@@ -214,6 +214,23 @@ async fn run(
             return;
         }
     };
+    // The subscriptions are in place at NATS before the node serves, so
+    // that a call to this node's queues from then on finds it: NATS
+    // handles a connection's commands in order, so its answer to a
+    // request nobody serves (no responders) comes after it took them.
+    // (The client may not say it is connected yet even when `connect`
+    // returned: with `required`, it did connect.)
+    if config.required || client.connection_state() == async_nats::connection::State::Connected {
+        let probe = async_nats::Request::new()
+            .timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
+        if let Err(e) = client
+            .send_request(format!("{prefix}.sys.probe.{node}"), probe)
+            .await
+            && e.kind() != async_nats::RequestErrorKind::NoResponders
+        {
+            tracing::warn!("cluster: NATS did not confirm this node's subscriptions: {e}");
+        }
+    }
     let (outbound, out_rx) = mpsc::channel(config.buffer);
     let (control, control_rx) = mpsc::channel(CONTROL_DEPTH);
     let (stop, stop_rx) = oneshot::channel();
@@ -262,8 +279,7 @@ async fn run(
         broker,
         bucket,
         control_rx,
-        connects,
-        hello,
+        Sys { connects, hello },
         hello_subject,
         stop_rx,
     )
@@ -612,16 +628,27 @@ fn releasable(filters: &HashMap<u64, Listening>, unused: Vec<(u64, u64)>) -> Vec
 
 /// The link's loop: commands, messages from other nodes, hellos, until
 /// asked to stop.
+/// The node's subscriptions to what nodes say to each other.
+struct Sys {
+    /// `{prefix}.sys.connect`: clients connecting elsewhere.
+    connects: async_nats::Subscriber,
+    /// `{prefix}.sys.hello`: nodes alive.
+    hello: async_nats::Subscriber,
+}
+
 async fn serve(
     shared: &Arc<Shared>,
     broker: WeakBroker,
     bucket: String,
     mut control: mpsc::Receiver<Control>,
-    mut connects: async_nats::Subscriber,
-    mut hello: async_nats::Subscriber,
+    sys: Sys,
     hello_subject: String,
     mut stop: oneshot::Receiver<()>,
 ) {
+    let Sys {
+        mut connects,
+        mut hello,
+    } = sys;
     let client = shared.client.clone();
     let mut link = Link {
         prefix: shared.prefix.clone(),

@@ -24,7 +24,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::error::TrySendError;
 
-use super::home::{Answer, Call, Delivered, Homes, How, JOBS_HOME_KEY, JobCall, frame, unframe};
+use super::home::{
+    AdminOp, Answer, Call, Delivered, Homes, How, JOBS_HOME_KEY, JobCall, frame, unframe,
+};
 use super::{Cluster, Outbound, Shared};
 use crate::broker::jobs::{JobError, JobFilter, Jobs};
 use crate::broker::{
@@ -394,6 +396,32 @@ impl Cluster {
         self.tell(home, &call, &[]);
     }
 
+    /// An operator's call on a queue on `home`, its reply read as `T`.
+    pub(crate) async fn admin_at<T: DeserializeOwned>(
+        &self,
+        home: &str,
+        queue: &str,
+        op: AdminOp,
+    ) -> Result<T, BrokerError> {
+        let limit = match &op {
+            AdminOp::Drain { wait_ms } => CALL_TIMEOUT + Duration::from_millis(*wait_ms),
+            _ => CALL_TIMEOUT,
+        };
+        let call = Call::Admin {
+            queue: queue.to_owned(),
+            op,
+        };
+        match answered(home, self.call(home, &call, &[], limit).await)? {
+            Answer::Value { value } => {
+                serde_json::from_value(value).map_err(|e| BrokerError::Remote {
+                    code: ErrorCode::Internal,
+                    message: format!("an unreadable answer from node {home:?}: {e}"),
+                })
+            }
+            other => Err(unexpected(home, &other)),
+        }
+    }
+
     /// A jobs call on `home`, its reply read as `T`.
     pub(crate) async fn job_call<T: DeserializeOwned>(
         &self,
@@ -652,10 +680,33 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, body: &Bytes) -> Answ
                 Err(e) => broker_refused(&e),
             }
         }
+        Call::Admin { queue, op } => admin_answer(&broker, &queue, op).await,
         Call::Job { call } => match shared.remotes.jobs.get() {
             Some(jobs) => job_answer(jobs, call).await,
             None => refused(ErrorCode::Internal, "this node serves no jobs"),
         },
+    }
+}
+
+/// Runs an operator's call on a queue here, its home.
+async fn admin_answer(broker: &Broker, queue: &str, op: AdminOp) -> Answer {
+    fn value<T: serde::Serialize>(r: Result<T, BrokerError>) -> Answer {
+        match r {
+            Ok(v) => Answer::Value {
+                value: serde_json::to_value(v).unwrap_or_default(),
+            },
+            Err(e) => broker_refused(&e),
+        }
+    }
+    match op {
+        AdminOp::Info => value(Ok(broker.queue_info(queue).await)),
+        AdminOp::Purge => value(broker.purge_queue(queue).await),
+        AdminOp::Delete => value(broker.delete_queue(queue).await),
+        AdminOp::Drain { wait_ms } => {
+            let wait = Duration::from_millis(wait_ms.min(crate::broker::MAX_DRAIN_WAIT_MS));
+            value(broker.drain_queue(queue, wait).await)
+        }
+        AdminOp::Redrive { to } => value(broker.redrive(queue, to.as_deref()).await),
     }
 }
 

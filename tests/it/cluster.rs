@@ -515,9 +515,14 @@ fn a_queue_homed_on_b_is_fed_on_a_and_consumed_on_c() {
                 .await
                 .expect("an enqueue on a, homed on b");
         }
-        // Held by b, the home; a keeps nothing.
+        // Held by b, the home; asked on a, b answers.
         assert_eq!(queue_depth(&b, "orders"), Some(30));
-        assert_ne!(queue_depth(&a, "orders"), Some(30));
+        assert_eq!(queue_depth(&a, "orders"), Some(30));
+        let (_, listed) = http(a.addr, "GET", "/queues", "");
+        assert!(
+            !listed.contains("\"orders\""),
+            "a holds no queue of its own: {listed}"
+        );
         let on_c = client(&c).await;
         let mut consumer = on_c.consume("orders", 10).await.expect("a consumer on c");
         assert!(
@@ -587,6 +592,16 @@ fn a_queue_homed_on_b_is_fed_on_a_and_consumed_on_c() {
             .await
             .expect_err("an unknown consumer");
         assert!(err.to_string().contains("consumer"), "{err}");
+        // An operator deletes it from any node.
+        on_a.enqueue("orders", "doomed").await.unwrap();
+        drop(again);
+        on_a.close(false).await.unwrap();
+        let (code, body) = http(c.addr, "DELETE", "/queues/orders", "");
+        assert!((200..300).contains(&code), "{code} {body}");
+        assert!(
+            eventually(LONG, || queue_depth(&b, "orders").is_none()).await,
+            "deleted on b"
+        );
     });
 }
 
