@@ -201,6 +201,16 @@ async fn run(
             return;
         }
     };
+    let bye = match client.subscribe(format!("{prefix}.sys.bye")).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = started.send(Err(ClusterError::Unreachable {
+                urls: config.nats.join(", "),
+                reason: e.to_string(),
+            }));
+            return;
+        }
+    };
     let (calls, deliveries) = match tokio::try_join!(
         client.subscribe(format!("{prefix}.home.{node}")),
         client.subscribe(format!("{prefix}.deliver.{node}")),
@@ -279,15 +289,24 @@ async fn run(
         broker,
         bucket,
         control_rx,
-        Sys { connects, hello },
+        Sys {
+            connects,
+            hello,
+            bye,
+        },
         hello_subject,
         stop_rx,
     )
     .await;
-    // Stopping: what the broker handed over is sent, then flushed.
+    // Stopping: what the broker handed over is sent, then the other
+    // nodes are told, then flushed.
     let _ = finish.send(());
+    let bye_subject = format!("{}.sys.bye", shared.prefix);
     let _ = tokio::time::timeout(FLUSH_ON_STOP, async {
         let _ = pump.await;
+        let _ = client
+            .publish(bye_subject, bytes::Bytes::from(shared.node.clone()))
+            .await;
         let _ = client.flush().await;
     })
     .await;
@@ -634,6 +653,8 @@ struct Sys {
     connects: async_nats::Subscriber,
     /// `{prefix}.sys.hello`: nodes alive.
     hello: async_nats::Subscriber,
+    /// `{prefix}.sys.bye`: nodes stopping.
+    bye: async_nats::Subscriber,
 }
 
 async fn serve(
@@ -648,6 +669,7 @@ async fn serve(
     let Sys {
         mut connects,
         mut hello,
+        mut bye,
     } = sys;
     let client = shared.client.clone();
     let mut link = Link {
@@ -708,6 +730,52 @@ async fn serve(
                 }
                 None => break,
             },
+            // Rare and small: ahead of the stream of messages, which
+            // would otherwise starve the hellos that say a node is alive.
+            Some(msg) = connects.next() => {
+                if let Ok(c) = serde_json::from_slice::<super::Connected>(&msg.payload)
+                    && c.node != shared.node
+                    && let Some(hook) = shared.on_connect.get()
+                {
+                    hook(&c.client, &c.principal, c.clean);
+                }
+            }
+            Some(msg) = hello.next() => {
+                if let Ok(node) = std::str::from_utf8(&msg.payload)
+                    && !node.is_empty()
+                    && node.len() <= 256
+                {
+                    shared.peers.lock().insert(node.to_owned(), Instant::now());
+                }
+            }
+            Some(msg) = bye.next() => {
+                // A node stopping: listed as lost at once, and its
+                // consumers of this node's queues detached.
+                if let Ok(node) = std::str::from_utf8(&msg.payload)
+                    && !node.is_empty()
+                    && node != shared.node
+                    && let Some(broker) = broker.upgrade()
+                {
+                    let now = Instant::now();
+                    let long_ago = now.checked_sub(super::LOST_AFTER * 2).unwrap_or(now);
+                    shared.peers.lock().insert(node.to_owned(), long_ago);
+                    let cluster = super::Cluster { shared: shared.clone() };
+                    let node = node.to_owned();
+                    tokio::spawn(async move {
+                        cluster.detach_consumers_of(&broker, |n| n == node).await;
+                    });
+                }
+            }
+            _ = tick.tick() => {
+                if client.connection_state() == async_nats::connection::State::Connected {
+                    let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
+                }
+                let now = Instant::now();
+                shared
+                    .peers
+                    .lock()
+                    .retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
+            }
             Some((id, msg)) = link.inbound.next(), if !link.inbound.is_empty() => {
                 let Some(topic) = link.accept(id, &msg, shared) else {
                     continue;
@@ -739,30 +807,6 @@ async fn serve(
                         c.refused.fetch_add(1, Ordering::Relaxed)
                     }
                 };
-            }
-            Some(msg) = connects.next() => {
-                if let Ok(c) = serde_json::from_slice::<super::Connected>(&msg.payload)
-                    && c.node != shared.node
-                    && let Some(hook) = shared.on_connect.get()
-                {
-                    hook(&c.client, &c.principal, c.clean);
-                }
-            }
-            Some(msg) = hello.next() => {
-                if let Ok(node) = std::str::from_utf8(&msg.payload)
-                    && !node.is_empty()
-                    && node.len() <= 256
-                {
-                    let now = Instant::now();
-                    let mut peers = shared.peers.lock();
-                    peers.insert(node.to_owned(), now);
-                    peers.retain(|_, seen| now.duration_since(*seen) < FORGET_AFTER);
-                }
-            }
-            _ = tick.tick() => {
-                if client.connection_state() == async_nats::connection::State::Connected {
-                    let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
-                }
             }
         }
     }

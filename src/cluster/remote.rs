@@ -471,6 +471,31 @@ impl Cluster {
                 .filter_map(|k| remote.remove(&k).map(|c| (k, c)))
                 .collect()
         };
+        self.detach(broker, lost).await
+    }
+
+    /// Detaches the consumers of the nodes `gone` names (a node that said
+    /// it stops); returns how many.
+    pub(super) async fn detach_consumers_of(
+        &self,
+        broker: &Broker,
+        gone: impl Fn(&str) -> bool,
+    ) -> usize {
+        let lost: Vec<((String, u64), RemoteConsumer)> = {
+            let mut remote = self.shared.remotes.remote.lock();
+            let keys: Vec<(String, u64)> = remote
+                .keys()
+                .filter(|(node, _)| gone(node))
+                .cloned()
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| remote.remove(&k).map(|c| (k, c)))
+                .collect()
+        };
+        self.detach(broker, lost).await
+    }
+
+    async fn detach(&self, broker: &Broker, lost: Vec<((String, u64), RemoteConsumer)>) -> usize {
         let n = lost.len();
         for ((node, _), c) in lost {
             tracing::info!(queue = %c.queue, node = %node, "cluster: a lost node's consumer is detached");
