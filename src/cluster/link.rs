@@ -225,21 +225,17 @@ async fn run(
         }
     };
     // The subscriptions are in place at NATS before the node serves, so
-    // that a call to this node's queues from then on finds it: NATS
-    // handles a connection's commands in order, so its answer to a
-    // request nobody serves (no responders) comes after it took them.
-    // (The client may not say it is connected yet even when `connect`
-    // returned: with `required`, it did connect.)
-    if config.required || client.connection_state() == async_nats::connection::State::Connected {
-        let probe = async_nats::Request::new()
-            .timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
-        if let Err(e) = client
-            .send_request(format!("{prefix}.sys.probe.{node}"), probe)
-            .await
-            && e.kind() != async_nats::RequestErrorKind::NoResponders
-        {
-            tracing::warn!("cluster: NATS did not confirm this node's subscriptions: {e}");
-        }
+    // that a call to this node's queues from then on finds it.
+    if super::connected(&client)
+        && let Err(e) = super::round_trip(
+            &client,
+            &prefix,
+            &node,
+            Duration::from_millis(config.connect_timeout_ms),
+        )
+        .await
+    {
+        tracing::warn!("cluster: NATS did not confirm this node's subscriptions: {e}");
     }
     let (outbound, out_rx) = mpsc::channel(config.buffer);
     let (control, control_rx) = mpsc::channel(CONTROL_DEPTH);
@@ -262,7 +258,7 @@ async fn run(
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
     let bucket = retained_bucket(&shared.prefix);
-    if client.connection_state() == async_nats::connection::State::Connected {
+    if super::connected(&client) {
         ensure_bucket(&client, &bucket, &shared).await;
     }
     tracing::info!(node = %node, nats = %config.nats.join(", "), "cluster: this node joins");
@@ -692,7 +688,7 @@ async fn serve(
             cmd = control.recv() => match cmd {
                 Some(Control::Want { filter, reply }) => {
                     let has_bucket = shared.retained.get().is_some()
-                        || (client.connection_state() == async_nats::connection::State::Connected
+                        || (super::connected(&client)
                             && ensure_bucket(&client, &bucket, shared).await);
                     let mut reply = Some(reply);
                     match link.want(&client, filter, &mut reply, has_bucket).await {
@@ -767,7 +763,7 @@ async fn serve(
                 }
             }
             _ = tick.tick() => {
-                if client.connection_state() == async_nats::connection::State::Connected {
+                if super::connected(&client) {
                     let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
                 }
                 let now = Instant::now();

@@ -169,6 +169,39 @@ pub(crate) struct Connected {
     pub clean: bool,
 }
 
+/// Whether the client is connected to NATS. Right after its first
+/// connect it may still say `Pending`: a connect counted says otherwise.
+fn connected(client: &async_nats::Client) -> bool {
+    match client.connection_state() {
+        async_nats::connection::State::Connected => true,
+        async_nats::connection::State::Pending => {
+            client.statistics().connects.load(Ordering::Relaxed) > 0
+        }
+        async_nats::connection::State::Disconnected => false,
+    }
+}
+
+/// Waits until NATS has taken everything this connection sent before:
+/// NATS handles a connection's commands in order, and answers a request
+/// nobody serves (`{prefix}.sys.probe.{node}`) with "no responders" once
+/// it got there (the client's flush only empties its own buffer).
+async fn round_trip(
+    client: &async_nats::Client,
+    prefix: &str,
+    node: &str,
+    limit: Duration,
+) -> Result<(), String> {
+    let probe = async_nats::Request::new().timeout(Some(limit));
+    match client
+        .send_request(format!("{prefix}.sys.probe.{node}"), probe)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// This node's membership of a cluster: cheap to clone, held by the
 /// broker, which calls it on every publish and subscribe.
 #[derive(Clone)]
@@ -314,15 +347,12 @@ impl Cluster {
                 return;
             }
         };
-        if confirmed.load(Ordering::Acquire)
-            || s.client.connection_state() != async_nats::connection::State::Connected
-        {
+        if confirmed.load(Ordering::Acquire) || !connected(&s.client) {
             return;
         }
-        match tokio::time::timeout(s.confirm, s.client.flush()).await {
-            Ok(Ok(())) => confirmed.store(true, Ordering::Release),
-            Ok(Err(e)) => tracing::debug!(filter, "cluster: NATS did not confirm: {e}"),
-            Err(_) => tracing::debug!(filter, "cluster: NATS did not confirm in time"),
+        match round_trip(&s.client, &s.prefix, &s.node, s.confirm).await {
+            Ok(()) => confirmed.store(true, Ordering::Release),
+            Err(e) => tracing::debug!(filter, "cluster: NATS did not confirm: {e}"),
         }
     }
 
