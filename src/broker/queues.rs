@@ -360,6 +360,52 @@ impl Broker {
             .await??)
     }
 
+    /// For a queue homed on another node: sends the enqueue there now, in
+    /// order with this node's other calls, and gives what answers with its
+    /// seq once durable there, so a session can go on to its next frame;
+    /// gives the message back for a queue of this node's.
+    ///
+    /// # Errors
+    /// As [`Broker::enqueue`] (inside: what the home says).
+    pub fn enqueue_elsewhere(
+        &self,
+        msg: Enqueue,
+    ) -> Result<Result<crate::cluster::Answering<u64>, BrokerError>, Enqueue> {
+        let Some((cluster, home)) = self.home_elsewhere(&msg.queue) else {
+            return Err(msg);
+        };
+        if msg.priority > 9 {
+            return Ok(Err(BrokerError::InvalidPriority(msg.priority)));
+        }
+        if let Err(e) = self.check_topic(&msg.queue) {
+            return Ok(Err(e));
+        }
+        Ok(cluster.enqueue_sent(&home, msg))
+    }
+
+    /// For a queue homed on another node: sends the settle there now and
+    /// gives what answers once it is done there; gives `ids` back for a
+    /// queue of this node's.
+    ///
+    /// # Errors
+    /// As [`Broker::settle`] (inside).
+    pub fn settle_elsewhere(
+        &self,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) -> Result<Result<crate::cluster::Answering<()>, BrokerError>, Vec<u64>> {
+        let Some((cluster, home)) = self.home_elsewhere(queue) else {
+            return Err(ids);
+        };
+        if ids.is_empty() || ids.len() > MAX_IDS {
+            return Ok(Err(BrokerError::InvalidIds(ids.len())));
+        }
+        Ok(cluster.settle_sent(&home, queue, sink, id, ids, how))
+    }
+
     /// Puts a message on a queue without waiting for anything (not even
     /// the task): for callers inside other resources' tasks, which must
     /// not block. Failures are logged.

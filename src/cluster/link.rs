@@ -211,9 +211,10 @@ async fn run(
             return;
         }
     };
-    let (calls, deliveries) = match tokio::try_join!(
+    let (calls, deliveries, replies) = match tokio::try_join!(
         client.subscribe(format!("{prefix}.home.{node}")),
         client.subscribe(format!("{prefix}.deliver.{node}")),
+        client.subscribe(format!("{prefix}.reply.{node}.*")),
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -279,6 +280,7 @@ async fn run(
         broker.clone(),
         calls,
         deliveries,
+        replies,
     ));
     serve(
         &shared,
@@ -361,14 +363,16 @@ async fn pump(
         let Some(m) = m else {
             break;
         };
-        let sent = match m.headers {
-            Some(h) => {
-                shared
-                    .client
-                    .publish_with_headers(m.subject, h, m.payload)
+        let client = &shared.client;
+        let sent = match (m.headers, m.reply) {
+            (Some(h), None) => client.publish_with_headers(m.subject, h, m.payload).await,
+            (None, None) => client.publish(m.subject, m.payload).await,
+            (Some(h), Some(r)) => {
+                client
+                    .publish_with_reply_and_headers(m.subject, r, h, m.payload)
                     .await
             }
-            None => shared.client.publish(m.subject, m.payload).await,
+            (None, Some(r)) => client.publish_with_reply(m.subject, r, m.payload).await,
         };
         match sent {
             Ok(()) => c.forwarded.fetch_add(1, Ordering::Relaxed),

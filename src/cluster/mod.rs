@@ -26,7 +26,7 @@ mod kv;
 mod link;
 mod remote;
 
-pub use remote::CALL_TIMEOUT;
+pub use remote::{Answering, CALL_TIMEOUT};
 pub mod subject;
 pub mod wire;
 
@@ -88,6 +88,8 @@ struct Outbound {
     subject: String,
     headers: Option<async_nats::HeaderMap>,
     payload: Bytes,
+    /// Where the answer goes, for a call.
+    reply: Option<String>,
 }
 
 /// A retained bucket entry read back: the topic, and its message (or
@@ -252,6 +254,7 @@ impl Cluster {
             subject: subject::topic_subject(&s.prefix, topic),
             headers: Some(wire::encode(&s.node, headers, flags)),
             payload: payload.clone(),
+            reply: None,
         };
         if s.outbound.try_send(msg).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -271,12 +274,14 @@ impl Cluster {
                 subject,
                 headers: Some(del),
                 payload: Bytes::new(),
+                reply: None,
             }
         } else {
             Outbound {
                 subject,
                 headers: None,
                 payload: wire::retained_value(payload, headers, flags).into(),
+                reply: None,
             }
         };
         if s.outbound.try_send(put).is_err() {
@@ -307,6 +312,7 @@ impl Cluster {
             subject: format!("{}.sys.connect", s.prefix),
             headers: None,
             payload: serde_json::to_vec(&body).unwrap_or_default().into(),
+            reply: None,
         };
         if s.outbound.try_send(msg).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);

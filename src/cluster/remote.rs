@@ -21,8 +21,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
-use tokio::sync::Semaphore;
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{Semaphore, oneshot};
 
 use super::home::{
     AdminOp, Answer, Call, Delivered, Homes, How, JOBS_HOME_KEY, JobCall, frame, unframe,
@@ -82,6 +82,10 @@ pub(super) struct Remotes {
     /// The next consumer token: starts from the clock so a node that
     /// restarts under the same name never reuses one a home still holds.
     next_token: AtomicU64,
+    /// Calls sent, by number, waiting for their answers.
+    waiting: Mutex<HashMap<u64, oneshot::Sender<async_nats::Message>>>,
+    /// The next call's number.
+    next_call: AtomicU64,
 }
 
 impl Remotes {
@@ -93,6 +97,8 @@ impl Remotes {
             local: Mutex::default(),
             calls: Arc::new(Semaphore::new(MAX_CALLS)),
             next_token: AtomicU64::new(crate::broker::now_ms() << 16),
+            waiting: Mutex::default(),
+            next_call: AtomicU64::new(0),
         }
     }
 
@@ -156,12 +162,51 @@ impl Sink for RemoteSink {
             subject: self.subject.clone(),
             headers: None,
             payload: frame(&head, &m.payload),
+            reply: None,
         };
         match shared.outbound.try_send(out) {
             Ok(()) => DeliveryOutcome::Queued,
             // The queue keeps it and tries again once the consumer acks.
             Err(TrySendError::Full(_)) => DeliveryOutcome::Dropped,
             Err(TrySendError::Closed(_)) => DeliveryOutcome::Closed,
+        }
+    }
+}
+
+/// A call's answer to come, already sent.
+pub type Answering<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BrokerError>> + Send>>;
+
+/// Calls waiting for answers at most (then calls are refused as
+/// overloaded).
+const MAX_WAITING: usize = 65_536;
+
+/// A call sent, waiting for its answer; forgotten when dropped.
+pub(crate) struct Sent {
+    id: u64,
+    rx: oneshot::Receiver<async_nats::Message>,
+    shared: Weak<Shared>,
+}
+
+impl Sent {
+    /// The answer, or why there is none within `limit`.
+    async fn answer(mut self, limit: Duration) -> Result<Answer, String> {
+        let msg = match tokio::time::timeout(limit, &mut self.rx).await {
+            Ok(Ok(msg)) => msg,
+            Ok(Err(_)) => return Err("the link stopped".into()),
+            Err(_) => return Err(format!("no answer within {} ms", limit.as_millis())),
+        };
+        if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+            return Err("no responders (the node is down, or not yet up)".into());
+        }
+        serde_json::from_slice(&msg.payload).map_err(|e| format!("an unreadable answer: {e}"))
+    }
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.remotes.waiting.lock().remove(&self.id);
         }
     }
 }
@@ -210,17 +255,42 @@ impl Cluster {
         payload: &[u8],
         limit: Duration,
     ) -> Result<Answer, String> {
-        let subject = format!("{}.home.{home}", self.shared.prefix);
-        let request = async_nats::Request::new()
-            .payload(frame(call, payload))
-            .timeout(Some(limit));
-        let msg = self
-            .shared
-            .client
-            .send_request(subject, request)
-            .await
-            .map_err(|e| e.to_string())?;
-        serde_json::from_slice(&msg.payload).map_err(|e| format!("an unreadable answer: {e}"))
+        self.send(home, call, payload)?.answer(limit).await
+    }
+
+    /// Sends `call` to `home` now, through the link's publish buffer (so
+    /// in order with everything else this node sends), and returns what
+    /// waits for the answer.
+    fn send(&self, home: &str, call: &Call, payload: &[u8]) -> Result<Sent, String> {
+        let s = &self.shared;
+        let r = &s.remotes;
+        let id = r.next_call.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiting = r.waiting.lock();
+            if waiting.len() >= MAX_WAITING {
+                return Err(format!(
+                    "{MAX_WAITING} calls are waiting for answers already"
+                ));
+            }
+            waiting.insert(id, tx);
+        }
+        let sent = Sent {
+            id,
+            rx,
+            shared: Arc::downgrade(s),
+        };
+        let out = Outbound {
+            subject: format!("{}.home.{home}", s.prefix),
+            headers: None,
+            payload: frame(call, payload),
+            reply: Some(format!("{}.reply.{}.{id}", s.prefix, s.node)),
+        };
+        if s.outbound.try_send(out).is_err() {
+            s.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return Err("the link's buffer is full (NATS slow or away)".into());
+        }
+        Ok(sent)
     }
 
     /// Sends `call` to `home` without waiting for anything (through the
@@ -231,6 +301,7 @@ impl Cluster {
             subject: format!("{}.home.{home}", s.prefix),
             headers: None,
             payload: frame(call, payload),
+            reply: None,
         };
         if s.outbound.try_send(out).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -239,19 +310,68 @@ impl Cluster {
 
     /// Enqueues on `home`; answers once the message is durable there.
     pub(crate) async fn enqueue_at(&self, home: &str, msg: Enqueue) -> Result<u64, BrokerError> {
+        self.enqueue_sent(home, msg)?.await
+    }
+
+    /// Sends an enqueue to `home` now (in order with this node's other
+    /// calls); the future answers with its seq once it is durable there.
+    pub(crate) fn enqueue_sent(
+        &self,
+        home: &str,
+        msg: Enqueue,
+    ) -> Result<Answering<u64>, BrokerError> {
         let call = Call::Enqueue {
             queue: msg.queue,
             priority: msg.priority,
             headers: msg.headers,
             ttl_ms: msg.ttl_ms,
         };
-        match answered(
-            home,
-            self.call(home, &call, &msg.payload, CALL_TIMEOUT).await,
-        )? {
-            Answer::Seq { seq } => Ok(seq),
-            other => Err(unexpected(home, &other)),
-        }
+        let unreachable = |reason| BrokerError::HomeUnreachable {
+            home: home.to_owned(),
+            reason,
+        };
+        let sent = self.send(home, &call, &msg.payload).map_err(unreachable)?;
+        let home = home.to_owned();
+        Ok(Box::pin(async move {
+            match answered(&home, sent.answer(CALL_TIMEOUT).await)? {
+                Answer::Seq { seq } => Ok(seq),
+                other => Err(unexpected(&home, &other)),
+            }
+        }))
+    }
+
+    /// Sends a settle to `home` now (in order with this node's other
+    /// calls); the future answers once it is done there (an ack's deletes
+    /// durable).
+    pub(crate) fn settle_sent(
+        &self,
+        home: &str,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) -> Result<Answering<()>, BrokerError> {
+        let token = self
+            .token_of(queue, sink, id)
+            .ok_or(BrokerError::UnknownConsumer)?;
+        let call = Call::Settle {
+            queue: queue.to_owned(),
+            node: self.shared.node.clone(),
+            token,
+            ids,
+            how: How::from(how),
+        };
+        let sent = self
+            .send(home, &call, &[])
+            .map_err(|reason| BrokerError::HomeUnreachable {
+                home: home.to_owned(),
+                reason,
+            })?;
+        let home = home.to_owned();
+        Ok(Box::pin(async move {
+            answered(&home, sent.answer(CALL_TIMEOUT).await).map(|_| ())
+        }))
     }
 
     /// Enqueues on `home` without waiting.
@@ -360,17 +480,7 @@ impl Cluster {
         ids: Vec<u64>,
         how: Settlement,
     ) -> Result<(), BrokerError> {
-        let token = self
-            .token_of(queue, sink, id)
-            .ok_or(BrokerError::UnknownConsumer)?;
-        let call = Call::Settle {
-            queue: queue.to_owned(),
-            node: self.shared.node.clone(),
-            token,
-            ids,
-            how: How::from(how),
-        };
-        answered(home, self.call(home, &call, &[], CALL_TIMEOUT).await).map(|_| ())
+        self.settle_sent(home, queue, sink, id, ids, how)?.await
     }
 
     /// Settles without waiting.
@@ -527,6 +637,7 @@ pub(super) async fn serve(
     broker: WeakBroker,
     mut calls: async_nats::Subscriber,
     mut deliveries: async_nats::Subscriber,
+    mut replies: async_nats::Subscriber,
 ) {
     loop {
         tokio::select! {
@@ -554,6 +665,13 @@ pub(super) async fn serve(
                 });
             }
             Some(msg) = deliveries.next() => deliver(&shared, &msg.payload),
+            Some(msg) = replies.next() => {
+                let id = msg.subject.rsplit('.').next().and_then(|t| t.parse::<u64>().ok());
+                let waiting = id.and_then(|id| shared.remotes.waiting.lock().remove(&id));
+                if let Some(tx) = waiting {
+                    let _ = tx.send(msg);
+                }
+            }
             else => break,
         }
     }

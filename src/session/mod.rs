@@ -315,6 +315,29 @@ impl Session {
         self.run_bounded(async move { send(durable.await) }).await;
     }
 
+    /// Sends the frame `answer` gives (an error frame for a refusal) once
+    /// it completes, without holding up the frames that follow: a call to
+    /// a queue on another node of the cluster.
+    async fn reply_later(
+        &self,
+        format: Format,
+        rid: u64,
+        answer: impl std::future::Future<Output = Result<ServerFrame, BrokerError>> + 'static,
+    ) {
+        let out = self.out.clone();
+        self.run_bounded(async move {
+            let frame = answer.await.unwrap_or_else(|e| {
+                ServerFrame::Error(ErrorFrame {
+                    code: e.code(),
+                    message: e.to_string(),
+                    rid: Some(rid),
+                })
+            });
+            let _ = out.push_frame(Priority::High, format, &frame);
+        })
+        .await;
+    }
+
     /// Runs an answer that waits (for the disk, for a job) without holding
     /// up the frames that follow: spawned, up to [`MAX_PENDING_CONFIRMS`]
     /// at once, then inline, so a client that pipelines is slowed instead

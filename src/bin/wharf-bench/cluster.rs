@@ -1,8 +1,10 @@
 //! The cluster scenarios: one publisher on node a and the fan-out's
 //! subscribers all on a, or spread over a, b and c (three nodes joined by
 //! a nats-server this run starts), against one node without a cluster;
-//! and the delay of a hop to another node. Broker CPU is summed over the
-//! nodes and nats-server, and given per delivery.
+//! the delay of a hop to another node; and durable queue scenarios with
+//! the queue homed on node b and the clients on a and c, against one
+//! node. Broker CPU is summed over the nodes and nats-server, and given
+//! per delivery.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,12 +16,15 @@ use super::{Args, Row, cpu_seconds, latency_between, spawn_broker_in, throughput
 struct Nats {
     child: Child,
     url: String,
+    /// Its JetStream store, removed on drop.
+    store: PathBuf,
 }
 
 impl Drop for Nats {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.store);
     }
 }
 
@@ -33,8 +38,11 @@ fn start_nats() -> Option<Nats> {
         .and_then(|l| l.local_addr())
         .ok()?
         .port();
+    // With JetStream, as a cluster with retained messages runs it.
+    let store = std::env::temp_dir().join(format!("wharf-bench-{}-nats", std::process::id()));
     let child = Command::new(program)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(&store)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -42,6 +50,7 @@ fn start_nats() -> Option<Nats> {
     let nats = Nats {
         child,
         url: format!("nats://127.0.0.1:{port}"),
+        store,
     };
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -89,7 +98,12 @@ pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
             spawn_broker_in(
                 args,
                 &base.join(name),
-                &format!("[cluster]\nnats = [\"{}\"]\nnode = \"{name}\"\n", nats.url),
+                &format!(
+                    "[cluster]\nnats = [\"{}\"]\nnode = \"{name}\"\nmembers = [\"a\", \"b\", \"c\"]\n\n\
+                     [[queues]]\nname = \"bench/roundtrip\"\nhome = \"b\"\n\n\
+                     [[queues]]\nname = \"bench/enqueue/8/64\"\nhome = \"b\"\n",
+                    nats.url
+                ),
             )
         })
         .collect();
@@ -146,6 +160,49 @@ pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
         measured(&pids, || (latency_between(&a, &urls[0], &urls[1]), None)),
         "cluster, publisher on a, subscriber on b",
     ));
+    // Queues homed on b: the same queue scenarios on one node, and with
+    // every client on other nodes than the queue's.
+    if args.queue_messages > 0 {
+        let flush = "always";
+        rows.push(label(
+            measured(&[single.child.id()], || {
+                (crate::queues::enqueue(&a, &single_url, 8, 64, flush), None)
+            }),
+            "one node, no cluster",
+        ));
+        rows.push(label(
+            measured(&pids, || {
+                (crate::queues::enqueue(&a, &urls[0], 8, 64, flush), None)
+            }),
+            "cluster, publishers on a, queue homed on b",
+        ));
+        rows.push(label(
+            measured(&[single.child.id()], || {
+                let r = crate::queues::round_trip_between(
+                    &a,
+                    &single_url,
+                    &single_url,
+                    "bench/roundtrip",
+                    flush,
+                );
+                (r, None)
+            }),
+            "one node, no cluster",
+        ));
+        rows.push(label(
+            measured(&pids, || {
+                let r = crate::queues::round_trip_between(
+                    &a,
+                    &urls[0],
+                    &urls[2],
+                    "bench/roundtrip",
+                    flush,
+                );
+                (r, None)
+            }),
+            "cluster, publishers on a, consumers on c, queue homed on b",
+        ));
+    }
     drop(nodes);
     drop(single);
     let _ = std::fs::remove_dir_all(&base);

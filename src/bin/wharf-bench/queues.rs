@@ -22,7 +22,7 @@ pub(crate) fn scenarios(args: &Args, url: &str, flush: &str) -> Vec<Row> {
 
 /// `publishers` clients enqueue `queue_messages` each, keeping
 /// `durable_window` unconfirmed at a time; returns confirmed msg/s.
-fn enqueue(args: &Args, url: &str, publishers: usize, size: usize, flush: &str) -> Row {
+pub(crate) fn enqueue(args: &Args, url: &str, publishers: usize, size: usize, flush: &str) -> Row {
     let queue = format!("bench/enqueue/{publishers}/{size}");
     let _bar = crate::progress::scenario(format!(
         "durable enqueue, flush = {flush}, {publishers} publisher(s), {size} B"
@@ -100,7 +100,18 @@ fn run_publishers(
 /// 4 publishers enqueue while 2 consumers (prefetch 500) take and ack
 /// (acks batched, not awaited); returns consumed msg/s end to end.
 fn round_trip(args: &Args, url: &str, flush: &str) -> Row {
-    let queue = "bench/roundtrip";
+    round_trip_between(args, url, url, "bench/roundtrip", flush)
+}
+
+/// [`round_trip`] with the publishers on `url` and the consumers on
+/// `consumer_url` (nodes of a cluster), on `queue`.
+pub(crate) fn round_trip_between(
+    args: &Args,
+    url: &str,
+    consumer_url: &str,
+    queue: &'static str,
+    flush: &str,
+) -> Row {
     let _bar = crate::progress::scenario(format!("queue round trip, flush = {flush}"));
     let (publishers, consumers) = (4, 2);
     let total = args.queue_messages * publishers;
@@ -109,7 +120,7 @@ fn round_trip(args: &Args, url: &str, flush: &str) -> Row {
     let per_consumer = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let consumer_threads: Vec<_> = (0..consumers)
         .map(|_| {
-            let (url, opts, done) = (url.to_owned(), options(args), per_consumer.clone());
+            let (url, opts, done) = (consumer_url.to_owned(), options(args), per_consumer.clone());
             std::thread::spawn(move || {
                 actix_rt::System::new().block_on(async move {
                     use std::sync::atomic::Ordering;

@@ -22,6 +22,22 @@ pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: fr
         priority: e.priority,
         ttl_ms: e.ttl_ms,
     };
+    // A queue on another node of the cluster: sent now, answered when
+    // its home has it on disk, while the next frames go on.
+    let msg = match session.broker.enqueue_elsewhere(msg) {
+        Err(local) => local,
+        Ok(Err(err)) => return session.broker_error(format, err, e.rid),
+        Ok(Ok(answer)) => {
+            if let Some(rid) = e.rid {
+                let answer = async move {
+                    let seq = answer.await?;
+                    Ok(ServerFrame::Enqueued(Enqueued { rid, queue, seq }))
+                };
+                session.reply_later(format, rid, answer).await;
+            }
+            return;
+        }
+    };
     match session.broker.enqueue(msg).await {
         Ok((seq, durable)) => match (e.rid, durable) {
             (Some(rid), Some(d)) => {

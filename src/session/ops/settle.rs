@@ -61,9 +61,31 @@ async fn settle(
         );
         return;
     };
+    let sink = session.out.id();
+    let ids = match session
+        .broker
+        .settle_elsewhere(&consumer.filter, sink, sub, ids, how)
+    {
+        Err(local) => local,
+        // A queue on another node of the cluster: sent now, answered
+        // when its home is done, while the next frames go on.
+        Ok(Ok(answer)) => {
+            if let Some(rid) = rid {
+                let answer = async move {
+                    answer.await?;
+                    Ok(crate::protocol::frame::ServerFrame::Receipt(
+                        crate::protocol::frame::Receipt { rid },
+                    ))
+                };
+                session.reply_later(format, rid, answer).await;
+            }
+            return;
+        }
+        Ok(Err(e)) => return session.broker_error(format, e, rid),
+    };
     match session
         .broker
-        .settle(&consumer.filter, session.out.id(), sub, ids, how)
+        .settle(&consumer.filter, sink, sub, ids, how)
         .await
     {
         Ok(Some(durable)) => {
