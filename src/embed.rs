@@ -154,6 +154,21 @@ impl Wharf {
             );
         }
         broker.declare_queues(&config.queues).await?;
+        // Messages kept here for a queue that now lives elsewhere (members
+        // or a home changed) are not served: say so.
+        for name in broker.queue_names() {
+            if let Some((_, home)) = broker.home_elsewhere(&name)
+                && let Some(depth) = broker.local_queue_depth(&name).await
+                && depth > 0
+            {
+                tracing::warn!(
+                    queue = %name,
+                    home = %home,
+                    depth,
+                    "cluster: this node holds messages of a queue that lives on another node;                      they are not served until the queue's home is this node again"
+                );
+            }
+        }
         broker
             .rules()
             .set_configured(crate::rules::compile(&config.rules)?, config.file.clone());

@@ -535,6 +535,13 @@ impl Broker {
             .await??)
     }
 
+    /// How many messages this node itself holds for `queue` (whatever
+    /// its home), if it has the queue.
+    pub(crate) async fn local_queue_depth(&self, name: &str) -> Option<u64> {
+        let q = self.queue(name, false).ok()??;
+        q.tq.submit(|q| q.info().depth).await.ok()
+    }
+
     /// The cluster and the node `queue` lives on, when that is another
     /// node: queue calls are then sent there.
     pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<(crate::cluster::Cluster, String)> {
