@@ -733,6 +733,52 @@ impl Config {
                 });
             }
         }
+        if !self.cluster.members.is_empty() {
+            self.check_dead_letters_follow_their_queues()?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// With queues on several nodes, a dead-letter queue lives with its
+    /// queue: so no two queues may share one, and a queue that is another's
+    /// dead-letter queue takes its home from that queue.
+    fn check_dead_letters_follow_their_queues(&self) -> Result<(), ConfigError> {
+        if !self.queue_defaults.dead_letter.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "queue_defaults.dead_letter".into(),
+                reason: "with cluster.members, queues live on different nodes and cannot share \
+                         one dead-letter queue: leave it empty (each queue gets <name>.dlq)"
+                    .into(),
+            });
+        }
+        let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for (i, q) in self.queues.iter().enumerate() {
+            let Some(dlq) = q.dead_letter.as_deref().filter(|d| !d.is_empty()) else {
+                continue;
+            };
+            if let Some(other) = seen.insert(dlq, &q.name) {
+                return Err(ConfigError::Invalid {
+                    key: format!("queues[{i}].dead_letter"),
+                    reason: format!(
+                        "{dlq:?} is also {other:?}'s: with cluster.members a dead-letter queue \
+                         lives with its one queue"
+                    ),
+                });
+            }
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            if q.home.is_some() && seen.contains_key(q.name.as_str()) {
+                return Err(ConfigError::Invalid {
+                    key: format!("queues[{i}].home"),
+                    reason: format!(
+                        "{:?} is a dead-letter queue: it lives with its queue",
+                        q.name
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -757,6 +803,48 @@ mod tests {
             Config::default(),
             "config.toml and Default drifted"
         );
+    }
+
+    #[test]
+    fn queue_homes_are_members_and_dead_letter_queues_follow_their_queue() {
+        let cluster = "[cluster]\nnats = [\"nats://127.0.0.1:4222\"]\nnode = \"a\"\nmembers = [\"a\", \"b\"]\n";
+        let check = |more: &str| {
+            Config::from_toml(&format!("{cluster}{more}"))
+                .and_then(|c| c.validate())
+                .err()
+                .map(|e| e.to_string())
+        };
+        assert_eq!(check("[[queues]]\nname = \"q\"\nhome = \"b\"\n"), None);
+        for (more, key) in [
+            ("[[queues]]\nname = \"q\"\nhome = \"z\"\n", "queues[0].home"),
+            (
+                "[queue_defaults]\ndead_letter = \"graveyard\"\n",
+                "queue_defaults.dead_letter",
+            ),
+            (
+                "[[queues]]\nname = \"p\"\ndead_letter = \"d\"\n[[queues]]\nname = \"q\"\ndead_letter = \"d\"\n",
+                "queues[1].dead_letter",
+            ),
+            (
+                "[[queues]]\nname = \"p\"\ndead_letter = \"d\"\n[[queues]]\nname = \"d\"\nhome = \"a\"\n",
+                "queues[1].home",
+            ),
+            ("[cluster]\nmembers = [\"a\", \"a\"]\n", "members[1]"),
+        ] {
+            let text = if more.starts_with("[cluster]") {
+                Config::from_toml(&format!("{more}nats = [\"nats://x:1\"]\nnode = \"a\"\n"))
+                    .and_then(|c| c.validate())
+                    .err()
+                    .map(|e| e.to_string())
+            } else {
+                check(more)
+            };
+            let text = text.unwrap_or_else(|| panic!("{more} was accepted"));
+            assert!(text.contains(key), "{key}: {text}");
+        }
+        // Without members, a shared dead-letter queue is fine.
+        let single = Config::from_toml("[queue_defaults]\ndead_letter = \"graveyard\"\n").unwrap();
+        assert!(single.validate().is_ok());
     }
 
     #[test]

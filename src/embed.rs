@@ -202,9 +202,10 @@ impl Wharf {
             // An MQTT client that connects on another node takes over its
             // connection here.
             let sessions = sessions.clone();
-            cluster.on_connect(Box::new(move |client, principal, clean| {
-                let closed =
-                    crate::session::mqtt::take_over_elsewhere(&sessions, client, principal, clean);
+            cluster.on_connect(Box::new(move |client, principal, clean, at_ms| {
+                let closed = crate::session::mqtt::take_over_elsewhere(
+                    &sessions, client, principal, clean, at_ms,
+                );
                 if closed > 0 {
                     tracing::debug!(client, "cluster: connection taken over on another node");
                 }
@@ -257,6 +258,10 @@ impl Wharf {
                     };
                     let released = cluster.reconcile(&broker).await;
                     let forgotten = cluster.forget_lost_consumers(&broker).await;
+                    let again = cluster.check_consumers().await;
+                    if again > 0 {
+                        tracing::info!(again, "cluster: consumers attached again at their homes");
+                    }
                     if forgotten > 0 {
                         tracing::info!(forgotten, "cluster: consumers on lost nodes detached");
                     }
@@ -267,6 +272,10 @@ impl Wharf {
             })
         });
         let stopping = broker.clone();
+        if let Some(cluster) = broker.cluster() {
+            // Restored and configured: other nodes' calls may come in.
+            cluster.serve_calls();
+        }
         Ok(Wharf {
             inner: Arc::new(Inner {
                 broker,

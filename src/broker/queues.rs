@@ -600,6 +600,14 @@ impl Broker {
     /// # Errors
     /// An unknown queue, or a target refusing messages (those stay).
     pub async fn redrive(&self, dlq: &str, to: Option<&str>) -> Result<u64, BrokerError> {
+        if let Some(target) = to
+            && self.home_elsewhere(dlq).map(|(_, h)| h)
+                != self.home_elsewhere(target).map(|(_, h)| h)
+        {
+            return Err(BrokerError::Invalid(format!(
+                "{target:?} lives on another node than {dlq:?}: redrive moves messages within one node"
+            )));
+        }
         if let Some((cluster, home)) = self.home_elsewhere(dlq) {
             let op = AdminOp::Redrive {
                 to: to.map(str::to_owned),

@@ -201,6 +201,15 @@ pub enum Call {
         /// Which.
         call: JobCall,
     },
+    /// Which of these consumers of the calling node the home does not
+    /// have (it restarted, or took the node for lost): the caller
+    /// attaches them again. Answered with the unknown tokens.
+    Known {
+        /// The calling node.
+        node: String,
+        /// Its consumers' numbers.
+        tokens: Vec<u64>,
+    },
     /// An operator's operation on a queue.
     Admin {
         /// The queue.
@@ -233,15 +242,17 @@ pub enum AdminOp {
 }
 
 impl Call {
-    /// The queue the call is about (`jobs` for the jobs resource).
-    pub fn queue(&self) -> &str {
+    /// The queue the call is about (`jobs` for the jobs resource; none
+    /// for a call about the node itself).
+    pub fn queue(&self) -> Option<&str> {
         match self {
             Call::Enqueue { queue, .. }
             | Call::Consume { queue, .. }
             | Call::Cancel { queue, .. }
             | Call::Settle { queue, .. }
-            | Call::Admin { queue, .. } => queue,
-            Call::Job { .. } => JOBS_HOME_KEY,
+            | Call::Admin { queue, .. } => Some(queue),
+            Call::Job { .. } => Some(JOBS_HOME_KEY),
+            Call::Known { .. } => None,
         }
     }
 }

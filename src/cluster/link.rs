@@ -296,6 +296,12 @@ async fn run(
         stop_rx,
     )
     .await;
+    // Calls still waiting for answers fail now rather than at their
+    // deadline.
+    super::Cluster {
+        shared: shared.clone(),
+    }
+    .fail_waiting();
     // Stopping: what the broker handed over is sent, then the other
     // nodes are told, then flushed.
     let _ = finish.send(());
@@ -687,128 +693,128 @@ async fn serve(
     let c = &shared.counters;
     loop {
         tokio::select! {
-            biased;
-            _ = &mut stop => break,
-            cmd = control.recv() => match cmd {
-                Some(Control::Want { filter, reply }) => {
-                    let has_bucket = shared.retained.get().is_some()
-                        || (super::connected(&client)
-                            && ensure_bucket(&client, &bucket, shared).await);
-                    let mut reply = Some(reply);
-                    match link.want(&client, filter, &mut reply, has_bucket).await {
-                        Wanted::Now(answer) => {
-                            if let Some(r) = reply {
-                                let _ = r.send(answer);
+                    biased;
+                    _ = &mut stop => break,
+                    cmd = control.recv() => match cmd {
+                        Some(Control::Want { filter, reply }) => {
+                            let has_bucket = shared.retained.get().is_some()
+                                || (super::connected(&client)
+                                    && ensure_bucket(&client, &bucket, shared).await);
+                            let mut reply = Some(reply);
+                            match link.want(&client, filter, &mut reply, has_bucket).await {
+                                Wanted::Now(answer) => {
+                                    if let Some(r) = reply {
+                                        let _ = r.send(answer);
+                                    }
+                                }
+                                Wanted::Later => {}
+                                Wanted::Sync(id, keys) => {
+                                    let (client, bucket, back) =
+                                        (client.clone(), bucket.clone(), shared.control.clone());
+                                    let limit = shared.confirm;
+                                    tokio::spawn(async move {
+                                        let read = kv::read(&client, &bucket, &keys, limit);
+                                        let result = tokio::time::timeout(limit, read)
+                                            .await
+                                            .unwrap_or_else(|_| Err("timed out".into()));
+                                        let _ = back.send(Control::Synced { id, result }).await;
+                                    });
+                                }
                             }
                         }
-                        Wanted::Later => {}
-                        Wanted::Sync(id, keys) => {
-                            let (client, bucket, back) =
-                                (client.clone(), bucket.clone(), shared.control.clone());
-                            let limit = shared.confirm;
+                        Some(Control::Synced { id, result }) => {
+                            let Some(broker) = broker.upgrade() else {
+                                break;
+                            };
+                            link.synced(&broker, id, result).await;
+                        }
+                        Some(Control::List { reply }) => {
+                            let _ = reply.send(link.list());
+                        }
+                        Some(Control::Release { filters, reply }) => {
+                            let _ = reply.send(link.release(filters));
+                        }
+                        None => break,
+                    },
+                    // Rare and small: ahead of the stream of messages, which
+                    // would otherwise starve the hellos that say a node is alive.
+                    Some(msg) = connects.next() => {
+                        if let Ok(c) = serde_json::from_slice::<super::Connected>(&msg.payload)
+                            && c.node != shared.node
+                            && let Some(hook) = shared.on_connect.get()
+                        {
+        hook(&c.client, &c.principal, c.clean, c.at_ms);
+                        }
+                    }
+                    Some(msg) = hello.next() => {
+                        if let Ok(node) = std::str::from_utf8(&msg.payload)
+                            && !node.is_empty()
+                            && node.len() <= 256
+                        {
+                            shared.peers.lock().insert(node.to_owned(), Instant::now());
+                        }
+                    }
+                    Some(msg) = bye.next() => {
+                        // A node stopping: listed as lost at once, and its
+                        // consumers of this node's queues detached.
+                        if let Ok(node) = std::str::from_utf8(&msg.payload)
+                            && !node.is_empty()
+                            && node != shared.node
+                            && let Some(broker) = broker.upgrade()
+                        {
+                            let now = Instant::now();
+                            let long_ago = now.checked_sub(super::LOST_AFTER * 2).unwrap_or(now);
+                            shared.peers.lock().insert(node.to_owned(), long_ago);
+                            let cluster = super::Cluster { shared: shared.clone() };
+                            let node = node.to_owned();
                             tokio::spawn(async move {
-                                let read = kv::read(&client, &bucket, &keys, limit);
-                                let result = tokio::time::timeout(limit, read)
-                                    .await
-                                    .unwrap_or_else(|_| Err("timed out".into()));
-                                let _ = back.send(Control::Synced { id, result }).await;
+                                cluster.detach_consumers_of(&broker, |n| n == node).await;
                             });
                         }
                     }
-                }
-                Some(Control::Synced { id, result }) => {
-                    let Some(broker) = broker.upgrade() else {
-                        break;
-                    };
-                    link.synced(&broker, id, result).await;
-                }
-                Some(Control::List { reply }) => {
-                    let _ = reply.send(link.list());
-                }
-                Some(Control::Release { filters, reply }) => {
-                    let _ = reply.send(link.release(filters));
-                }
-                None => break,
-            },
-            // Rare and small: ahead of the stream of messages, which
-            // would otherwise starve the hellos that say a node is alive.
-            Some(msg) = connects.next() => {
-                if let Ok(c) = serde_json::from_slice::<super::Connected>(&msg.payload)
-                    && c.node != shared.node
-                    && let Some(hook) = shared.on_connect.get()
-                {
-                    hook(&c.client, &c.principal, c.clean);
-                }
-            }
-            Some(msg) = hello.next() => {
-                if let Ok(node) = std::str::from_utf8(&msg.payload)
-                    && !node.is_empty()
-                    && node.len() <= 256
-                {
-                    shared.peers.lock().insert(node.to_owned(), Instant::now());
-                }
-            }
-            Some(msg) = bye.next() => {
-                // A node stopping: listed as lost at once, and its
-                // consumers of this node's queues detached.
-                if let Ok(node) = std::str::from_utf8(&msg.payload)
-                    && !node.is_empty()
-                    && node != shared.node
-                    && let Some(broker) = broker.upgrade()
-                {
-                    let now = Instant::now();
-                    let long_ago = now.checked_sub(super::LOST_AFTER * 2).unwrap_or(now);
-                    shared.peers.lock().insert(node.to_owned(), long_ago);
-                    let cluster = super::Cluster { shared: shared.clone() };
-                    let node = node.to_owned();
-                    tokio::spawn(async move {
-                        cluster.detach_consumers_of(&broker, |n| n == node).await;
-                    });
-                }
-            }
-            _ = tick.tick() => {
-                if super::connected(&client) {
-                    let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
-                }
-                let now = Instant::now();
-                shared
-                    .peers
-                    .lock()
-                    .retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
-            }
-            Some((id, msg)) = link.inbound.next(), if !link.inbound.is_empty() => {
-                let Some(topic) = link.accept(id, &msg, shared) else {
-                    continue;
-                };
-                let Some(broker) = broker.upgrade() else {
-                    break;
-                };
-                let (headers, flags, _node) = wire::decode(msg.headers.as_ref());
-                if flags.retain {
-                    for s in link.syncing.values_mut() {
-                        if routing::matches(&s.filter, &topic) {
-                            s.live.insert(topic.clone());
+                    _ = tick.tick() => {
+                        if super::connected(&client) {
+                            let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
                         }
+                        let now = Instant::now();
+                        shared
+                            .peers
+                            .lock()
+                            .retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
+                    }
+                    Some((id, msg)) = link.inbound.next(), if !link.inbound.is_empty() => {
+                        let Some(topic) = link.accept(id, &msg, shared) else {
+                            continue;
+                        };
+                        let Some(broker) = broker.upgrade() else {
+                            break;
+                        };
+                        let (headers, flags, _node) = wire::decode(msg.headers.as_ref());
+                        if flags.retain {
+                            for s in link.syncing.values_mut() {
+                                if routing::matches(&s.filter, &topic) {
+                                    s.live.insert(topic.clone());
+                                }
+                            }
+                        }
+                        let publish = Publish {
+                            topic,
+                            payload: msg.payload,
+                            headers,
+                            retain: flags.retain,
+                            priority: flags.priority,
+                            qos: flags.qos,
+                            origin: 0,
+                        };
+                        match broker.publish_remote(publish).await {
+                            Ok(_) => c.received.fetch_add(1, Ordering::Relaxed),
+                            Err(e) => {
+                                tracing::debug!("cluster: a message from another node was refused: {e}");
+                                c.refused.fetch_add(1, Ordering::Relaxed)
+                            }
+                        };
                     }
                 }
-                let publish = Publish {
-                    topic,
-                    payload: msg.payload,
-                    headers,
-                    retain: flags.retain,
-                    priority: flags.priority,
-                    qos: flags.qos,
-                    origin: 0,
-                };
-                match broker.publish_remote(publish).await {
-                    Ok(_) => c.received.fetch_add(1, Ordering::Relaxed),
-                    Err(e) => {
-                        tracing::debug!("cluster: a message from another node was refused: {e}");
-                        c.refused.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
-            }
-        }
     }
 }
 

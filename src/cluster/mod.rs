@@ -157,10 +157,11 @@ struct Shared {
     stop: Mutex<Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
 
-/// Called with a client id (`mqtt:{id}`), the principal's id and whether
-/// the new connection asked for a clean start, when a client connects on
-/// another node.
-pub type ConnectHook = Box<dyn Fn(&str, &str, bool) + Send + Sync>;
+/// Called with a client id (`mqtt:{id}`), the principal's id, whether
+/// the new connection asked for a clean start, and when it connected
+/// (Unix ms, the other node's clock), when a client connects on another
+/// node.
+pub type ConnectHook = Box<dyn Fn(&str, &str, bool, u64) + Send + Sync>;
 
 /// What a node says on `{prefix}.sys.connect` when a client connects.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -169,6 +170,10 @@ pub(crate) struct Connected {
     pub client: String,
     pub principal: String,
     pub clean: bool,
+    /// When the client connected there (Unix ms): only older connections
+    /// are closed, so a late announcement never closes a newer one.
+    #[serde(default)]
+    pub at_ms: u64,
 }
 
 /// Whether the client is connected to NATS. Right after its first
@@ -307,6 +312,7 @@ impl Cluster {
             client: client.to_owned(),
             principal: principal.to_owned(),
             clean,
+            at_ms: crate::broker::now_ms(),
         };
         let msg = Outbound {
             subject: format!("{}.sys.connect", s.prefix),

@@ -57,6 +57,11 @@ struct RemoteConsumer {
 struct Local {
     sub: Subscription,
     queue: String,
+    /// The queue's home, its credit, and when it was attached (to check
+    /// later that the home still has it).
+    home: String,
+    prefetch: u32,
+    since: Instant,
 }
 
 /// This node's consumers of queues homed elsewhere, by token and by what
@@ -79,6 +84,10 @@ pub(super) struct Remotes {
     local: Mutex<LocalConsumers>,
     /// Calls being served.
     calls: Arc<Semaphore>,
+    /// Calls being served that may wait long (long polls, drains).
+    waits: Arc<Semaphore>,
+    /// Set once the node's store is restored: calls are refused before.
+    ready: AtomicBool,
     /// The next consumer token: starts from the clock so a node that
     /// restarts under the same name never reuses one a home still holds.
     next_token: AtomicU64,
@@ -96,9 +105,13 @@ impl Remotes {
             remote: Mutex::default(),
             local: Mutex::default(),
             calls: Arc::new(Semaphore::new(MAX_CALLS)),
+            waits: Arc::new(Semaphore::new(MAX_CALLS)),
+            ready: AtomicBool::new(false),
             next_token: AtomicU64::new(crate::broker::now_ms() << 16),
             waiting: Mutex::default(),
-            next_call: AtomicU64::new(0),
+            // From the clock too: late answers to a predecessor's calls
+            // (same node name, same reply subjects) match none of these.
+            next_call: AtomicU64::new(crate::broker::now_ms() << 16),
         }
     }
 
@@ -141,6 +154,9 @@ impl Sink for RemoteSink {
     }
 
     fn deliver_queued(&self, _: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
+        if self.is_closed() {
+            return DeliveryOutcome::Closed;
+        }
         let Some(shared) = self.shared.upgrade() else {
             return DeliveryOutcome::Closed;
         };
@@ -238,6 +254,17 @@ impl Cluster {
         if let Some(home) = self.home_elsewhere(JOBS_HOME_KEY) {
             jobs.set_home(self.clone(), home);
         }
+    }
+
+    /// Starts serving calls from other nodes to this node's queues and
+    /// jobs: once its store is restored.
+    pub fn serve_calls(&self) {
+        self.shared.remotes.ready.store(true, Ordering::Release);
+    }
+
+    /// Fails every call still waiting for an answer (the link stopped).
+    pub(super) fn fail_waiting(&self) {
+        self.shared.remotes.waiting.lock().clear();
     }
 
     /// The node `queue` lives on, when that is not this one.
@@ -409,6 +436,9 @@ impl Cluster {
                 Local {
                     sub,
                     queue: queue.to_owned(),
+                    home: home.to_owned(),
+                    prefetch,
+                    since: Instant::now(),
                 },
             );
         }
@@ -615,6 +645,67 @@ impl Cluster {
         n
     }
 
+    /// Asks each home whether it still has this node's consumers of its
+    /// queues (a home that restarted, or that took this node for lost
+    /// while NATS was away, has forgotten them, and they would wait for
+    /// deliveries forever), and attaches the forgotten ones again.
+    /// Returns how many.
+    pub(crate) async fn check_consumers(&self) -> usize {
+        let settled = Instant::now().checked_sub(CALL_TIMEOUT);
+        let mut by_home: HashMap<String, Vec<u64>> = HashMap::new();
+        for (token, l) in &self.shared.remotes.local.lock().by_token {
+            // One still being attached is not asked about.
+            if settled.is_some_and(|t| l.since <= t) {
+                by_home.entry(l.home.clone()).or_default().push(*token);
+            }
+        }
+        let mut again = 0;
+        for (home, tokens) in by_home {
+            for chunk in tokens.chunks(10_000) {
+                let call = Call::Known {
+                    node: self.shared.node.clone(),
+                    tokens: chunk.to_vec(),
+                };
+                let unknown: Vec<u64> = match self.call(&home, &call, &[], CALL_TIMEOUT).await {
+                    Ok(Answer::Value { value }) => {
+                        serde_json::from_value(value).unwrap_or_default()
+                    }
+                    _ => continue,
+                };
+                for token in unknown {
+                    let found = self
+                        .shared
+                        .remotes
+                        .local
+                        .lock()
+                        .by_token
+                        .get(&token)
+                        .map(|l| (l.queue.clone(), l.prefetch, l.sub.id.to_string()));
+                    let Some((queue, prefetch, id)) = found else {
+                        continue;
+                    };
+                    let call = Call::Consume {
+                        queue: queue.clone(),
+                        prefetch,
+                        node: self.shared.node.clone(),
+                        token,
+                        id,
+                    };
+                    match answered(&home, self.call(&home, &call, &[], CALL_TIMEOUT).await) {
+                        Ok(_) => {
+                            again += 1;
+                            tracing::info!(queue = %queue, home = %home, "cluster: a consumer the home had forgotten is attached again");
+                        }
+                        Err(e) => {
+                            tracing::warn!(queue = %queue, home = %home, "cluster: cannot attach a consumer again: {e}")
+                        }
+                    }
+                }
+            }
+        }
+        again
+    }
+
     /// Consumers on other nodes of this node's queues, and this node's
     /// consumers of other nodes' queues.
     pub(crate) fn consumer_counts(&self) -> (usize, usize) {
@@ -643,11 +734,24 @@ pub(super) async fn serve(
         tokio::select! {
             Some(msg) = calls.next() => {
                 let reply = msg.reply.clone();
-                let Ok(permit) = shared.remotes.calls.clone().try_acquire_owned() else {
+                let parsed = unframe::<Call>(&msg.payload);
+                // Calls that may wait long (a dequeue's long poll, a
+                // drain) have slots of their own, so they cannot take
+                // every slot from enqueues and settles.
+                let slots = match &parsed {
+                    Ok((Call::Job { call: JobCall::Dequeue { wait_ms, .. } }, _)) if *wait_ms > 0 => {
+                        &shared.remotes.waits
+                    }
+                    Ok((Call::Admin { op: AdminOp::Drain { wait_ms }, .. }, _)) if *wait_ms > 0 => {
+                        &shared.remotes.waits
+                    }
+                    _ => &shared.remotes.calls,
+                };
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
                     if let Some(reply) = reply {
                         let busy = Answer::Error {
                             code: ErrorCode::Overloaded,
-                            message: format!("node {:?} serves {MAX_CALLS} calls already", shared.node),
+                            message: format!("node {:?} serves {MAX_CALLS} calls of this kind already", shared.node),
                         };
                         let _ = shared.client.publish(reply, json(&busy)).await;
                     }
@@ -655,7 +759,10 @@ pub(super) async fn serve(
                 };
                 let (shared, broker) = (shared.clone(), broker.clone());
                 tokio::spawn(async move {
-                    let answer = answer(&shared, &broker, &msg.payload).await;
+                    let answer = match parsed {
+                        Ok((call, payload)) => answer(&shared, &broker, call, payload).await,
+                        Err(e) => refused(ErrorCode::Malformed, format!("not a call: {e}")),
+                    };
                     if let Some(reply) = reply {
                         let _ = shared.client.publish(reply, json(&answer)).await;
                     } else if let Answer::Error { message, .. } = answer {
@@ -693,25 +800,26 @@ fn broker_refused(e: &BrokerError) -> Answer {
 }
 
 /// What this node, as a home, answers to one call.
-async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, body: &Bytes) -> Answer {
-    let (call, payload) = match unframe::<Call>(body) {
-        Ok(c) => c,
-        Err(e) => return refused(ErrorCode::Malformed, format!("not a call: {e}")),
-    };
-    let home = shared
-        .remotes
-        .homes
-        .get()
-        .and_then(|h| h.home_of(call.queue()));
-    if home != Some(shared.node.as_str()) {
+async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: Bytes) -> Answer {
+    if !shared.remotes.ready.load(Ordering::Acquire) {
+        // Its store is not restored yet: nothing may touch the queues.
         return refused(
-            ErrorCode::Internal,
-            format!(
-                "{:?} lives on {home:?} by node {:?}'s cluster.members, not here: the nodes' configurations differ",
-                call.queue(),
-                shared.node
-            ),
+            ErrorCode::Overloaded,
+            format!("node {:?} is starting", shared.node),
         );
+    }
+    if let Some(queue) = call.queue() {
+        let home = shared.remotes.homes.get().and_then(|h| h.home_of(queue));
+        if home != Some(shared.node.as_str()) {
+            return refused(
+                ErrorCode::Internal,
+                format!(
+                    "{queue:?} lives on {home:?} by node {:?}'s cluster.members, not here: \
+                     the nodes' configurations differ",
+                    shared.node
+                ),
+            );
+        }
     }
     let Some(broker) = broker.upgrade() else {
         return refused(ErrorCode::Overloaded, "the node is stopping");
@@ -791,7 +899,8 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, body: &Bytes) -> Answ
                 return Answer::Ok;
             };
             c.sink.closed.store(true, Ordering::Release);
-            match broker.cancel_consumer(&queue, c.sink.id, &c.id).await {
+            let _ = queue;
+            match broker.cancel_consumer(&c.queue, c.sink.id, &c.id).await {
                 Ok(()) | Err(BrokerError::UnknownConsumer | BrokerError::UnknownQueue(_)) => {
                     Answer::Ok
                 }
@@ -824,6 +933,16 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, body: &Bytes) -> Answ
             }
         }
         Call::Admin { queue, op } => admin_answer(&broker, &queue, op).await,
+        Call::Known { node, tokens } => {
+            let remote = shared.remotes.remote.lock();
+            let unknown: Vec<u64> = tokens
+                .into_iter()
+                .filter(|t| !remote.contains_key(&(node.clone(), *t)))
+                .collect();
+            Answer::Value {
+                value: serde_json::to_value(unknown).unwrap_or_default(),
+            }
+        }
         Call::Job { call } => match shared.remotes.jobs.get() {
             Some(jobs) => job_answer(jobs, call).await,
             None => refused(ErrorCode::Internal, "this node serves no jobs"),

@@ -61,6 +61,10 @@ pub struct SessionInfo {
     pub principal: Option<String>,
     /// Seconds since the Unix epoch when it connected.
     pub since_unix_s: u64,
+    /// The same in milliseconds (for a takeover across nodes, which
+    /// closes only connections older than the one that took over).
+    #[serde(skip)]
+    pub since_unix_ms: u64,
     /// Its topic subscriptions (durable ones included).
     pub subscriptions: u32,
     /// Its queue consumers.
@@ -245,6 +249,10 @@ impl Sessions {
                 .since
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            since_unix_ms: e
+                .since
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             subscriptions: e.subscriptions.load(Ordering::Relaxed),
             consumers: e.consumers.load(Ordering::Relaxed),
             outbound: e.out.stats(),

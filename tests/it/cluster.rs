@@ -691,3 +691,61 @@ fn a_job_enqueued_on_one_node_is_worked_on_another() {
     );
     assert_eq!(code, 404, "{text}");
 }
+
+#[test]
+fn a_consumer_whose_home_restarts_is_attached_again() {
+    let nats = Nats::start();
+    let data = tempfile::tempdir().unwrap();
+    let tune = |name: &'static str| {
+        let url = nats.url();
+        move |c: &mut wharf::Config| {
+            c.cluster.nats = vec![url];
+            c.cluster.node = name.into();
+            c.cluster.connect_timeout_ms = 2_000;
+            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+            c.queues.push(wharf::config::QueueDecl {
+                name: "orders".into(),
+                home: Some("b".into()),
+                ..Default::default()
+            });
+        }
+    };
+    let a = TestBroker::start(tune("a"));
+    let b = TestBroker::start_in(data.path(), tune("b"));
+    let c = TestBroker::start(tune("c"));
+    block_on(async {
+        let on_a = client(&a).await;
+        let on_c = client(&c).await;
+        let mut consumer = on_c.consume("orders", 10).await.expect("a consumer on c");
+        on_a.enqueue("orders", "before").await.unwrap();
+        let d = consumer
+            .recv_timeout(LONG)
+            .await
+            .expect("before the restart");
+        on_c.ack(consumer.id(), &[d.id]).await.unwrap();
+        // b restarts and forgets its consumers on other nodes; c finds
+        // out on its next check and attaches this one again.
+        b.stop().expect("b stops");
+        let b = TestBroker::start_in(data.path(), tune("b"));
+        // Until b serves again, a says its home did not answer.
+        let deadline = Instant::now() + LONG;
+        while let Err(e) = on_a.enqueue("orders", "after").await {
+            assert!(e.to_string().contains("did not answer"), "{e}");
+            assert!(Instant::now() < deadline, "b never came back: {e}");
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        let d = consumer
+            .recv_timeout(Duration::from_secs(45))
+            .await
+            .expect("the consumer on c, attached again");
+        assert_eq!(&d.payload[..], b"after");
+        on_c.ack(consumer.id(), &[d.id])
+            .await
+            .expect("acked at the new b");
+        assert!(
+            eventually(LONG, || queue_depth(&b, "orders") == Some(0)).await,
+            "{}",
+            status(&b)
+        );
+    });
+}

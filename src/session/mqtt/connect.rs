@@ -93,19 +93,24 @@ pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
 pub(crate) const TAKEN_OVER: &str = "session taken over by a new connection";
 
 /// Closes this node's connections of `client` (`mqtt:{id}`) of
-/// `principal` because the client connected again on another node of the
-/// cluster: the same takeover as on one node (with a clean start, the old
-/// session ends and its will goes out now).
+/// `principal` that are older than `at_ms` (Unix ms) because the client
+/// connected again on another node of the cluster then: the same takeover
+/// as on one node (with a clean start, the old session ends and its will
+/// goes out now). Node clocks are assumed to agree (NTP).
 pub fn take_over_elsewhere(
     sessions: &crate::session::Sessions,
     client: &str,
     principal: &str,
     clean: bool,
+    at_ms: u64,
 ) -> usize {
     let why = if clean { TAKEN_OVER_CLEAN } else { TAKEN_OVER };
     let mut closed = 0;
     for old in sessions.find_by_client(client) {
-        if old.principal.as_deref() == Some(principal) && sessions.close(old.id, 1000, why, false) {
+        if old.principal.as_deref() == Some(principal)
+            && old.since_unix_ms <= at_ms
+            && sessions.close(old.id, 1000, why, false)
+        {
             closed += 1;
         }
     }
