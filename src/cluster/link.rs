@@ -411,7 +411,18 @@ struct Listening {
     subjects: Vec<String>,
     /// Bumped by every want, so a release that raced a new want loses.
     generation: u64,
+    /// When it was last wanted: a subscribe makes the local subscription
+    /// only after its want is answered, so a filter just wanted has no
+    /// local user yet and is not released until [`release_grace`] passed.
+    wanted_at: Instant,
     confirmed: Arc<AtomicBool>,
+}
+
+/// How long after its last want a filter may be released at the
+/// earliest: longer than a want may take (twice `connect_timeout_ms`)
+/// plus a reconciler tick.
+fn release_grace(confirm: Duration) -> Duration {
+    confirm * 2 + super::RECONCILE_EVERY
 }
 
 /// The link's state: its filters and the subscription streams.
@@ -426,6 +437,8 @@ struct Link {
     generation: u64,
     /// Filters whose retained messages are being read, by id.
     syncing: HashMap<u64, Syncing>,
+    /// See [`release_grace`].
+    grace: Duration,
 }
 
 /// A filter whose retained messages are being read: the subscribes
@@ -466,6 +479,7 @@ impl Link {
                 return Wanted::Now(Err("cluster state lost a filter".to_owned()));
             };
             l.generation = self.generation;
+            l.wanted_at = Instant::now();
             return Wanted::Now(Ok(l.confirmed.clone()));
         }
         self.next_id += 1;
@@ -490,6 +504,7 @@ impl Link {
                 filter: filter.clone(),
                 subjects,
                 generation: self.generation,
+                wanted_at: Instant::now(),
                 confirmed: confirmed.clone(),
             },
         );
@@ -527,7 +542,12 @@ impl Link {
     /// Drops the subscriptions of `unused` filters that [`releasable`]
     /// lets go.
     fn release(&mut self, unused: Vec<(u64, u64)>) -> usize {
-        let gone = releasable(&self.filters, unused);
+        // Still reading its retained messages: being wanted right now.
+        let unused = unused
+            .into_iter()
+            .filter(|(id, _)| !self.syncing.contains_key(id))
+            .collect();
+        let gone = releasable(&self.filters, unused, Instant::now(), self.grace);
         if gone.is_empty() {
             return 0;
         }
@@ -628,17 +648,22 @@ impl Link {
 }
 
 /// Which of the `unused` filters (id, generation when listed) may stop
-/// being heard: those not wanted again since they were listed, and that
-/// no newer filter overlaps (a topic both match is taken from the older
-/// one's stream; dropping it would move the topic to another stream
-/// mid-flow).
-fn releasable(filters: &HashMap<u64, Listening>, unused: Vec<(u64, u64)>) -> Vec<u64> {
+/// being heard: those not wanted again since they were listed nor within
+/// `grace` of `now`, and that no newer filter overlaps (a topic both
+/// match is taken from the older one's stream; dropping it would move the
+/// topic to another stream mid-flow).
+fn releasable(
+    filters: &HashMap<u64, Listening>,
+    unused: Vec<(u64, u64)>,
+    now: Instant,
+    grace: Duration,
+) -> Vec<u64> {
     let mut gone = Vec::new();
     for (id, generation) in unused {
         let Some(l) = filters.get(&id) else {
             continue;
         };
-        if l.generation != generation {
+        if l.generation != generation || now.saturating_duration_since(l.wanted_at) < grace {
             continue;
         }
         let overlapped = filters
@@ -651,8 +676,6 @@ fn releasable(filters: &HashMap<u64, Listening>, unused: Vec<(u64, u64)>) -> Vec
     gone
 }
 
-/// The link's loop: commands, messages from other nodes, hellos, until
-/// asked to stop.
 /// The node's subscriptions to what nodes say to each other.
 struct Sys {
     /// `{prefix}.sys.connect`: clients connecting elsewhere.
@@ -663,6 +686,8 @@ struct Sys {
     bye: async_nats::Subscriber,
 }
 
+/// The link's loop: commands, messages from other nodes, hellos, until
+/// asked to stop.
 async fn serve(
     shared: &Arc<Shared>,
     broker: WeakBroker,
@@ -687,6 +712,7 @@ async fn serve(
         next_id: 0,
         generation: 0,
         syncing: HashMap::new(),
+        grace: release_grace(shared.confirm),
     };
     let mut tick = tokio::time::interval(HELLO_EVERY);
     let hello_payload = bytes::Bytes::from(shared.node.clone());
@@ -832,6 +858,7 @@ mod tests {
                         filter: (*f).to_owned(),
                         subjects: Vec::new(),
                         generation: *generation,
+                        wanted_at: Instant::now(),
                         confirmed: Arc::default(),
                     },
                 )
@@ -845,11 +872,17 @@ mod tests {
         // a/# is overlapped by the newer a/b: kept. a/b overlaps only the
         // older a/#: released. x/+ overlaps nothing: released. y was
         // wanted again (generation 9, listed at 4): kept. 5 is unknown.
-        let mut gone = releasable(&f, vec![(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]);
+        let later = Instant::now() + Duration::from_secs(60);
+        let grace = Duration::from_secs(30);
+        let all = vec![(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)];
+        let mut gone = releasable(&f, all.clone(), later, grace);
         gone.sort_unstable();
         assert_eq!(gone, [2, 3]);
+        // Wanted within the grace: none goes (its subscriber may not have
+        // subscribed locally yet).
+        assert!(releasable(&f, all, Instant::now(), grace).is_empty());
         // Once a/b is gone, a/# may go too.
         let f = listening(&[(1, "a/#", 1)]);
-        assert_eq!(releasable(&f, vec![(1, 1)]), [1]);
+        assert_eq!(releasable(&f, vec![(1, 1)], later, grace), [1]);
     }
 }
