@@ -181,41 +181,17 @@ async fn run(
     };
     let prefix = config.prefix.clone();
     let hello_subject = format!("{prefix}.sys.hello");
-    let hello = match client.subscribe(hello_subject.clone()).await {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = started.send(Err(ClusterError::Unreachable {
-                urls: config.nats.join(", "),
-                reason: e.to_string(),
-            }));
-            return;
-        }
-    };
-    let connects = match client.subscribe(format!("{prefix}.sys.connect")).await {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = started.send(Err(ClusterError::Unreachable {
-                urls: config.nats.join(", "),
-                reason: e.to_string(),
-            }));
-            return;
-        }
-    };
-    let bye = match client.subscribe(format!("{prefix}.sys.bye")).await {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = started.send(Err(ClusterError::Unreachable {
-                urls: config.nats.join(", "),
-                reason: e.to_string(),
-            }));
-            return;
-        }
-    };
-    let (calls, deliveries, replies) = match tokio::try_join!(
+    // Subscribed in this order: NATS takes a connection's commands in
+    // order, and the probe below comes after them all.
+    let subscribed = tokio::try_join!(
+        client.subscribe(hello_subject.clone()),
+        client.subscribe(format!("{prefix}.sys.connect")),
+        client.subscribe(format!("{prefix}.sys.bye")),
         client.subscribe(format!("{prefix}.home.{node}")),
         client.subscribe(format!("{prefix}.deliver.{node}")),
         client.subscribe(format!("{prefix}.reply.{node}.*")),
-    ) {
+    );
+    let (hello, connects, bye, calls, deliveries, replies) = match subscribed {
         Ok(s) => s,
         Err(e) => {
             let _ = started.send(Err(ClusterError::Unreachable {

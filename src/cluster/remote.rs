@@ -382,13 +382,7 @@ impl Cluster {
         let token = self
             .token_of(queue, sink, id)
             .ok_or(BrokerError::UnknownConsumer)?;
-        let call = Call::Settle {
-            queue: queue.to_owned(),
-            node: self.shared.node.clone(),
-            token,
-            ids,
-            how: How::from(how),
-        };
+        let call = self.settle_call(queue, token, ids, how);
         let sent = self
             .send(home, &call, &[])
             .map_err(|reason| BrokerError::HomeUnreachable {
@@ -464,6 +458,16 @@ impl Cluster {
         Ok(())
     }
 
+    fn settle_call(&self, queue: &str, token: u64, ids: Vec<u64>, how: Settlement) -> Call {
+        Call::Settle {
+            queue: queue.to_owned(),
+            node: self.shared.node.clone(),
+            token,
+            ids,
+            how: How::from(how),
+        }
+    }
+
     fn cancel_call(&self, queue: &str, token: u64) -> Call {
         Call::Cancel {
             queue: queue.to_owned(),
@@ -526,13 +530,7 @@ impl Cluster {
         let Some(token) = self.token_of(queue, sink, id) else {
             return;
         };
-        let call = Call::Settle {
-            queue: queue.to_owned(),
-            node: self.shared.node.clone(),
-            token,
-            ids,
-            how: How::from(how),
-        };
+        let call = self.settle_call(queue, token, ids, how);
         self.tell(home, &call, &[]);
     }
 
