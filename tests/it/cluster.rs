@@ -480,7 +480,7 @@ const MEMBERS: [&str; 3] = ["a", "b", "c"];
 /// on `b`, everything else by rendezvous over a, b and c.
 fn homing_node(nats: &str, name: &str) -> TestBroker {
     let (nats, name) = (nats.to_owned(), name.to_owned());
-    TestBroker::start(move |c| {
+    let node = TestBroker::start(move |c| {
         c.cluster.nats = vec![nats];
         c.cluster.node = name;
         c.cluster.connect_timeout_ms = 2_000;
@@ -491,7 +491,10 @@ fn homing_node(nats: &str, name: &str) -> TestBroker {
             ack_timeout_ms: Some(60_000),
             ..Default::default()
         });
-    })
+    });
+    // Answering HTTP means started: its queues take calls from the others.
+    status(&node);
+    node
 }
 
 fn queue_depth(b: &TestBroker, queue: &str) -> Option<u64> {
@@ -714,6 +717,9 @@ fn a_consumer_whose_home_restarts_is_attached_again() {
     let a = TestBroker::start(tune("a"));
     let b = TestBroker::start_in(data.path(), tune("b"));
     let c = TestBroker::start(tune("c"));
+    for n in [&a, &b, &c] {
+        status(n);
+    }
     block_on(async {
         let on_a = client(&a).await;
         let on_c = client(&c).await;
