@@ -553,15 +553,28 @@ impl Broker {
     /// A queue's numbers (with its dead-letter queue's depth), if it
     /// exists.
     pub async fn queue_info(&self, name: &str) -> Option<QueueInfo> {
+        self.queue_info_or_why(name).await.unwrap_or_else(|e| {
+            tracing::warn!(queue = name, "cluster: {e}");
+            None
+        })
+    }
+
+    /// [`Broker::queue_info`], saying why when the queue's home (another
+    /// node) did not answer, so an API can tell "busy" from "no queue".
+    ///
+    /// # Errors
+    /// The home's refusal, or its silence.
+    pub async fn queue_info_or_why(&self, name: &str) -> Result<Option<QueueInfo>, BrokerError> {
         if let Some((cluster, home)) = self.home_elsewhere(name) {
             return cluster
                 .admin_at::<Option<QueueInfo>>(&home, name, AdminOp::Info)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!(queue = name, "cluster: {e}");
-                    None
-                });
+                .await;
         }
+        Ok(self.local_queue_info(name).await)
+    }
+
+    /// This node's own queue `name`'s numbers.
+    async fn local_queue_info(&self, name: &str) -> Option<QueueInfo> {
         let q = self.queue(name, false).ok()??;
         let mut info = q.tq.submit(|q| q.info()).await.ok()?;
         let dlq_name = {

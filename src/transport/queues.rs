@@ -96,7 +96,12 @@ pub(crate) async fn info(
     if !may_see_queue(&caller, &name) {
         return Err(caller.forbidden(Right::Consume(&name)));
     }
-    match app.broker.queue_info(&name).await {
+    match app
+        .broker
+        .queue_info_or_why(&name)
+        .await
+        .map_err(api_error)?
+    {
         Some(info) => Ok(HttpResponse::Ok().json(info)),
         None => Err(unknown_queue(&name)),
     }

@@ -733,6 +733,10 @@ fn a_consumer_whose_home_restarts_is_attached_again() {
         // b restarts and forgets its consumers on other nodes; c finds
         // out on its next check and attaches this one again.
         b.stop().expect("b stops");
+        // Asked on a meanwhile: busy, not "no such queue".
+        let (code, body) = http(a.addr, "GET", "/queues/orders", "");
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("did not answer"), "{body}");
         let b = TestBroker::start_in(data.path(), tune("b"));
         // Until b serves again, a says its home did not answer.
         let deadline = Instant::now() + LONG;
