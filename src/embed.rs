@@ -158,14 +158,15 @@ impl Wharf {
         // or a home changed) are not served: say so.
         for name in broker.queue_names() {
             if let Some((_, home)) = broker.home_elsewhere(&name)
-                && let Some(depth) = broker.local_queue_depth(&name).await
+                && let Some(depth) = broker.local_queue_info(&name).await.map(|i| i.depth)
                 && depth > 0
             {
                 tracing::warn!(
                     queue = %name,
                     home = %home,
                     depth,
-                    "cluster: this node holds messages of a queue that lives on another node;                      they are not served until the queue's home is this node again"
+                    "cluster: this node holds messages of a queue that lives on another node; \
+                     they are not served until the queue's home is this node again"
                 );
             }
         }

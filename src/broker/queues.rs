@@ -342,13 +342,13 @@ impl Broker {
     /// An invalid name or priority, a full queue, an overloaded queue or
     /// store writer.
     pub async fn enqueue(&self, msg: Enqueue) -> Result<(u64, Option<Durable>), BrokerError> {
+        let msg = match self.enqueue_elsewhere(msg) {
+            Err(local) => local,
+            // Answered once durable there.
+            Ok(sent) => return Ok((sent?.await?, None)),
+        };
         if msg.priority > 9 {
             return Err(BrokerError::InvalidPriority(msg.priority));
-        }
-        if let Some((cluster, home)) = self.home_elsewhere(&msg.queue) {
-            self.check_topic(&msg.queue)?;
-            // Answered once durable there.
-            return Ok((cluster.enqueue_at(&home, msg).await?, None));
         }
         let queue = self
             .queue(&msg.queue, true)?
@@ -508,15 +508,13 @@ impl Broker {
         ids: Vec<u64>,
         how: Settlement,
     ) -> Result<Option<Durable>, BrokerError> {
+        let ids = match self.settle_elsewhere(queue, sink, id, ids, how) {
+            Err(local) => local,
+            // Answered once an ack's deletes are durable there.
+            Ok(sent) => return sent?.await.map(|()| None),
+        };
         if ids.is_empty() || ids.len() > MAX_IDS {
             return Err(BrokerError::InvalidIds(ids.len()));
-        }
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
-            // Answered once an ack's deletes are durable there.
-            return cluster
-                .settle_at(&home, queue, sink, id, ids, how)
-                .await
-                .map(|()| None);
         }
         let q = self
             .queue(queue, false)?
@@ -533,13 +531,6 @@ impl Broker {
                 }
             })
             .await??)
-    }
-
-    /// How many messages this node itself holds for `queue` (whatever
-    /// its home), if it has the queue.
-    pub(crate) async fn local_queue_depth(&self, name: &str) -> Option<u64> {
-        let q = self.queue(name, false).ok()??;
-        q.tq.submit(|q| q.info().depth).await.ok()
     }
 
     /// The cluster and the node `queue` lives on, when that is another
@@ -573,8 +564,8 @@ impl Broker {
         Ok(self.local_queue_info(name).await)
     }
 
-    /// This node's own queue `name`'s numbers.
-    async fn local_queue_info(&self, name: &str) -> Option<QueueInfo> {
+    /// This node's own queue `name`'s numbers (whatever its home).
+    pub(crate) async fn local_queue_info(&self, name: &str) -> Option<QueueInfo> {
         let q = self.queue(name, false).ok()??;
         let mut info = q.tq.submit(|q| q.info()).await.ok()?;
         let dlq_name = {

@@ -1,5 +1,6 @@
 //! Queues and jobs homed on other nodes ([`home`](super::home)): calls
-//! to a home over NATS request/reply (`{prefix}.home.{node}`), the home
+//! to a home (`{prefix}.home.{node}`, answered on
+//! `{prefix}.reply.{caller}.{n}`), the home
 //! serving them, and deliveries flowing back to consumers on the calling
 //! node (`{prefix}.deliver.{node}`).
 //!
@@ -42,6 +43,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// Calls a home serves at once; past it, callers are told it is
 /// overloaded.
 const MAX_CALLS: usize = 4096;
+/// Consumers a node asks a home about in one `known` call at most.
+const MAX_KNOWN: usize = 10_000;
 /// Consumers on other nodes a home keeps at most.
 const MAX_REMOTE_CONSUMERS: usize = 100_000;
 
@@ -335,11 +338,6 @@ impl Cluster {
         }
     }
 
-    /// Enqueues on `home`; answers once the message is durable there.
-    pub(crate) async fn enqueue_at(&self, home: &str, msg: Enqueue) -> Result<u64, BrokerError> {
-        self.enqueue_sent(home, msg)?.await
-    }
-
     /// Sends an enqueue to `home` now (in order with this node's other
     /// calls); the future answers with its seq once it is durable there.
     pub(crate) fn enqueue_sent(
@@ -504,19 +502,6 @@ impl Cluster {
         answered(home, self.call(home, &call, &[], CALL_TIMEOUT).await).map(|_| ())
     }
 
-    /// Settles deliveries of a consumer of a queue on `home`.
-    pub(crate) async fn settle_at(
-        &self,
-        home: &str,
-        queue: &str,
-        sink: u64,
-        id: &str,
-        ids: Vec<u64>,
-        how: Settlement,
-    ) -> Result<(), BrokerError> {
-        self.settle_sent(home, queue, sink, id, ids, how)?.await
-    }
-
     /// Settles without waiting.
     pub(crate) fn settle_detached_at(
         &self,
@@ -592,24 +577,13 @@ impl Cluster {
     /// Forgets the consumers of nodes not heard for a while (their
     /// deliveries go back to their queues); returns how many.
     pub(crate) async fn forget_lost_consumers(&self, broker: &Broker) -> usize {
-        let s = &self.shared;
         let now = Instant::now();
-        let lost: Vec<((String, u64), RemoteConsumer)> = {
-            let peers = s.peers.lock();
-            let mut remote = s.remotes.remote.lock();
-            let keys: Vec<(String, u64)> = remote
-                .iter()
-                .filter(|((node, _), c)| {
-                    let heard = peers.get(node).copied().unwrap_or(c.since).max(c.since);
-                    now.saturating_duration_since(heard) > super::LOST_AFTER
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| remote.remove(&k).map(|c| (k, c)))
-                .collect()
-        };
-        self.detach(broker, lost).await
+        let peers = self.shared.peers.lock().clone();
+        self.detach(broker, |(node, _), c| {
+            let heard = peers.get(node).copied().unwrap_or(c.since).max(c.since);
+            now.saturating_duration_since(heard) > super::LOST_AFTER
+        })
+        .await
     }
 
     /// Detaches the consumers of the nodes `gone` names (a node that said
@@ -619,21 +593,28 @@ impl Cluster {
         broker: &Broker,
         gone: impl Fn(&str) -> bool,
     ) -> usize {
-        let lost: Vec<((String, u64), RemoteConsumer)> = {
-            let mut remote = self.shared.remotes.remote.lock();
-            let keys: Vec<(String, u64)> = remote
-                .keys()
-                .filter(|(node, _)| gone(node))
-                .cloned()
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| remote.remove(&k).map(|c| (k, c)))
-                .collect()
-        };
-        self.detach(broker, lost).await
+        self.detach(broker, |(node, _), _| gone(node)).await
     }
 
-    async fn detach(&self, broker: &Broker, lost: Vec<((String, u64), RemoteConsumer)>) -> usize {
+    /// Takes out the consumers on other nodes that `which` picks and
+    /// detaches them from their queues (their deliveries go back).
+    async fn detach(
+        &self,
+        broker: &Broker,
+        which: impl Fn(&(String, u64), &RemoteConsumer) -> bool,
+    ) -> usize {
+        let lost: Vec<((String, u64), RemoteConsumer)> = {
+            let mut remote = self.shared.remotes.remote.lock();
+            let picked: Vec<(String, u64)> = remote
+                .iter()
+                .filter(|(k, c)| which(k, c))
+                .map(|(k, _)| k.clone())
+                .collect();
+            picked
+                .iter()
+                .filter_map(|k| remote.remove_entry(k))
+                .collect()
+        };
         let n = lost.len();
         for ((node, _), c) in lost {
             tracing::info!(queue = %c.queue, node = %node, "cluster: a lost node's consumer is detached");
@@ -659,7 +640,7 @@ impl Cluster {
         }
         let mut again = 0;
         for (home, tokens) in by_home {
-            for chunk in tokens.chunks(10_000) {
+            for chunk in tokens.chunks(MAX_KNOWN) {
                 let call = Call::Known {
                     node: self.shared.node.clone(),
                     tokens: chunk.to_vec(),
@@ -932,6 +913,15 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
         }
         Call::Admin { queue, op } => admin_answer(&broker, &queue, op).await,
         Call::Known { node, tokens } => {
+            if tokens.len() > MAX_KNOWN {
+                return refused(
+                    ErrorCode::InvalidField,
+                    format!(
+                        "{} tokens: ask about at most {MAX_KNOWN} at once",
+                        tokens.len()
+                    ),
+                );
+            }
             let remote = shared.remotes.remote.lock();
             let unknown: Vec<u64> = tokens
                 .into_iter()

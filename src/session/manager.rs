@@ -240,19 +240,17 @@ impl Sessions {
     }
 
     fn info(id: Uuid, e: &Entry) -> SessionInfo {
+        let since_unix_ms = e
+            .since
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         SessionInfo {
             id,
             kind: e.kind,
             client_id: e.client_id.clone(),
             principal: e.principal.clone(),
-            since_unix_s: e
-                .since
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            since_unix_ms: e
-                .since
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            since_unix_s: since_unix_ms / 1000,
+            since_unix_ms,
             subscriptions: e.subscriptions.load(Ordering::Relaxed),
             consumers: e.consumers.load(Ordering::Relaxed),
             outbound: e.out.stats(),

@@ -54,15 +54,8 @@ fn peer(b: &TestBroker, name: &str) -> Option<serde_json::Value> {
 
 /// Checks `cond` every 100 ms until it holds or `timeout` passes (status
 /// over HTTP: not every 2 ms for the ten seconds a peer takes to be lost).
-async fn poll(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    cond()
+async fn poll(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
+    common::eventually_every(Duration::from_millis(100), timeout, cond).await
 }
 
 /// The payloads `sub` receives on `topic` until `end` arrives there (other

@@ -51,13 +51,23 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// [`wait_until`] inside an actix system: yields to it between checks, so
 /// the actors and tasks being waited for can run.
 #[allow(dead_code)]
-pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub async fn eventually(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
+    eventually_every(Duration::from_millis(2), timeout, cond).await
+}
+
+/// [`eventually`], checking every `every` (a condition that costs a
+/// request, say).
+pub async fn eventually_every(
+    every: Duration,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if cond() {
             return true;
         }
-        actix_rt::time::sleep(Duration::from_millis(2)).await;
+        actix_rt::time::sleep(every).await;
     }
     cond()
 }
