@@ -85,8 +85,10 @@ pub enum Drain {
     NotFound,
 }
 
-/// What the consumer of a delivery decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the consumer of a delivery decided (as JSON between cluster
+/// nodes: `"ack"`, `{"nack": ms}`, `"reject"`, `{"touch": ms}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Settlement {
     /// Done: delete the message.
     Ack,

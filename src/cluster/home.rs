@@ -110,42 +110,6 @@ fn score(node: &str, key: &str) -> u64 {
     h ^ (h >> 33)
 }
 
-/// How a delivery is settled, as sent to its home.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum How {
-    /// [`Settlement::Ack`].
-    Ack,
-    /// [`Settlement::Nack`].
-    Nack(Option<u64>),
-    /// [`Settlement::Reject`].
-    Reject,
-    /// [`Settlement::Touch`].
-    Touch(Option<u64>),
-}
-
-impl From<Settlement> for How {
-    fn from(s: Settlement) -> How {
-        match s {
-            Settlement::Ack => How::Ack,
-            Settlement::Nack(d) => How::Nack(d),
-            Settlement::Reject => How::Reject,
-            Settlement::Touch(d) => How::Touch(d),
-        }
-    }
-}
-
-impl From<How> for Settlement {
-    fn from(h: How) -> Settlement {
-        match h {
-            How::Ack => Settlement::Ack,
-            How::Nack(d) => Settlement::Nack(d),
-            How::Reject => Settlement::Reject,
-            How::Touch(d) => Settlement::Touch(d),
-        }
-    }
-}
-
 /// What a node asks of a queue's or the jobs resource's home.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "do", rename_all = "snake_case")]
@@ -194,7 +158,7 @@ pub enum Call {
         /// Delivery ids.
         ids: Vec<u64>,
         /// What to do with them.
-        how: How,
+        how: Settlement,
     },
     /// A jobs operation.
     Job {
@@ -445,7 +409,7 @@ mod tests {
             node: "a".into(),
             token: 7,
             ids: vec![1, 2],
-            how: How::Nack(Some(5)),
+            how: Settlement::Nack(Some(5)),
         };
         let b = frame(&call, b"payload");
         let (back, payload): (Call, Bytes) = unframe(&b).unwrap();

@@ -26,7 +26,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Semaphore, oneshot};
 
 use super::home::{
-    AdminOp, Answer, Call, Delivered, Homes, How, JOBS_HOME_KEY, JobCall, frame, unframe,
+    AdminOp, Answer, Call, Delivered, Homes, JOBS_HOME_KEY, JobCall, frame, unframe,
 };
 use super::{Cluster, Outbound, Shared};
 use crate::broker::jobs::{JobError, JobFilter, Jobs};
@@ -462,7 +462,7 @@ impl Cluster {
             node: self.shared.node.clone(),
             token,
             ids,
-            how: How::from(how),
+            how,
         }
     }
 
@@ -902,7 +902,7 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
             let Some((sink, id)) = found else {
                 return broker_refused(&BrokerError::UnknownConsumer);
             };
-            match broker.settle(&queue, sink, &id, ids, how.into()).await {
+            match broker.settle(&queue, sink, &id, ids, how).await {
                 Ok(Some(durable)) => match durable.await {
                     Ok(()) => Answer::Ok,
                     Err(e) => broker_refused(&BrokerError::Store(e)),
