@@ -6,6 +6,7 @@
 //! connection must do next; replies go to the outbound queue. It never
 //! touches the socket, so it is tested without one.
 
+mod answers;
 mod jobs;
 mod later;
 mod manager;
@@ -20,7 +21,6 @@ mod wsframe;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use uuid::Uuid;
 
@@ -99,11 +99,11 @@ pub struct Session {
     subs: HashMap<String, Subscription>,
     /// The session's queue consumers by id (the same id space as `subs`).
     consumers: HashMap<String, Subscription>,
-    /// Confirmations waiting for a durable write (receipts of enqueues and
-    /// acks); past [`MAX_PENDING_CONFIRMS`] the session waits inline, so
-    /// a client that pipelines is slowed instead of buffered without
-    /// bound.
-    pending: Arc<AtomicUsize>,
+    /// Answers waiting for a durable write (receipts of enqueues and
+    /// acks), another node or a job; past [`MAX_PENDING_CONFIRMS`] the
+    /// session waits inline, so a client that pipelines is slowed instead
+    /// of buffered without bound.
+    answers: answers::Answers,
     /// Whether the client named itself in `hello` (durable subscriptions
     /// need a stable name).
     named: bool,
@@ -158,7 +158,7 @@ impl Session {
             config,
             subs: HashMap::new(),
             consumers: HashMap::new(),
-            pending: Arc::new(AtomicUsize::new(0)),
+            answers: answers::Answers::new(MAX_PENDING_CONFIRMS),
             named: false,
             jobs: None,
             txn: None,
@@ -339,20 +339,11 @@ impl Session {
     }
 
     /// Runs an answer that waits (for the disk, for a job) without holding
-    /// up the frames that follow: spawned, up to [`MAX_PENDING_CONFIRMS`]
-    /// at once, then inline, so a client that pipelines is slowed instead
-    /// of buffered without bound.
+    /// up the frames that follow: on the session's answer task, up to
+    /// [`MAX_PENDING_CONFIRMS`] at once, then inline, so a client that
+    /// pipelines is slowed instead of buffered without bound.
     async fn run_bounded(&self, answer: impl std::future::Future<Output = ()> + 'static) {
-        if self.pending.load(Ordering::Acquire) >= MAX_PENDING_CONFIRMS {
-            answer.await;
-            return;
-        }
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        let pending = self.pending.clone();
-        actix_rt::spawn(async move {
-            answer.await;
-            pending.fetch_sub(1, Ordering::AcqRel);
-        });
+        self.answers.run(answer).await;
     }
 
     /// Whether `id` names a subscription or a consumer of this session.

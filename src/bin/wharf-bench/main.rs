@@ -85,6 +85,10 @@ struct Args {
     /// Only the queue and job scenarios.
     #[arg(long)]
     queues_only: bool,
+    /// Only the enqueue + consume + ack queue scenario (with
+    /// `--queues-only`: for profiling it alone).
+    #[arg(long)]
+    round_trip_only: bool,
     /// Messages per MQTT scenario (0 skips them).
     #[arg(long, default_value_t = 200_000)]
     mqtt_messages: usize,

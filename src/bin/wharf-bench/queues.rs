@@ -11,6 +11,9 @@ use super::{Args, Cpu, Row, options, spawn_broker_in};
 /// Every queue scenario against the broker at `url`, whose store flushes
 /// per `flush` (for the labels).
 pub(crate) fn scenarios(args: &Args, url: &str, flush: &str) -> Vec<Row> {
+    if args.round_trip_only {
+        return vec![round_trip(args, url, flush)];
+    }
     vec![
         enqueue(args, url, 1, 64, flush),
         enqueue(args, url, 8, 64, flush),
