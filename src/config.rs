@@ -415,6 +415,10 @@ pub struct StoreConfig {
     pub flush: FlushMode,
     /// Milliseconds between flushes with `flush = "interval"`.
     pub interval_ms: u64,
+    /// Compact the store at start when its files are at least four times
+    /// the size of its live records and 8 MiB more (sled gives the space
+    /// of deleted records back only so; `store/compact.rs`).
+    pub compact_at_start: bool,
 }
 
 impl Default for StoreConfig {
@@ -424,6 +428,7 @@ impl Default for StoreConfig {
             cache_capacity_mb: 64,
             flush: FlushMode::Always,
             interval_ms: 100,
+            compact_at_start: true,
         }
     }
 }

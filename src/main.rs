@@ -46,6 +46,9 @@ enum Command {
     },
     /// Print the default configuration (the shipped config.toml).
     Config,
+    /// Work on a stopped broker's data directory.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Read a password (without echo) and print its argon2id hash, for
     /// `password_hash` of an `[[auth.users]]` entry.
     Passwd {
@@ -63,6 +66,23 @@ enum Command {
     Client(cli::ClientCommand),
 }
 
+/// `wharf store ...`.
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Rewrite the store compactly, giving back the space of deleted
+    /// records (sled keeps it, even across restarts). The broker must be
+    /// stopped: the store is locked while it runs.
+    Compact {
+        /// The broker's config file (for `[store]`); without it the
+        /// embedded defaults are used.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Data directory, overriding `store.data_dir`.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -76,6 +96,7 @@ fn main() -> ExitCode {
             data_dir,
             mqtt_bind,
         } => serve(config, bind, data_dir, mqtt_bind),
+        Command::Store(StoreCommand::Compact { config, data_dir }) => compact(config, data_dir),
         Command::Passwd { stdin } => passwd(stdin),
         Command::Token => {
             let token = wharf::auth::new_token();
@@ -85,6 +106,44 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "client")]
         Command::Client(command) => cli::run(command, <Cli as clap::CommandFactory>::command),
+    }
+}
+
+/// `wharf store compact`: opens the store as the broker would (finishing
+/// an interrupted compaction), compacts it and says what it gave back.
+fn compact(path: Option<PathBuf>, data_dir: Option<PathBuf>) -> ExitCode {
+    let loaded = match &path {
+        Some(path) => Config::from_file(path),
+        None => Config::embedded(),
+    };
+    let mut config = match loaded {
+        Ok(config) => config,
+        Err(e) => return config_error(&e),
+    };
+    if let Some(dir) = data_dir {
+        config.store.data_dir = dir;
+    }
+    let mut store_config = config.store.clone();
+    // Compacted once, below, whatever its size.
+    store_config.compact_at_start = false;
+    let done = wharf::store::Store::open(&store_config).and_then(|s| s.compact(&store_config));
+    match done {
+        Ok((_, done)) => {
+            let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+            println!(
+                "compacted {}: {} records ({:.1} MiB of keys and values), {:.1} MiB before, {:.1} MiB after",
+                store_config.data_dir.display(),
+                done.records,
+                mib(done.live_bytes),
+                mib(done.before),
+                mib(done.after)
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wharf store compact: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -10,6 +10,8 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::write::{CommitError, ReadResult, Write};
 
@@ -52,6 +54,8 @@ pub struct SledEngine {
     db_file: File,
     blobs: PathBuf,
     synced_blobs: HashSet<OsString>,
+    /// Where [`Engine::scan`] adds the bytes it visits, if anywhere.
+    scanned: Option<Arc<AtomicU64>>,
 }
 
 impl SledEngine {
@@ -66,7 +70,15 @@ impl SledEngine {
             db_file: File::open(dir.join("db"))?,
             blobs: dir.join("blobs"),
             synced_blobs: HashSet::new(),
+            scanned: None,
         })
+    }
+
+    /// The engine, adding the bytes of keys and values its scans visit to
+    /// `scanned`: what the store holds, measured by the reads at start.
+    pub fn counting(mut self, scanned: Arc<AtomicU64>) -> SledEngine {
+        self.scanned = Some(scanned);
+        self
     }
 }
 
@@ -128,11 +140,16 @@ impl Engine for SledEngine {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), CommitError> {
         let t = self.db.open_tree(tree).map_err(fail(tree))?;
+        let mut bytes = 0;
         for item in t.iter() {
             let (k, v) = item.map_err(fail(tree))?;
+            bytes += (k.len() + v.len()) as u64;
             if !visit(&k, &v) {
                 break;
             }
+        }
+        if let Some(scanned) = &self.scanned {
+            scanned.fetch_add(bytes, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -8,6 +8,7 @@
 //! to sled before the directory is known to be a Wharf store, and the
 //! marker records whether the last run shut down cleanly (`recover.rs`).
 
+pub mod compact;
 mod dir;
 mod engine;
 pub mod jobs;
@@ -163,6 +164,9 @@ pub struct Store {
     path: PathBuf,
     /// What the marker said about the last run, for [`Store::recover`].
     previous: Previous,
+    /// Bytes of keys and values the loaders have read (for
+    /// [`Store::compact_if_worth`]).
+    scanned: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How the last run left the store, as the marker told at open.
@@ -182,10 +186,12 @@ impl Store {
     /// Opens (or creates) the database in `config.data_dir` and checks its
     /// schema version. Refuses a directory that holds files Wharf did not
     /// write without touching it, and adopts a store of an earlier Wharf
-    /// that has no marker yet. [`Store::recover`] is the same plus the
-    /// loads, safe against sled's panics, and records the start in the
-    /// marker (until then a crash or a clean shutdown recorded before
-    /// stays the last run's state).
+    /// that has no marker yet; finishes a compaction a crash interrupted.
+    /// [`Store::recover`] is the same plus the loads (and a compaction
+    /// when `[store] compact_at_start` finds one worth it), safe against
+    /// sled's panics, and records the start in the marker (until then a
+    /// crash or a clean shutdown recorded before stays the last run's
+    /// state).
     ///
     /// # Errors
     /// [`StoreError::Foreign`], [`StoreError::Damaged`],
@@ -194,6 +200,74 @@ impl Store {
     /// [`StoreError::CorruptSchema`], [`StoreError::DataDir`] or
     /// [`StoreError::Io`].
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        // A compaction a crash interrupted is finished (or its partial
+        // copy removed) first; only a directory Wharf marked can have one.
+        if config.data_dir.join(MARKER).exists() {
+            compact::resume(&config.data_dir)?;
+        }
+        Store::open_as_is(config)
+    }
+
+    /// Compacts the store (see [`Store::compact`]) if `[store]
+    /// compact_at_start` is on and its files are at least four times the
+    /// size of the records the loaders read and [`COMPACT_SLACK`] more.
+    /// Called once everything has been read back, so that the records'
+    /// size costs no pass of its own.
+    ///
+    /// # Errors
+    /// As [`Store::compact`].
+    pub(super) fn compact_if_worth(self, config: &StoreConfig) -> Result<Store, StoreError> {
+        if !config.compact_at_start {
+            return Ok(self);
+        }
+        let before = compact::dir_size(&self.path);
+        let live = self.scanned.load(std::sync::atomic::Ordering::Relaxed);
+        if before < live.saturating_mul(4).saturating_add(COMPACT_SLACK) {
+            return Ok(self);
+        }
+        tracing::info!(
+            path = %self.path.display(),
+            before,
+            live,
+            "compacting the store: its files are more than four times its records"
+        );
+        Ok(self.compact(config)?.0)
+    }
+
+    /// Rewrites the store compactly (`compact.rs`) and opens the result:
+    /// sled gives the space of deleted records back only so. Takes the
+    /// store, which must be the only handle on it (nothing else may write
+    /// while it runs). Used at start (`[store] compact_at_start`) and by
+    /// `wharf store compact`.
+    ///
+    /// # Errors
+    /// As [`Store::open`]; the store is then as it was, or compacted and
+    /// swapped in at the next open.
+    pub fn compact(self, config: &StoreConfig) -> Result<(Store, compact::Compacted), StoreError> {
+        let before = compact::dir_size(&self.path);
+        let (records, live_bytes) = compact::copy(&self.db, &self.path)?;
+        let path = self.path.clone();
+        drop(self);
+        compact::resume(&path)?;
+        let store = Store::open_as_is(config)?;
+        let done = compact::Compacted {
+            records,
+            live_bytes,
+            before,
+            after: compact::dir_size(&path),
+        };
+        tracing::info!(
+            path = %path.display(),
+            records,
+            before,
+            after = done.after,
+            "store compacted"
+        );
+        Ok((store, done))
+    }
+
+    /// Opens the store without looking at its size (see [`Store::open`]).
+    fn open_as_is(config: &StoreConfig) -> Result<Store, StoreError> {
         let path = config.data_dir.clone();
         let found = dir::inspect(&path)?;
         if found == dir::Found::Unmarked && !wharf_wrote(&path)? {
@@ -230,7 +304,12 @@ impl Store {
             dir::Found::Marked(dir::State::Open) => Previous::Unclean,
             dir::Found::Marked(dir::State::Clean(counts)) => Previous::Clean(counts),
         };
-        let store = Store { db, path, previous };
+        let store = Store {
+            db,
+            path,
+            previous,
+            scanned: std::sync::Arc::default(),
+        };
         store.check_schema()?;
         match previous {
             Previous::Adopted => {
@@ -343,10 +422,12 @@ impl Store {
 
     /// The database as an [`Engine`], for the loaders.
     fn engine(&self) -> Result<SledEngine, StoreError> {
-        SledEngine::new(self.db.clone(), &self.path).map_err(|source| StoreError::Sync {
-            path: self.path.clone(),
-            source,
-        })
+        SledEngine::new(self.db.clone(), &self.path)
+            .map(|e| e.counting(self.scanned.clone()))
+            .map_err(|source| StoreError::Sync {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     /// The data directory.
@@ -404,6 +485,10 @@ fn decode_headers(value: &[u8], at: &mut usize) -> Option<crate::protocol::frame
 fn read_error(op: &'static str) -> impl Fn(CommitError) -> StoreError {
     move |e| StoreError::Read { op, reason: e.0 }
 }
+
+/// Bytes a store's files may exceed four times its live records by
+/// before a start compacts it.
+const COMPACT_SLACK: u64 = 8 << 20;
 
 /// How long [`Store::open`] waits for sled's file lock to be released.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);

@@ -78,6 +78,8 @@ impl Store {
                 let retained = store.load_retained()?;
                 let queues = store.load_queues(window)?;
                 let jobs = store.load_jobs()?;
+                // What was read is what a compaction would copy.
+                let store = store.compact_if_worth(&config)?;
                 Ok::<_, StoreError>(Recovered {
                     store,
                     retained,

@@ -704,6 +704,9 @@ fn main() {
         if args.restart_messages > 0 {
             rows.extend(queues::restart(&args));
             rows.push(queues::drain_disk(&args, 100_000));
+            if args.restart_messages > 100_000 {
+                rows.push(queues::drain_disk(&args, args.restart_messages));
+            }
         }
     }
     if !args.queues_only && args.mqtt_messages > 0 {

@@ -244,6 +244,17 @@ pub(crate) fn drain_disk(args: &Args, messages: usize) -> Row {
     fill.durable_window = 256;
     run_publishers(&fill, &url, "bench/disk", 4, messages.div_ceil(4), 64);
     let full = dir_size(&dir.join("data"));
+    // The full store compacted by `wharf store compact`, broker stopped.
+    broker.stop_keeping_data();
+    let status = std::process::Command::new(super::broker_exe(args))
+        .args(["store", "compact", "--data-dir"])
+        .arg(dir.join("data"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("wharf store compact runs");
+    assert!(status.success(), "wharf store compact failed");
+    let compacted = dir_size(&dir.join("data"));
+    let (broker, url) = spawn_broker_in(args, &dir, "");
     actix_rt::System::new().block_on(async {
         let c = Client::connect(&url, options(args)).await.expect("connect");
         let mut k = c.consume("bench/disk", 1000).await.expect("consume");
@@ -274,8 +285,12 @@ pub(crate) fn drain_disk(args: &Args, messages: usize) -> Row {
     Row {
         scenario: format!("disk use, {messages} x 64 B enqueued then drained"),
         result: format!(
-            "{:.1} MiB full, {:.1} MiB after the drain, {:.1} MiB after a restart",
+            "{:.1} MiB full ({:.0} B per message), {:.1} MiB compacted ({:.0} B per message), \
+             {:.1} MiB after the drain, {:.1} MiB after a restart",
             mib(full),
+            full as f64 / messages as f64,
+            mib(compacted),
+            compacted as f64 / messages as f64,
             mib(drained),
             mib(restarted)
         ),
