@@ -692,3 +692,117 @@ fn delete_queue_over_the_native_protocol_is_the_admins() {
         );
     });
 }
+
+/// Bytes of the files under `dir`, recursively.
+fn dir_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => dir_size(&e.path()),
+                    _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Enqueues `n` messages of 2 KiB to `queue` (confirmed), then consumes
+/// and acks all but `keep` of them (the oldest first), over the broker's
+/// WebSocket.
+fn fill_and_drain(b: &TestBroker, queue: &str, n: u32, keep: u32) {
+    block_on(async {
+        let c = connect(b).await;
+        let mut waits = Vec::new();
+        for i in 0..n {
+            let mut body = vec![0u8; 2048];
+            body[..4].copy_from_slice(&i.to_be_bytes());
+            waits.push(
+                c.enqueue_pipelined(queue, body, EnqueueOptions::default())
+                    .await
+                    .unwrap(),
+            );
+            if waits.len() >= 512 {
+                for w in waits.drain(..) {
+                    w.await.unwrap();
+                }
+            }
+        }
+        for w in waits {
+            w.await.unwrap();
+        }
+        let mut k = c.consume(queue, 500).await.unwrap();
+        let mut left = n - keep;
+        while left > 0 {
+            let mut ids = Vec::new();
+            while ids.len() < (left as usize).min(100) {
+                let d = k
+                    .recv_timeout(T)
+                    .await
+                    .unwrap_or_else(|| panic!("stopped with {left} to take"));
+                ids.push(d.id);
+            }
+            c.ack(k.id(), &ids).await.unwrap();
+            left -= ids.len() as u32;
+        }
+        c.cancel(k).await.unwrap();
+    });
+}
+
+#[test]
+fn drained_space_comes_back_at_a_restart_and_with_wharf_store_compact() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = TestBroker::start_in(&data, |_| {});
+    fill_and_drain(&b, "big", 10_000, 2);
+    b.stop().unwrap();
+    let drained = dir_size(&data);
+    assert!(drained > 16 << 20, "{drained} bytes after the drain");
+
+    // The next start compacts (the files are far more than what is live)
+    // and the two messages left are still there, in order.
+    let b = TestBroker::start_in(&data, |_| {});
+    // Answered once the store is open (and compacted).
+    assert_eq!(info(&b, "big")["depth"], 2);
+    let after = dir_size(&data);
+    assert!(after * 4 < drained, "{drained} -> {after} bytes");
+    block_on(async {
+        let c = connect(&b).await;
+        let mut k = c.consume("big", 10).await.unwrap();
+        for i in 10_000u32 - 2..10_000 {
+            let d = k.recv_timeout(T).await.expect("a kept message");
+            assert_eq!(d.payload[..4], i.to_be_bytes());
+            c.ack(k.id(), &[d.id]).await.unwrap();
+        }
+    });
+
+    // On demand, with the broker stopped (and refused while it runs).
+    fill_and_drain(&b, "big", 10_000, 0);
+    let wharf = env!("CARGO_BIN_EXE_wharf");
+    let run = |data: &std::path::Path| {
+        std::process::Command::new(wharf)
+            .args(["store", "compact", "--data-dir"])
+            .arg(data)
+            .output()
+            .unwrap()
+    };
+    let busy = run(&data);
+    assert!(!busy.status.success());
+    let said = String::from_utf8_lossy(&busy.stderr);
+    assert!(said.contains("in use by another process"), "{said}");
+    b.stop().unwrap();
+    let drained = dir_size(&data);
+    let done = run(&data);
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(said.starts_with("compacted "), "{said}");
+    let after = dir_size(&data);
+    assert!(after * 4 < drained, "{drained} -> {after} bytes");
+    let b = TestBroker::start_in(&data, |_| {});
+    assert_eq!(info(&b, "big")["depth"], 0);
+}
