@@ -146,3 +146,113 @@ pub(crate) fn end_to_end(args: &Args, url: &str, workers: usize, total: usize) -
         broker_cores,
     }
 }
+
+/// `total` jobs end to end over the native protocol (the Rust client):
+/// 8 enqueuers keeping 32 enqueues in flight each, and `workers` workers,
+/// each a connection running `lanes` dequeue-then-outcome loops at once
+/// (a worker that handles several jobs at a time); jobs/s from the first
+/// enqueue to the last outcome. Every enqueue and outcome waits for its
+/// durable write.
+pub(crate) fn native_end_to_end(
+    args: &Args,
+    url: &str,
+    workers: usize,
+    lanes: usize,
+    total: usize,
+) -> Row {
+    use futures_util::StreamExt as _;
+    use wharf::client::Client;
+    use wharf::protocol::jobs::{NewJob, Outcome};
+
+    let _bar = crate::progress::scenario(format!(
+        "{total} jobs, {workers} native worker(s) x {lanes}"
+    ));
+    let done = Arc::new(AtomicUsize::new(0));
+    let kind = format!("native{workers}x{lanes}");
+    let cpu = Cpu::start(args.pid);
+    let start = Instant::now();
+    let worker_threads: Vec<_> = (0..workers)
+        .map(|_| {
+            let (done, kind, url, opts) = (
+                done.clone(),
+                kind.clone(),
+                url.to_owned(),
+                super::options(args),
+            );
+            std::thread::spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    let c = Client::connect(&url, opts).await.expect("worker connects");
+                    let (worker, _) = c.register_worker(&[&kind]).await.expect("register");
+                    let c = &c;
+                    let lane = |_| {
+                        let done = done.clone();
+                        async move {
+                            while done.load(Ordering::Relaxed) < total {
+                                let Some(job) = c
+                                    .dequeue_job(worker, Duration::from_millis(200))
+                                    .await
+                                    .expect("dequeue")
+                                else {
+                                    continue;
+                                };
+                                let token = job.token.expect("a dequeued job has a token");
+                                c.job_outcome(job.id, worker, token, Outcome::Succeeded, None)
+                                    .await
+                                    .expect("outcome");
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    };
+                    futures_util::future::join_all((0..lanes).map(lane)).await;
+                })
+            })
+        })
+        .collect();
+    let enqueuers = 8;
+    let enqueue_threads: Vec<_> = (0..enqueuers)
+        .map(|i| {
+            let (kind, url, opts) = (kind.clone(), url.to_owned(), super::options(args));
+            std::thread::spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    let c = Client::connect(&url, opts)
+                        .await
+                        .expect("enqueuer connects");
+                    let n = total / enqueuers + usize::from(i < total % enqueuers);
+                    let entity = uuid::Uuid::now_v7();
+                    futures_util::stream::iter(0..n)
+                        .map(|j| {
+                            let c = &c;
+                            let job = NewJob {
+                                kind: kind.clone(),
+                                entity_id: entity,
+                                data: serde_json::json!({ "i": i, "j": j }),
+                                priority: 0,
+                                timeout_ms: None,
+                            };
+                            async move { c.enqueue_job(job).await.expect("enqueue job") }
+                        })
+                        .buffer_unordered(32)
+                        .for_each(|_| async {})
+                        .await;
+                })
+            })
+        })
+        .collect();
+    for t in enqueue_threads {
+        t.join().expect("enqueuer");
+    }
+    for t in worker_threads {
+        t.join().expect("worker");
+    }
+    let elapsed = start.elapsed();
+    let (gen_cores, broker_cores) = cpu.cores();
+    Row {
+        scenario: format!(
+            "jobs end to end over the native protocol: 8 enqueuers x 32 in flight, \
+             {workers} worker(s) x {lanes} jobs at a time, {total} jobs"
+        ),
+        result: format!("{:.0} jobs/s", total as f64 / elapsed.as_secs_f64()),
+        gen_cores,
+        broker_cores,
+    }
+}

@@ -692,6 +692,8 @@ fn main() {
     if args.jobs > 0 {
         rows.push(jobs::end_to_end(&args, &url, 1, args.jobs));
         rows.push(jobs::end_to_end(&args, &url, 8, args.jobs));
+        rows.push(jobs::native_end_to_end(&args, &url, 8, 1, args.jobs));
+        rows.push(jobs::native_end_to_end(&args, &url, 8, 8, args.jobs));
     }
     if args.url.is_none() {
         // The same against a broker that flushes on an interval.
