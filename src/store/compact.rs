@@ -93,8 +93,8 @@ pub fn resume(dir: &Path) -> Result<(), StoreError> {
     let phase = match std::fs::read_to_string(dir.join(PHASE)) {
         Ok(p) => p,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            remove_dir(&dir.join(COPY))?;
-            return remove_dir(&dir.join(OLD));
+            discard(dir);
+            return Ok(());
         }
         Err(source) => return Err(dir_error(dir, "read the compaction phase", source)),
     };
@@ -110,6 +110,26 @@ pub fn resume(dir: &Path) -> Result<(), StoreError> {
             file: PHASE,
             detail: format!("names no compaction step ({other:?})"),
         }),
+    }
+}
+
+/// Removes what a compaction that never wrote its phase file left (a
+/// partial copy), or the copy of one that failed before the swap began;
+/// the store's own files were not touched. Failures are only logged:
+/// leftovers take room but change nothing, and the next open tries again.
+pub(super) fn discard(dir: &Path) {
+    for leftover in [COPY, OLD] {
+        if let Err(e) = remove_dir(&dir.join(leftover)) {
+            tracing::warn!("{e}");
+        }
+    }
+    for file in [PHASE.to_owned(), format!("{PHASE}.tmp")] {
+        match std::fs::remove_file(dir.join(&file)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(dir = %dir.display(), "cannot remove {file}: {e}");
+            }
+            _ => {}
+        }
     }
 }
 
@@ -364,6 +384,26 @@ mod tests {
         std::fs::write(cfg.data_dir.join(PHASE), "half").unwrap();
         let err = Store::open(&cfg).unwrap_err();
         assert!(matches!(err, StoreError::Damaged { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_copy_that_cannot_be_made_leaves_the_store_to_start_as_it_was() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        fill_and_delete(&cfg, 20_000, 1024, 10);
+        let before = dir_size(&cfg.data_dir);
+        // A file where the copy's directory goes: the copy fails.
+        std::fs::write(cfg.data_dir.join(COPY), b"in the way").unwrap();
+        let recovered = Store::recover(&cfg, |_| 100).unwrap();
+        assert_eq!(recovered.retained.len(), 10);
+        assert!(dir_size(&cfg.data_dir) * 2 > before, "not compacted");
+        recovered.store.close().unwrap();
+        drop(recovered);
+        // Out of the way, the next start compacts.
+        std::fs::remove_file(cfg.data_dir.join(COPY)).unwrap();
+        let recovered = Store::recover(&cfg, |_| 100).unwrap();
+        assert_eq!(recovered.retained.len(), 10);
+        assert!(dir_size(&cfg.data_dir) * 4 < before, "compacted");
     }
 
     #[test]

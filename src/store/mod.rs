@@ -231,21 +231,50 @@ impl Store {
             live,
             "compacting the store: its files are more than four times its records"
         );
-        Ok(self.compact(config)?.0)
+        // A copy that fails (no room for it, say) leaves the store as it
+        // was: the broker starts on it and says why it was not compacted.
+        let copied = match compact::copy(&self.db, &self.path) {
+            Ok(copied) => copied,
+            Err(e) => {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    "the store was not compacted: {e}"
+                );
+                compact::discard(&self.path);
+                return Ok(self);
+            }
+        };
+        Ok(self.swap_compacted(config, before, copied)?.0)
     }
 
     /// Rewrites the store compactly (`compact.rs`) and opens the result:
     /// sled gives the space of deleted records back only so. Takes the
     /// store, which must be the only handle on it (nothing else may write
-    /// while it runs). Used at start (`[store] compact_at_start`) and by
-    /// `wharf store compact`.
+    /// while it runs). Used by `wharf store compact`; a start compacts
+    /// through [`Store::compact_if_worth`].
     ///
     /// # Errors
-    /// As [`Store::open`]; the store is then as it was, or compacted and
-    /// swapped in at the next open.
+    /// As [`Store::open`]; the store is then as it was (a failed copy is
+    /// removed), or compacted and swapped in at the next open.
     pub fn compact(self, config: &StoreConfig) -> Result<(Store, compact::Compacted), StoreError> {
         let before = compact::dir_size(&self.path);
-        let (records, live_bytes) = compact::copy(&self.db, &self.path)?;
+        match compact::copy(&self.db, &self.path) {
+            Ok(copied) => self.swap_compacted(config, before, copied),
+            Err(e) => {
+                compact::discard(&self.path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes the store, swaps in the complete copy [`compact::copy`]
+    /// made, and opens the result.
+    fn swap_compacted(
+        self,
+        config: &StoreConfig,
+        before: u64,
+        (records, live_bytes): (u64, u64),
+    ) -> Result<(Store, compact::Compacted), StoreError> {
         let path = self.path.clone();
         drop(self);
         compact::resume(&path)?;
