@@ -109,16 +109,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// The config file at `path`, or the embedded defaults; an invalid one
+/// has been reported.
+fn load_config(path: Option<&std::path::Path>) -> Result<Config, ExitCode> {
+    match path {
+        Some(path) => Config::from_file(path),
+        None => Config::embedded(),
+    }
+    .map_err(|e| config_error(&e))
+}
+
 /// `wharf store compact`: opens the store as the broker would (finishing
 /// an interrupted compaction), compacts it and says what it gave back.
 fn compact(path: Option<PathBuf>, data_dir: Option<PathBuf>) -> ExitCode {
-    let loaded = match &path {
-        Some(path) => Config::from_file(path),
-        None => Config::embedded(),
-    };
-    let mut config = match loaded {
+    let mut config = match load_config(path.as_deref()) {
         Ok(config) => config,
-        Err(e) => return config_error(&e),
+        Err(code) => return code,
     };
     if let Some(dir) = data_dir {
         config.store.data_dir = dir;
@@ -193,13 +199,9 @@ fn serve(
     data_dir: Option<PathBuf>,
     mqtt_bind: Option<String>,
 ) -> ExitCode {
-    let loaded = match &path {
-        Some(path) => Config::from_file(path),
-        None => Config::embedded(),
-    };
-    let mut config = match loaded {
+    let mut config = match load_config(path.as_deref()) {
         Ok(config) => config,
-        Err(e) => return config_error(&e),
+        Err(code) => return code,
     };
     if let Some(bind) = bind {
         config.server.bind = bind;

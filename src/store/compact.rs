@@ -194,7 +194,7 @@ fn remove_dir(path: &Path) -> Result<(), StoreError> {
 }
 
 /// Fsyncs the directory itself (its entries), not its files.
-fn sync_dir_only(dir: &Path) -> Result<(), StoreError> {
+pub(super) fn sync_dir_only(dir: &Path) -> Result<(), StoreError> {
     std::fs::File::open(dir)
         .and_then(|f| f.sync_all())
         .map_err(|source| StoreError::Sync {

@@ -609,9 +609,7 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
                 .map_err(sync_err(&path))?;
         }
     }
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(sync_err(dir))
+    compact::sync_dir_only(dir)
 }
 
 #[cfg(test)]
