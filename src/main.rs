@@ -129,6 +129,9 @@ fn compact(path: Option<PathBuf>, data_dir: Option<PathBuf>) -> ExitCode {
     if let Some(dir) = data_dir {
         config.store.data_dir = dir;
     }
+    if let Err(e) = config.validate() {
+        return config_error(&e);
+    }
     let mut store_config = config.store.clone();
     // Compacted once, below, whatever its size.
     store_config.compact_at_start = false;

@@ -92,6 +92,6 @@ impl Session {
             };
             let _ = out.push_frame(Priority::High, format, &reply);
         };
-        self.run_bounded(answer).await;
+        self.answers.run(answer).await;
     }
 }

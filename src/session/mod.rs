@@ -312,7 +312,7 @@ impl Session {
             };
             let _ = out.push_frame(Priority::High, format, &frame);
         };
-        self.run_bounded(async move { send(durable.await) }).await;
+        self.answers.run(async move { send(durable.await) }).await;
     }
 
     /// Sends the frame `answer` gives (an error frame for a refusal) once
@@ -325,25 +325,18 @@ impl Session {
         answer: impl std::future::Future<Output = Result<ServerFrame, BrokerError>> + 'static,
     ) {
         let out = self.out.clone();
-        self.run_bounded(async move {
-            let frame = answer.await.unwrap_or_else(|e| {
-                ServerFrame::Error(ErrorFrame {
-                    code: e.code(),
-                    message: e.to_string(),
-                    rid: Some(rid),
-                })
-            });
-            let _ = out.push_frame(Priority::High, format, &frame);
-        })
-        .await;
-    }
-
-    /// Runs an answer that waits (for the disk, for a job) without holding
-    /// up the frames that follow: on the session's answer task, up to
-    /// [`MAX_PENDING_CONFIRMS`] at once, then inline, so a client that
-    /// pipelines is slowed instead of buffered without bound.
-    async fn run_bounded(&self, answer: impl std::future::Future<Output = ()> + 'static) {
-        self.answers.run(answer).await;
+        self.answers
+            .run(async move {
+                let frame = answer.await.unwrap_or_else(|e| {
+                    ServerFrame::Error(ErrorFrame {
+                        code: e.code(),
+                        message: e.to_string(),
+                        rid: Some(rid),
+                    })
+                });
+                let _ = out.push_frame(Priority::High, format, &frame);
+            })
+            .await;
     }
 
     /// Whether `id` names a subscription or a consumer of this session.

@@ -233,7 +233,7 @@ impl Store {
         );
         // A copy that fails (no room for it, say) leaves the store as it
         // was: the broker starts on it and says why it was not compacted.
-        let copied = match compact::copy(&self.db, &self.path) {
+        let copied = match compact::copy(&self.db, &self.path, cache_bytes(config)) {
             Ok(copied) => copied,
             Err(e) => {
                 tracing::warn!(
@@ -258,7 +258,7 @@ impl Store {
     /// removed), or compacted and swapped in at the next open.
     pub fn compact(self, config: &StoreConfig) -> Result<(Store, compact::Compacted), StoreError> {
         let before = compact::dir_size(&self.path);
-        match compact::copy(&self.db, &self.path) {
+        match compact::copy(&self.db, &self.path, cache_bytes(config)) {
             Ok(copied) => self.swap_compacted(config, before, copied),
             Err(e) => {
                 compact::discard(&self.path);
@@ -309,7 +309,7 @@ impl Store {
         }
         let sled_config = sled::Config::new()
             .path(&path)
-            .cache_capacity(config.cache_capacity_mb.saturating_mul(1024 * 1024))
+            .cache_capacity(cache_bytes(config))
             // Every write goes through the store writer, which flushes as
             // `[store] flush` says; sled's own flusher thread would only
             // add a thread, contention with the writer, and a wait at drop.
@@ -513,6 +513,11 @@ fn decode_headers(value: &[u8], at: &mut usize) -> Option<crate::protocol::frame
 /// Turns an engine's read failure into [`StoreError::Read`] for `op`.
 fn read_error(op: &'static str) -> impl Fn(CommitError) -> StoreError {
     move |e| StoreError::Read { op, reason: e.0 }
+}
+
+/// sled's page cache, as `[store] cache_capacity_mb` sets it.
+fn cache_bytes(config: &StoreConfig) -> u64 {
+    config.cache_capacity_mb.saturating_mul(1024 * 1024)
 }
 
 /// Bytes a store's files may exceed four times its live records by

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use common::{TestBroker, block_on, http};
 use wharf::client::{Client, ClientOptions, EnqueueOptions};
 use wharf::protocol::frame::ErrorCode;
+use wharf::store::compact::dir_size;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -691,21 +692,6 @@ fn delete_queue_over_the_native_protocol_is_the_admins() {
             wharf::client::Deleted::Removed
         );
     });
-}
-
-/// Bytes of the files under `dir`, recursively.
-fn dir_size(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| match e.file_type() {
-                    Ok(t) if t.is_dir() => dir_size(&e.path()),
-                    _ => e.metadata().map(|m| m.len()).unwrap_or(0),
-                })
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// Enqueues `n` messages of 2 KiB to `queue` (confirmed), then consumes

@@ -129,18 +129,33 @@ pub(crate) fn end_to_end(args: &Args, url: &str, workers: usize, total: usize) -
             })
         })
         .collect();
-    for t in enqueue_threads {
+    finish(
+        enqueue_threads,
+        worker_threads,
+        (cpu, start),
+        total,
+        format!("jobs end to end over HTTP: 8 enqueuers, {workers} worker(s), {total} jobs"),
+    )
+}
+
+/// Waits for a jobs scenario's threads; its row: jobs/s from `start`.
+fn finish(
+    enqueuers: Vec<std::thread::JoinHandle<()>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    (cpu, start): (Cpu, Instant),
+    total: usize,
+    scenario: String,
+) -> Row {
+    for t in enqueuers {
         t.join().expect("enqueuer");
     }
-    for t in worker_threads {
+    for t in workers {
         t.join().expect("worker");
     }
     let elapsed = start.elapsed();
     let (gen_cores, broker_cores) = cpu.cores();
     Row {
-        scenario: format!(
-            "jobs end to end over HTTP: 8 enqueuers, {workers} worker(s), {total} jobs"
-        ),
+        scenario,
         result: format!("{:.0} jobs/s", total as f64 / elapsed.as_secs_f64()),
         gen_cores,
         broker_cores,
@@ -238,21 +253,14 @@ pub(crate) fn native_end_to_end(
             })
         })
         .collect();
-    for t in enqueue_threads {
-        t.join().expect("enqueuer");
-    }
-    for t in worker_threads {
-        t.join().expect("worker");
-    }
-    let elapsed = start.elapsed();
-    let (gen_cores, broker_cores) = cpu.cores();
-    Row {
-        scenario: format!(
+    finish(
+        enqueue_threads,
+        worker_threads,
+        (cpu, start),
+        total,
+        format!(
             "jobs end to end over the native protocol: 8 enqueuers x 32 in flight, \
              {workers} worker(s) x {lanes} jobs at a time, {total} jobs"
         ),
-        result: format!("{:.0} jobs/s", total as f64 / elapsed.as_secs_f64()),
-        gen_cores,
-        broker_cores,
-    }
+    )
 }

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use wharf::client::{Client, EnqueueOptions};
 
+use wharf::store::compact::dir_size;
+
 use super::{Args, Cpu, Row, options, spawn_broker_in};
 
 /// Every queue scenario against the broker at `url`, whose store flushes
@@ -215,21 +217,6 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
         gen_cores: 0.0,
         broker_cores: None,
     })
-}
-
-/// Bytes under `dir`, recursively.
-fn dir_size(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_size(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 /// Disk use of a queue's store: after `messages` 64-byte enqueues, after
