@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::AppState;
 use super::raw::{ByteSource, write_loop};
-use super::wsloop::outbound;
+use super::wsloop::{BURST_BYTES, outbound};
 use crate::metrics::Protocol;
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
@@ -57,6 +57,7 @@ where
     let mut due = deadline(&session);
     let timer = actix_rt::time::sleep_until(due.into());
     tokio::pin!(timer);
+    let mut unyielded = 0;
     loop {
         if out.is_closing() {
             break;
@@ -82,6 +83,13 @@ where
                     if let Err(c) = Box::pin(session.data(&chunk)).await {
                         close(&out, c.code, c.reason);
                         break;
+                    }
+                    // Let the writers this traffic woke run before more is
+                    // read (as the WebSocket read loop's bursts do).
+                    unyielded += chunk.len();
+                    if unyielded >= BURST_BYTES {
+                        unyielded = 0;
+                        actix_rt::task::yield_now().await;
                     }
                 }
             },

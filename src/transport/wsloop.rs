@@ -29,6 +29,20 @@ const BUFFER_LINGER: Duration = Duration::from_secs(1);
 /// Longest a draining close waits for the client to read what is queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Most a burst of traffic reads before a read loop yields to the
+/// thread's other tasks (see `Reader::burst`).
+pub(crate) const BURST_BYTES: usize = 64 * 1024;
+
+/// How a burst of traffic ended.
+enum Burst {
+    /// The connection is over.
+    Stop,
+    /// Nothing more was ready.
+    Drained,
+    /// [`BURST_BYTES`] were read and more may be ready: yield first.
+    More,
+}
+
 /// Whether the read loop goes on.
 pub(crate) enum Flow {
     Go,
@@ -118,31 +132,40 @@ impl<H: Handler> Reader<H> {
     /// for a native or MQTT session) would be part of every connection's
     /// read loop for as long as it lives, idle or not; boxed, it exists
     /// only while bytes flow, and a busy connection allocates it once per
-    /// burst, not per read. A burst ends at the latest when the runtime's
-    /// cooperative budget makes the source answer `Pending`, so the loop's
-    /// timers and events are still seen.
+    /// burst, not per read. A burst ends when the source has nothing
+    /// ready, or once it has read [`BURST_BYTES`]: then the read loop
+    /// yields, so that the tasks this traffic woke (the subscribers'
+    /// writers on this thread) write before more is read. Without that
+    /// bound a fast publisher was read until the runtime's cooperative
+    /// budget ran out (megabytes), and what it published piled up in the
+    /// subscribers' outbound queues faster than they were written.
     async fn burst<S: Source>(
         &mut self,
         buf: &mut BytesMut,
         codec: &mut Codec,
         source: &mut S,
         last_heard: &mut Instant,
-    ) -> Flow {
+    ) -> Burst {
+        let mut read = 0;
         loop {
             if let Flow::Stop = self.frames(buf, codec).await {
-                return Flow::Stop;
+                return Burst::Stop;
             }
             if !S::BURSTS || self.handler.outbound().is_closing() {
-                return Flow::Go;
+                return Burst::Drained;
+            }
+            if read >= BURST_BYTES {
+                return Burst::More;
             }
             match poll_fn(|cx| Poll::Ready(source.poll_append(buf, cx))).await {
                 Poll::Ready(Some(n)) => {
+                    read += n;
                     self.handler.received(n);
                     *last_heard = Instant::now();
                     self.now = *last_heard;
                 }
-                Poll::Ready(None) => return Flow::Stop,
-                Poll::Pending => return Flow::Go,
+                Poll::Ready(None) => return Burst::Stop,
+                Poll::Pending => return Burst::Drained,
             }
         }
     }
@@ -385,8 +408,10 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
     'conn: loop {
         if !buf.is_empty() {
             let burst = reader.burst(&mut buf, &mut codec, &mut source, &mut last_heard);
-            if let Flow::Stop = Box::pin(burst).await {
-                break 'conn;
+            match Box::pin(burst).await {
+                Burst::Stop => break 'conn,
+                Burst::Drained => {}
+                Burst::More => actix_rt::task::yield_now().await,
             }
             if !lingering {
                 linger

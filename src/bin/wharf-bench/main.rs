@@ -105,6 +105,10 @@ struct Args {
     /// Only the MQTT scenarios.
     #[arg(long)]
     mqtt_only: bool,
+    /// Only the MQTT QoS 0 1 -> 1 scenarios (with `--mqtt-only`: for
+    /// profiling them alone).
+    #[arg(long)]
+    one_to_one_only: bool,
     /// Only the rules scenarios (each against brokers it starts).
     #[arg(long)]
     rules_only: bool,

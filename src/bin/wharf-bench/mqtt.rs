@@ -22,6 +22,9 @@ fn opts(args: &Args, id: String) -> MqttOptions {
 
 /// Every MQTT scenario against `url`.
 pub(crate) fn scenarios(args: &Args, url: &str) -> Vec<Row> {
+    if args.one_to_one_only {
+        return vec![run(args, url, 1, 0, args.mqtt_messages)];
+    }
     vec![
         run(args, url, 1, 0, args.mqtt_messages),
         run(args, url, args.fanout, 0, args.mqtt_messages / 5),
