@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use wharf::config::{Config, DEFAULT_TOML, LogFormat};
 
+mod alloc_tidy;
 #[cfg(feature = "client")]
 mod cli;
 
@@ -236,6 +237,7 @@ fn serve(
         disable_huge_pages();
     }
     raise_file_limit(config.server.max_connections);
+    let _alloc_tidy = alloc_tidy::start();
 
     let listener = match TcpListener::bind(config.server.bind) {
         Ok(listener) => listener,

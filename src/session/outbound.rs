@@ -120,6 +120,8 @@ struct State {
     close: Option<CloseRequest>,
     finished: bool,
     waker: Option<Waker>,
+    /// Who waits for the writer to finish (a draining close's timer).
+    finish_waker: Option<Waker>,
     farewell: Option<Farewell>,
 }
 
@@ -313,6 +315,18 @@ impl Outbound {
         self.state.lock().finished
     }
 
+    /// `Ready` once the writer has finished: lets a draining close's timer
+    /// end with the drain rather than hold the connection's memory for
+    /// its whole timeout.
+    pub fn poll_finished(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.state.lock();
+        if st.finished {
+            return Poll::Ready(());
+        }
+        st.finish_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
     /// The most bytes it holds (`session.outbound_limit`).
     pub fn limit(&self) -> usize {
         self.limit
@@ -381,6 +395,11 @@ impl Outbound {
         st.normal.clear();
         st.bytes = 0;
         st.high_bytes = 0;
+        let waker = st.finish_waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 
     /// Takes every queued frame, high lane first as the writer takes them,
@@ -465,6 +484,9 @@ impl Outbound {
                 wsframe::write_close(buf, close.code, &close.reason);
             }
             st.finished = true;
+            if let Some(w) = st.finish_waker.take() {
+                w.wake();
+            }
             return Poll::Ready(true);
         }
         st.waker = Some(cx.waker().clone());

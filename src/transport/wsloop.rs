@@ -482,10 +482,14 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
     });
     Box::pin((*reader.handler).end()).await;
     // A draining close may wait on a client that does not read: bound it.
+    // The timer ends with the drain: held for its whole timeout, it kept
+    // every closed connection's outbound queue for 10 s.
     if !out.is_finished() {
         actix_rt::spawn(async move {
-            actix_rt::time::sleep(DRAIN_TIMEOUT).await;
-            out.abort(1001, "close drain timed out");
+            let finished = poll_fn(|cx| out.poll_finished(cx));
+            if actix_rt::time::timeout(DRAIN_TIMEOUT, finished).await.is_err() {
+                out.abort(1001, "close drain timed out");
+            }
         });
     }
 }
