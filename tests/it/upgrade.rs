@@ -1,10 +1,11 @@
-//! The server's upgrade hook (`[server] lean_websockets`), over raw TCP
-//! and real clients on loopback: WebSocket connections leave actix-http
-//! for Wharf's own reader and writer (src/transport/raw.rs) after the same
-//! routes accepted them. Frames the
+//! The server's upgrade hook (`[server] lean_websockets`, on by default),
+//! over raw TCP and real clients on loopback: WebSocket connections leave
+//! actix-http for Wharf's own reader and writer (src/transport/raw.rs)
+//! after the same routes accepted them. Frames the
 //! client sends before the 101 arrives are not lost, refusals keep their
 //! JSON answers, and other requests that ask for an upgrade are answered
-//! as usual and closed.
+//! as usual and closed. With it off, connections stay in actix-http (the
+//! way of an app that mounts Wharf's routes) and carry the same traffic.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -163,7 +164,21 @@ fn other_upgrade_requests_get_their_route_answer_then_close() {
 
 #[test]
 fn lean_connections_carry_bursts_and_large_messages_both_ways() {
-    let b = lean(|c| c.session.max_frame = 1 << 20);
+    bursts_and_large_messages_both_ways(true);
+}
+
+#[test]
+fn actix_http_connections_carry_bursts_and_large_messages_both_ways() {
+    bursts_and_large_messages_both_ways(false);
+}
+
+/// Two clients (JSON and bincode) each get a burst of small messages in
+/// order and one large message, on lean connections or actix-http's.
+fn bursts_and_large_messages_both_ways(lean_websockets: bool) {
+    let b = TestBroker::start(|c| {
+        c.server.lean_websockets = lean_websockets;
+        c.session.max_frame = 1 << 20;
+    });
     block_on(async {
         let opts = |format| ClientOptions {
             format,
