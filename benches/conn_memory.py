@@ -6,14 +6,19 @@ For each binary it starts a broker (default config, an empty store in a
 temporary directory, max_connections raised to fit), reads its resident
 memory (VmRSS) idle, then for each protocol opens N connections that each
 subscribe to a topic of their own and waits for every acknowledgement,
-reads VmRSS again, closes them all and reads it 2 s and 10 s later.
+reads VmRSS again, closes them all and reads it 2 s and 10 s later
+(compared with the broker after one connection came and went: that
+pages in the code that serves one, which stays, as the binary's own
+pages do); the
+last column is the anonymous memory (heap, stacks: not the binary's own
+pages, which serving touches once and keeps) idle and 10 s after.
 Connections come from several loopback source addresses (127.0.0.x), so
 more than one address's port range can be used. No dependencies: raw
 sockets, WebSocket and MQTT frames written by hand (this tool is a client
 nobody else needs, so it stays small).
 
   benches/conn_memory.py --n 10000 target/release/wharf
-  benches/conn_memory.py --n 10000 --protocols native,mqtt-ws,mqtt-tcp OLD NEW NEW+lean
+  benches/conn_memory.py --n 10000 --protocols native,mqtt-ws,mqtt-tcp OLD NEW NEW+actix
   benches/conn_memory.py --n 100000 --sources 8 target/release/wharf
 
 Run it as root for 100,000 connections (it raises its own open-file limit,
@@ -42,6 +47,14 @@ def rss_kib(pid):
     return 0
 
 
+def anon_kib(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1])
+    return 0
+
+
 def raise_nofile(want):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < want:
@@ -63,8 +76,12 @@ def free_port():
 
 class Broker:
     def __init__(self, spec, n):
-        # PATH, or PATH+lean for [server] lean_websockets = true.
-        exe, lean = (spec[:-5], True) if spec.endswith("+lean") else (spec, False)
+        # PATH, PATH+lean for [server] lean_websockets = true (the
+        # default since 2026-11-25), PATH+actix for false.
+        exe, lean = spec, None
+        for suffix, value in (("+lean", True), ("+actix", False)):
+            if spec.endswith(suffix):
+                exe, lean = spec[:-len(suffix)], value
         self.dir = tempfile.mkdtemp(prefix="wharf-conn-memory-")
         self.http, self.mqtt = free_port(), free_port()
         config = os.path.join(self.dir, "bench.toml")
@@ -73,7 +90,7 @@ class Broker:
             # defaults (idle connections never hit the rate limit, and
             # the silent ones must not be closed while measured).
             f.write(f"[server]\nmax_connections = {n + 1000}\n"
-                    + ("lean_websockets = true\n" if lean else "")
+                    + ("" if lean is None else f"lean_websockets = {str(lean).lower()}\n")
                     + "[session]\nidle_timeout_s = 7200\nping_interval_s = 3600\n"
                     + "[mqtt]\n")
         self.proc = subprocess.Popen(
@@ -233,8 +250,19 @@ def measure(exe, protocol, n, sources):
     try:
         time.sleep(1)
         idle = rss_kib(broker.proc.pid)
+        idle_anon = anon_kib(broker.proc.pid)
         opener, port_of = PROTOCOLS[protocol]
         port = getattr(broker, port_of)
+        # One connection first, opened and closed: the code that serves a
+        # connection is paged in once and stays (the binary's own pages),
+        # which no later connection costs.
+        s = socket.socket()
+        s.settimeout(30)
+        s.connect(("127.0.0.1", port))
+        opener(s, n, broker)
+        s.close()
+        time.sleep(2)
+        warm = rss_kib(broker.proc.pid)
         socks = []
         for i in range(n):
             s = socket.socket()
@@ -253,7 +281,7 @@ def measure(exe, protocol, n, sources):
         after2 = rss_kib(broker.proc.pid)
         time.sleep(8)
         after10 = rss_kib(broker.proc.pid)
-        return idle, full, after2, after10
+        return idle, warm, full, after2, after10, (idle_anon, anon_kib(broker.proc.pid))
     finally:
         broker.stop()
 
@@ -261,7 +289,7 @@ def measure(exe, protocol, n, sources):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("binaries", nargs="+",
-                    help="wharf binaries to compare; PATH+lean sets [server] lean_websockets")
+                    help="wharf binaries to compare; PATH+lean and PATH+actix set [server] lean_websockets to true and false")
     ap.add_argument("--n", type=int, default=10000, help="connections per protocol")
     ap.add_argument("--sources", type=int, default=4, help="loopback source addresses")
     ap.add_argument("--protocols", default="native,mqtt-ws,mqtt-tcp")
@@ -271,7 +299,9 @@ def main():
     args = ap.parse_args()
     global SUBSCRIBE
     SUBSCRIBE = args.subscribe
-    want = 2 * args.n + 4096
+    # This process holds N client sockets, each broker (which inherits
+    # the limit) N server sockets plus its own files: a limit each.
+    want = args.n + 1024
     raise_nofile(want)
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < want:
@@ -279,16 +309,19 @@ def main():
         # its N descriptors.
         sys.exit(f"the open-file limit is {soft}, {args.n} connections need about {want}: "
                  "raise the hard limit (ulimit -Hn, as root) and run again")
-    print("| binary | protocol | subscribes to | connections | idle broker | all open | per connection "
-          "| 2 s after close | 10 s after close |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| binary | protocol | subscribes to | connections | idle broker | after one connection "
+          "| all open | per connection | 2 s after close | 10 s after close (vs after one) "
+          "| anonymous: idle, 10 s after close |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for _ in range(args.rounds):
         for protocol in args.protocols.split(","):
             for exe in args.binaries:
-                idle, full, a2, a10 = measure(exe, protocol, args.n, args.sources)
+                idle, warm, full, a2, a10, anon = measure(exe, protocol, args.n, args.sources)
                 mib = lambda k: f"{k / 1024:.1f} MiB"
-                print(f"| {exe} | {protocol} | {args.subscribe} | {args.n:,} | {mib(idle)} | {mib(full)} "
-                      f"| {(full - idle) / args.n:.1f} KiB | {mib(a2)} | {mib(a10)} |", flush=True)
+                print(f"| {exe} | {protocol} | {args.subscribe} | {args.n:,} | {mib(idle)} | {mib(warm)} "
+                      f"| {mib(full)} | {(full - idle) / args.n:.1f} KiB | {mib(a2)} "
+                      f"| {mib(a10)} ({(a10 - warm) / warm * 100:+.0f}%) "
+                      f"| {mib(anon[0])}, {mib(anon[1])} |", flush=True)
 
 
 if __name__ == "__main__":

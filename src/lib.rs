@@ -55,6 +55,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 mod embed;
+mod maps;
 pub mod metrics;
 pub mod protocol;
 pub mod routing;
@@ -65,6 +66,7 @@ pub mod sockets;
 pub mod store;
 #[allow(unsafe_code)]
 pub mod taskq;
+mod tidy;
 pub mod tls;
 pub mod transport;
 
@@ -74,6 +76,7 @@ pub use embed::{
     Wharf, WharfBuilder,
 };
 pub use server::{Listeners, run, run_with_reload, serve};
+pub use tidy::set_worker_tidy;
 
 /// README.md's code blocks, compiled as doc tests: a snippet that drifts
 /// from the API fails CI.

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use wharf::config::{Config, DEFAULT_TOML, LogFormat};
 
-mod alloc_tidy;
 #[cfg(feature = "client")]
 mod cli;
 
@@ -237,7 +236,13 @@ fn serve(
         disable_huge_pages();
     }
     raise_file_limit(config.server.max_connections);
-    let _alloc_tidy = alloc_tidy::start();
+    // mimalloc gives freed pages back only when the freeing thread next
+    // calls into it: an idle worker would keep what it freed.
+    wharf::set_worker_tidy(|| {
+        // SAFETY: mi_collect takes no pointers and may run on any thread
+        // at any time; it collects the calling thread's heap.
+        unsafe { libmimalloc_sys::mi_collect(true) }
+    });
 
     let listener = match TcpListener::bind(config.server.bind) {
         Ok(listener) => listener,

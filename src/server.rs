@@ -202,6 +202,7 @@ pub async fn serve(
     // no route uses.
     macro_rules! http_service {
         ($io:ty, $tcp:expr, $secure:expr) => {{
+            crate::tidy::start_on_this_worker();
             let make_app = make_app.clone();
             let svc = HttpService::build()
                 .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
@@ -347,6 +348,7 @@ fn mqtt_server(
         let addr = listener.local_addr()?;
         let state = wharf.app_state();
         builder = builder.listen("mqtt", listener, move || {
+            crate::tidy::start_on_this_worker();
             let state = state.clone();
             fn_service(move |io: actix_rt::net::TcpStream| {
                 let state = state.clone();
@@ -367,6 +369,7 @@ fn mqtt_server(
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
         let state = wharf.app_state();
         builder = builder.listen("mqtt-tls", listener, move || {
+            crate::tidy::start_on_this_worker();
             let (state, acceptor) = (state.clone(), acceptor.clone());
             fn_service(move |io: actix_rt::net::TcpStream| {
                 let (state, acceptor) = (state.clone(), acceptor.clone());

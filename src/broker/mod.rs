@@ -532,6 +532,7 @@ impl Broker {
         let mut reg = self.write();
         if reg.topics.get(name).is_some_and(|t| t.same(topic)) {
             reg.topics.remove(name);
+            crate::maps::shrink_if_sparse(&mut reg.topics);
             reg.retired.retire(&topic.stats());
         }
     }

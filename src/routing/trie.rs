@@ -211,7 +211,9 @@ impl<V: PartialEq> FilterTrie<V> {
         let removed = if path[cut] == "+" {
             parent.plus.take().map(|b| *b)
         } else {
-            parent.children.remove(path[cut])
+            let removed = parent.children.remove(path[cut]);
+            crate::maps::shrink_if_sparse(&mut parent.children);
+            removed
         };
         drop(removed);
     }

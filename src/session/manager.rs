@@ -226,12 +226,7 @@ impl Sessions {
                     }
                 }
             }
-            // A map never gives back what it grew to: after thousands of
-            // connections have come and gone, let the table go too.
-            if reg.map.capacity() > 1024 && reg.map.len() < reg.map.capacity() / 4 {
-                let len = reg.map.len();
-                reg.map.shrink_to(len * 2);
-            }
+            crate::maps::shrink_if_sparse(&mut reg.map);
         }
     }
 

@@ -12,8 +12,12 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
+
+/// How long a worker waits without work before it lets the allocator
+/// take back what it freed ([`crate::tidy`]).
+const IDLE_TIDY: Duration = Duration::from_secs(1);
 
 /// A resource that a worker can drain. Implemented by the task queue's
 /// shared state; the pool knows nothing else about it.
@@ -231,9 +235,27 @@ impl Scheduler {
             let handle = std::thread::Builder::new()
                 .name(format!("wharf-taskq-{i}"))
                 .spawn(move || {
-                    // Ends when the run queue is closed and empty.
-                    for resource in rx.iter() {
-                        resource.run_on_worker();
+                    // Ends when the run queue is closed and empty. A second
+                    // without work after some: the allocator may take back
+                    // what this thread freed (crate::tidy), then it waits.
+                    let mut worked = false;
+                    loop {
+                        let next = if worked {
+                            rx.recv_timeout(IDLE_TIDY)
+                        } else {
+                            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+                        };
+                        match next {
+                            Ok(resource) => {
+                                resource.run_on_worker();
+                                worked = true;
+                            }
+                            Err(RecvTimeoutError::Timeout) => {
+                                crate::tidy::tidy();
+                                worked = false;
+                            }
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
                     }
                     let _ = exit_tx.send(());
                 })
