@@ -467,6 +467,7 @@ impl Outbound {
             written += 1;
         }
         if written > 0 {
+            crate::tidy::traffic();
             return Poll::Ready(false);
         }
         if st.close.is_some() {

@@ -71,6 +71,7 @@ where
             read = poll_fn(|cx| Pin::new(&mut source).poll_next(cx)) => match read {
                 None | Some(Err(_)) => break,
                 Some(Ok(chunk)) => {
+                    crate::tidy::traffic();
                     metrics.frames_in.add(Protocol::MqttTcp, 1);
                     metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
                     if let Verdict::Close = rate.check(Instant::now()) {

@@ -437,6 +437,7 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
         tokio::select! {
             read = poll_fn(|cx| source.poll_append(&mut buf, cx)) => match read {
                 Some(n) => {
+                    crate::tidy::traffic();
                     reader.handler.received(n);
                     last_heard = Instant::now();
                     reader.now = last_heard;
