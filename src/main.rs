@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use wharf::config::{Config, DEFAULT_TOML, LogFormat};
 
+mod alloc_tidy;
 #[cfg(feature = "client")]
 mod cli;
 
@@ -241,8 +242,9 @@ fn serve(
     wharf::set_worker_tidy(|| {
         // SAFETY: mi_collect takes no pointers and may run on any thread
         // at any time; it collects the calling thread's heap.
-        unsafe { libmimalloc_sys::mi_collect(true) }
+        unsafe { libmimalloc_sys::mi_collect(false) }
     });
+    let _alloc_tidy = alloc_tidy::start();
 
     let listener = match TcpListener::bind(config.server.bind) {
         Ok(listener) => listener,

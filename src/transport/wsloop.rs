@@ -492,7 +492,10 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
     if !out.is_finished() {
         actix_rt::spawn(async move {
             let finished = poll_fn(|cx| out.poll_finished(cx));
-            if actix_rt::time::timeout(DRAIN_TIMEOUT, finished).await.is_err() {
+            if actix_rt::time::timeout(DRAIN_TIMEOUT, finished)
+                .await
+                .is_err()
+            {
                 out.abort(1001, "close drain timed out");
             }
         });
