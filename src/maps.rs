@@ -27,13 +27,13 @@ mod tests {
 
     #[test]
     fn shrinks_only_when_mostly_empty_and_large() {
-        let mut small: HashMap<u32, u32> = (0..500).collect();
+        let mut small: HashMap<u32, u32> = (0..500).map(|k| (k, k)).collect();
         small.retain(|k, _| *k < 10);
         let before = small.capacity();
         shrink_if_sparse(&mut small);
         assert_eq!(small.capacity(), before, "small tables are kept");
 
-        let mut map: HashMap<u32, u32> = (0..10_000).collect();
+        let mut map: HashMap<u32, u32> = (0..10_000).map(|k| (k, k)).collect();
         let full = map.capacity();
         map.retain(|k, _| *k < 5_000);
         shrink_if_sparse(&mut map);
