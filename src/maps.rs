@@ -34,10 +34,12 @@ mod tests {
         assert_eq!(small.capacity(), before, "small tables are kept");
 
         let mut map: HashMap<u32, u32> = (0..10_000).map(|k| (k, k)).collect();
-        let full = map.capacity();
         map.retain(|k, _| *k < 5_000);
+        // (A table's reported capacity drops as removals leave
+        // tombstones: compare with itself just before.)
+        let half = map.capacity();
         shrink_if_sparse(&mut map);
-        assert_eq!(map.capacity(), full, "half empty is not sparse enough");
+        assert_eq!(map.capacity(), half, "half empty is not sparse enough");
         map.retain(|k, _| *k < 100);
         shrink_if_sparse(&mut map);
         assert!(map.capacity() < 1024, "{} left for 100", map.capacity());
