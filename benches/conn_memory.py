@@ -39,20 +39,20 @@ import time
 IP_BIND_ADDRESS_NO_PORT = 24
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
+def proc_kib(path, key):
+    with open(path) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key):
                 return int(line.split()[1])
     return 0
+
+
+def rss_kib(pid):
+    return proc_kib(f"/proc/{pid}/status", "VmRSS:")
 
 
 def anon_kib(pid):
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Anonymous:"):
-                return int(line.split()[1])
-    return 0
+    return proc_kib(f"/proc/{pid}/smaps_rollup", "Anonymous:")
 
 
 def raise_nofile(want):
