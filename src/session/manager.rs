@@ -5,7 +5,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::time::SystemTime;
 
 use parking_lot::RwLock;
@@ -28,6 +28,9 @@ struct Entry {
     /// A typed socket's event sender (a `tokio::sync::mpsc::Sender` of
     /// its type's events), for [`crate::sockets::Sockets::tell`].
     tell: Option<Arc<dyn Any + Send + Sync>>,
+    /// Taken over by a newer MQTT connection of its client: 0 not, 1 by
+    /// one that resumes the session, 2 by a clean start.
+    taken_over: AtomicU8,
 }
 
 /// The sessions, and the typed sockets indexed by (kind, id) so an app
@@ -96,6 +99,7 @@ impl Entry {
             subscriptions: AtomicU32::new(0),
             consumers: AtomicU32::new(0),
             tell,
+            taken_over: AtomicU8::new(0),
         }
     }
 }
@@ -212,6 +216,31 @@ impl Sessions {
             e.subscriptions
                 .store(clamp(subscriptions), Ordering::Relaxed);
             e.consumers.store(clamp(consumers), Ordering::Relaxed);
+        }
+    }
+
+    /// Marks a session as taken over by a newer connection of its client
+    /// (`clean`: one that started clean), which its end reads even when
+    /// its connection had closed already and so never saw the takeover's
+    /// close reason.
+    pub(crate) fn mark_taken_over(&self, id: Uuid, clean: bool) {
+        if let Some(e) = self.map.read().map.get(&id) {
+            e.taken_over.store(1 + u8::from(clean), Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a session was taken over, and whether by a clean start.
+    pub(crate) fn taken_over(&self, id: Uuid) -> Option<bool> {
+        match self
+            .map
+            .read()
+            .map
+            .get(&id)?
+            .taken_over
+            .load(Ordering::SeqCst)
+        {
+            0 => None,
+            n => Some(n == 2),
         }
     }
 

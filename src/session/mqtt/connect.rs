@@ -280,6 +280,7 @@ impl MqttSession {
             } else {
                 TAKEN_OVER
             };
+            self.sessions.mark_taken_over(old.id, c.clean_session);
             self.sessions.close(old.id, 1000, why, false);
         }
         if let Some(cluster) = self.broker.cluster() {
@@ -429,9 +430,14 @@ impl MqttSession {
         // neither expires nor sends a delayed will from here; unless the
         // new one started clean, which ended the session here: the will
         // goes out at once (the new connection dropped what was kept).
+        // The mark covers a takeover whose CONNECT came after this
+        // connection had closed (so its close reason is not the
+        // takeover's).
+        let marked = self.sessions.taken_over(self.id);
         let why = self.sink.out.close_reason().map(|(_, why)| why);
-        let taken_over = why.as_deref().is_some_and(|w| w.starts_with(TAKEN_OVER));
-        let clean_takeover = why.as_deref() == Some(TAKEN_OVER_CLEAN);
+        let taken_over =
+            marked.is_some() || why.as_deref().is_some_and(|w| w.starts_with(TAKEN_OVER));
+        let clean_takeover = marked == Some(true) || why.as_deref() == Some(TAKEN_OVER_CLEAN);
         // The session ends at once (expiry 0), never (`u32::MAX`, and
         // 3.1.1's persistent sessions), or after the interval.
         let ends_in = match conn.expiry {
@@ -515,6 +521,19 @@ impl MqttSession {
                 expire.await;
             } else {
                 later.schedule(&expiry_key(&key), after, expire);
+            }
+        }
+        // A takeover marked since the look above (its CONNECT ran while
+        // this ended, and found nothing here yet to cancel or fire): do
+        // now what it would have done to what was just scheduled.
+        if marked.is_none() {
+            if let Some(clean) = self.sessions.taken_over(self.id) {
+                later.cancel(&expiry_key(&key));
+                if clean {
+                    later.fire(&will_key(&key));
+                } else {
+                    later.cancel(&will_key(&key));
+                }
             }
         }
         self.sessions.remove(self.id);
