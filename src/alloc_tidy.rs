@@ -1,13 +1,14 @@
-//! The binary's allocator purge thread.
+//! The binary's side of giving freed memory back: mimalloc's calls.
 //!
 //! mimalloc gives freed memory back to the system a second after it was
-//! freed, at some thread's next call into it. Idle workers make no call
-//! (they tidy their own heaps once they fall quiet, through
-//! [`wharf::set_worker_tidy`]); and the call that finds hundreds of
-//! megabytes due (after a fan-out's queues drained) spends tens of
-//! milliseconds in the kernel, which a worker's connections would wait
-//! out. This thread makes that call four times a second, so the purge
-//! happens here, off the workers.
+//! freed, at some thread's next call into it. Idle workers make no call,
+//! so [`start`] hands the library `mi_collect` for its workers to run on
+//! their own heaps once they fall quiet ([`wharf::set_worker_tidy`]); and
+//! since the call that finds hundreds of megabytes due (after a
+//! fan-out's queues drained) spends tens of milliseconds in the kernel,
+//! which a worker's connections would wait out, a thread of its own
+//! makes that call four times a second, so the purge happens there, off
+//! the workers.
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -24,9 +25,15 @@ pub(crate) struct AllocTidy {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Starts the purge thread (none if the thread cannot be made: the broker
-/// runs as before, its memory coming back with its next traffic).
+/// Sets the workers' tidy and starts the purge thread (none if the thread
+/// cannot be made: the broker runs as before, its memory coming back
+/// with its next traffic).
 pub(crate) fn start() -> AllocTidy {
+    wharf::set_worker_tidy(|| {
+        // SAFETY: mi_collect takes no pointers and may run on any thread
+        // at any time; it collects the calling thread's heap.
+        unsafe { libmimalloc_sys::mi_collect(false) }
+    });
     let (stop, stopped) = mpsc::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("wharf-alloc".into())

@@ -237,13 +237,7 @@ fn serve(
         disable_huge_pages();
     }
     raise_file_limit(config.server.max_connections);
-    // mimalloc gives freed pages back only when the freeing thread next
-    // calls into it: an idle worker would keep what it freed.
-    wharf::set_worker_tidy(|| {
-        // SAFETY: mi_collect takes no pointers and may run on any thread
-        // at any time; it collects the calling thread's heap.
-        unsafe { libmimalloc_sys::mi_collect(false) }
-    });
+    // Memory freed under load goes back to the system once idle.
     let _alloc_tidy = alloc_tidy::start();
 
     let listener = match TcpListener::bind(config.server.bind) {

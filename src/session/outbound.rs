@@ -736,6 +736,49 @@ mod tests {
         }
     }
 
+    /// Counts its wake-ups.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_drain_timer_learns_when_the_writer_finishes() {
+        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let woken = || wakes.0.load(Ordering::SeqCst);
+        // A draining close: the queued frame goes first, then the close.
+        let out = Outbound::new(1000, SlowConsumer::DropOldest, 8, Format::Json);
+        out.push(Priority::Normal, frame(10)).unwrap();
+        out.close(CloseRequest {
+            code: 1000,
+            reason: String::new(),
+            drain: true,
+        });
+        assert!(out.poll_finished(&mut cx).is_pending());
+        let mut buf = BytesMut::new();
+        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(false));
+        assert!(
+            out.poll_finished(&mut cx).is_pending(),
+            "a frame is not the end"
+        );
+        let before = woken();
+        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(true));
+        assert!(woken() > before, "the close frame wakes the timer");
+        assert!(out.poll_finished(&mut cx).is_ready());
+        // The connection dropped before anything was written.
+        let out = Outbound::new(1000, SlowConsumer::DropOldest, 8, Format::Json);
+        assert!(out.poll_finished(&mut cx).is_pending());
+        let before = woken();
+        out.mark_finished();
+        assert!(woken() > before, "a dropped connection wakes the timer");
+        assert!(out.poll_finished(&mut cx).is_ready());
+    }
+
     #[test]
     fn disconnect_policy_closes_when_the_queue_is_full() {
         let out = Outbound::new(1000, SlowConsumer::Disconnect, 8, Format::Json);
