@@ -27,8 +27,10 @@ pub const OLD: &str = "WHARF_STORE.old";
 /// How far a compaction got: `copied` or `swapping`.
 pub const PHASE: &str = "WHARF_STORE.compacting";
 
-/// Records copied per sled batch.
-const BATCH: usize = 4096;
+/// Records copied per sled batch. Each batch is flushed and the log
+/// cleaned behind it: garbage left to pile up over larger batches sets
+/// the file's size (4,096 gave a copy 25% larger).
+const BATCH: usize = 256;
 
 /// What a compaction did, for the log and `wharf store compact`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,11 +75,18 @@ pub(super) fn copy(db: &sled::Db, dir: &Path, cache_bytes: u64) -> Result<(u64, 
             n += 1;
             if n == BATCH {
                 to.apply_batch(std::mem::take(&mut batch)).map_err(io)?;
+                // Cleaned as it is written, as the store writer does: a
+                // copy written without it is no smaller than the store.
+                // (sled cleans only segments already flushed.)
+                copy.flush().map_err(io)?;
+                super::engine::clean(&copy, BATCH).map_err(io)?;
                 n = 0;
             }
         }
         to.apply_batch(batch).map_err(io)?;
     }
+    copy.flush().map_err(io)?;
+    while super::engine::clean(&copy, BATCH).map_err(io)? == BATCH {}
     copy.flush().map_err(io)?;
     drop(copy);
     sync_dir(&target)?;
@@ -424,5 +433,64 @@ mod tests {
         assert!(done.after * 2 < done.before, "{done:?}");
         assert!(done.records >= 3 && done.live_bytes > 3 * 1024, "{done:?}");
         assert_eq!(topics(&store).len(), 3);
+    }
+
+    /// 64 B queue messages enqueued through the writer in waves of 256 in
+    /// flight (publishers that wait for their confirmations), as the
+    /// broker writes them: sled's log keeps whatever it superseded until
+    /// cleaned, and its cleaner runs only in the flusher thread Wharf
+    /// turns off, so without the writer's cleaning the file came to 2.7x
+    /// the records here; with it, 2.0x (the bound is between the two; at
+    /// a million messages it is 1.7x, as the segments sled keeps in
+    /// flight weigh less). The compaction copy, written the same way
+    /// without cleaning, was no smaller.
+    #[test]
+    fn the_writer_and_the_compaction_copy_clean_the_log_as_they_write() {
+        use crate::store::queues::{StoredMessage, put_message};
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        let store = Store::open(&cfg).unwrap();
+        let mut writer = store.start_writer(&cfg).unwrap();
+        let h = writer.handle();
+        let mut live = 0;
+        actix_rt::System::new().block_on(async {
+            for wave in 0..200u64 {
+                let mut waits = Vec::new();
+                for i in 0..256 {
+                    let w = put_message(
+                        1,
+                        &StoredMessage {
+                            seq: wave * 256 + i + 1,
+                            priority: 0,
+                            headers: Default::default(),
+                            payload: bytes::Bytes::from(vec![0x5a; 64]),
+                            enqueued_ms: 1_795_000_000_000 + wave,
+                            expires_ms: 0,
+                            deliveries: 0,
+                            not_before_ms: 0,
+                        },
+                    );
+                    if let super::super::write::Write::Put { key, value, .. } = &w {
+                        live += (key.len() + value.len()) as u64;
+                    }
+                    waits.push(h.submit(vec![w]).unwrap());
+                }
+                for w in waits {
+                    w.await.unwrap();
+                }
+            }
+        });
+        assert!(writer.close(std::time::Duration::from_secs(10)));
+        let written = dir_size(&cfg.data_dir);
+        assert!(
+            written * 10 < live * 24,
+            "{written} bytes on disk for {live} bytes of records"
+        );
+        copy(&store.db, &store.path, 8 << 20).unwrap();
+        let copied = dir_size(&cfg.data_dir.join(COPY));
+        assert!(
+            copied * 10 < live * 24,
+            "a copy of {copied} bytes for {live} bytes of records"
+        );
     }
 }

@@ -44,6 +44,18 @@ pub trait Engine: Send + 'static {
     /// # Errors
     /// The engine's or the file system's failure.
     fn durable(&mut self) -> Result<(), CommitError>;
+
+    /// Reclaims space: up to `steps` steps of the engine's own cleaning
+    /// (an engine whose files only grow until cleaned, as sled's log
+    /// does); the number taken, fewer once nothing is left to clean.
+    /// What a step writes is durable at the next [`Engine::durable`].
+    ///
+    /// # Errors
+    /// The engine's failure.
+    fn clean(&self, steps: usize) -> Result<usize, CommitError> {
+        let _ = steps;
+        Ok(0)
+    }
 }
 
 /// sled 0.34 as an [`Engine`]. sled's `flush` uses `sync_file_range` on
@@ -154,6 +166,16 @@ impl Engine for SledEngine {
         Ok(())
     }
 
+    /// sled cleans its log only from the flusher thread that
+    /// `flush_every_ms` starts, which Wharf turns off (the writer
+    /// flushes): without these steps a segment whose pages were all
+    /// superseded is reused, but one still partly live never is, and the
+    /// file only grows. A step moves one page (one tree node) out of a
+    /// segment at most half live.
+    fn clean(&self, steps: usize) -> Result<usize, CommitError> {
+        clean(&self.db, steps).map_err(|e| CommitError(e.to_string()))
+    }
+
     fn durable(&mut self) -> Result<(), CommitError> {
         self.db.flush().map_err(|e| CommitError(e.to_string()))?;
         self.db_file
@@ -162,6 +184,20 @@ impl Engine for SledEngine {
         sync_new_blobs(&self.blobs, &mut self.synced_blobs)
             .map_err(|e| CommitError(format!("blobs: {e}")))
     }
+}
+
+/// Up to `steps` of sled's log cleaning (see [`Engine::clean`]); the
+/// number taken.
+///
+/// # Errors
+/// sled's failure.
+pub(super) fn clean(db: &sled::Db, steps: usize) -> sled::Result<usize> {
+    for taken in 0..steps {
+        if !db.attempt_gc()? {
+            return Ok(taken);
+        }
+    }
+    Ok(steps)
 }
 
 /// Fsyncs blob files not synced before, then the blob directory if any

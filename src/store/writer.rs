@@ -8,6 +8,9 @@
 //! `sync_file_range` on Linux, not a full fsync: sled issue 1452).
 //! `"interval"`: writes are confirmed once applied, and flushed every
 //! `interval_ms`; a crash can lose the last interval's confirmed writes.
+//!
+//! The writer also cleans the engine's log ([`Engine::clean`]): a step
+//! per write after each confirmed group, the rest while idle.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -266,6 +269,53 @@ impl Taken {
     fn try_recv(&self) -> Option<Msg> {
         self.rx.try_recv().ok().map(|m| self.count_out(m))
     }
+
+    fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+}
+
+/// Log cleaning ([`Engine::clean`]) on the writer thread, paced by what
+/// is written: a step per write after each group keeps a store under
+/// steady load from growing without bound; what is left is cleaned while
+/// the writer is idle.
+struct Cleaning {
+    /// The last steps found more to clean.
+    more: bool,
+    /// Steps taken since the last flush.
+    unflushed: bool,
+}
+
+/// Cleaning steps taken between looks at the queue when idle.
+const IDLE_STEPS: usize = 64;
+
+impl Cleaning {
+    fn after_group(&mut self, engine: &dyn Engine, written: usize) {
+        if written == 0 {
+            return;
+        }
+        self.step(engine, written);
+    }
+
+    fn idle(&mut self, engine: &dyn Engine, rx: &Taken) {
+        while self.more && rx.is_empty() {
+            self.step(engine, IDLE_STEPS);
+        }
+    }
+
+    fn step(&mut self, engine: &dyn Engine, steps: usize) {
+        match engine.clean(steps) {
+            Ok(taken) => {
+                self.more = taken == steps;
+                self.unflushed |= taken > 0;
+            }
+            Err(e) => {
+                // Space is not reclaimed for now; writes go on.
+                tracing::warn!("store log cleaning failed: {e}");
+                self.more = false;
+            }
+        }
+    }
 }
 
 fn run(
@@ -286,7 +336,29 @@ fn run(
     };
     let mut dirty = false;
     let mut last_flush = Instant::now();
+    // A store opened with segments waiting to be cleaned cleans them first.
+    let mut cleaning = Cleaning {
+        more: true,
+        unflushed: false,
+    };
     loop {
+        // Idle: clean what the groups left (a little at a time, while no
+        // writes wait), then make it durable, so segments free up.
+        if rx.is_empty() {
+            cleaning.idle(engine.as_ref(), rx);
+            if cleaning.unflushed && rx.is_empty() {
+                match mode {
+                    FlushMode::Always => match durable(&mut engine) {
+                        Err(e) => tracing::error!("store flush failed: {e}"),
+                        Ok(()) => cleaning.unflushed = false,
+                    },
+                    FlushMode::Interval => {
+                        dirty = true;
+                        cleaning.unflushed = false;
+                    }
+                }
+            }
+        }
         let wait = match mode {
             FlushMode::Interval if dirty => interval.saturating_sub(last_flush.elapsed()),
             _ => Duration::from_secs(3600),
@@ -314,6 +386,13 @@ fn run(
             }
         }
         let closing = group.iter().any(|m| matches!(m, Msg::Close));
+        let written: usize = group
+            .iter()
+            .map(|m| match m {
+                Msg::Writes { writes, .. } => writes.len(),
+                _ => 0,
+            })
+            .sum();
         let mut result = engine.apply(&mut group.iter().flat_map(|m| match m {
             Msg::Writes { writes, .. } => writes.as_slice(),
             _ => &[],
@@ -344,6 +423,8 @@ fn run(
             FlushMode::Always => {
                 if result.is_ok() {
                     result = durable(&mut engine);
+                    // The cleaning since the last flush is durable too.
+                    cleaning.unflushed = false;
                 }
             }
             FlushMode::Interval => {
@@ -371,6 +452,8 @@ fn run(
         if closing {
             break;
         }
+        // After the group is confirmed, so no commit waits for it.
+        cleaning.after_group(engine.as_ref(), written);
     }
     if let Err(e) = engine.durable() {
         tracing::error!("final store flush failed: {e}");

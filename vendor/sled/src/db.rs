@@ -421,6 +421,44 @@ impl Db {
         Ok(hasher.finalize())
     }
 
+    /// Wharf: one step of segment cleaning, as the flusher thread takes
+    /// them (`flush_every_ms`), for a caller that runs without it: moves
+    /// one page out of a segment marked for cleaning. `Ok(false)` when no
+    /// segment waits. A segment is reused once its pages' new copies are
+    /// durable, so call `flush` after a run of steps.
+    #[cfg(all(
+        not(miri),
+        any(
+            windows,
+            target_os = "linux",
+            target_os = "macos",
+            target_os = "dragonfly",
+            target_os = "freebsd",
+            target_os = "openbsd",
+            target_os = "netbsd",
+        )
+    ))]
+    pub fn attempt_gc(&self) -> Result<bool> {
+        self.context.pagecache.attempt_gc()
+    }
+
+    /// Wharf: where sled has no cleaner (as its flusher), nothing to do.
+    #[cfg(not(all(
+        not(miri),
+        any(
+            windows,
+            target_os = "linux",
+            target_os = "macos",
+            target_os = "dragonfly",
+            target_os = "freebsd",
+            target_os = "openbsd",
+            target_os = "netbsd",
+        )
+    )))]
+    pub fn attempt_gc(&self) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Returns the on-disk size of the storage files
     /// for this database.
     pub fn size_on_disk(&self) -> Result<u64> {
