@@ -40,7 +40,8 @@ pub use queues::{Consumer, Deleted, EnqueueOptions};
 
 use actix_http::ws;
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::codec::{self, Format};
@@ -539,7 +540,7 @@ async fn run(
             Format::Bincode => ws::Message::Binary(bytes),
         }
     };
-    loop {
+    'conn: loop {
         tokio::select! {
             cmd = commands.recv(), if w.closing.is_none() => {
                 let frame = match cmd {
@@ -569,94 +570,27 @@ async fn run(
                 }
             }
             incoming = framed.next() => {
-                let data = match incoming {
-                    Some(Ok(ws::Frame::Text(b))) | Some(Ok(ws::Frame::Binary(b))) => b,
-                    Some(Ok(ws::Frame::Ping(b))) => {
-                        if framed.send(ws::Message::Pong(b)).await.is_err() {
-                            break;
+                // Then every frame already read, before the next select:
+                // a subscriber's deliveries arrive many per read.
+                let mut next = Some(incoming);
+                let mut handled = 0;
+                while let Some(incoming) = next.take() {
+                    match incoming {
+                        Some(Ok(ws::Frame::Text(b) | ws::Frame::Binary(b))) => {
+                            dispatch(&mut w, format, &errors, &dropped, b).await;
                         }
-                        continue;
-                    }
-                    Some(Ok(ws::Frame::Close(_))) | Some(Err(_)) | None => break,
-                    Some(Ok(_)) => continue,
-                };
-                let frame = match codec::decode_server(format, &data)
-                    .or_else(|_| codec::decode_server(other(format), &data))
-                {
-                    Ok(f) => f,
-                    Err(e) => {
-                        let _ = errors.try_send((e.code, format!("undecodable server frame: {e}")));
-                        continue;
-                    }
-                };
-                match frame {
-                    ServerFrame::Message(m) => {
-                        if let Some(Route::Messages(tx)) = w.subs.get(&m.sub) {
-                            // Waiting here is the backpressure: the socket is
-                            // not read while the application is behind.
-                            let _ = tx.send(m).await;
-                        }
-                    }
-                    ServerFrame::Delivery(d) => {
-                        if let Some(Route::Deliveries(tx)) = w.subs.get(&d.sub) {
-                            let _ = tx.send(d).await;
-                        }
-                    }
-                    ServerFrame::Enqueued(e) => {
-                        if let Some(reply) = w.pending.remove(&e.rid) {
-                            let _ = reply.send(Ok(ServerFrame::Enqueued(e)));
-                        }
-                    }
-                    ServerFrame::JobReply(r) => {
-                        if let Some(reply) = w.pending.remove(&r.rid) {
-                            let _ = reply.send(Ok(ServerFrame::JobReply(r)));
-                        }
-                    }
-                    ServerFrame::Draining(d) => {
-                        if let Some(reply) = d.rid.and_then(|rid| w.pending.remove(&rid)) {
-                            let _ = reply.send(Ok(ServerFrame::Draining(d)));
-                        }
-                    }
-                    ServerFrame::Receipt(r) => {
-                        w.sub_rids.remove(&r.rid);
-                        if let Some(id) = w.unsub_rids.remove(&r.rid) {
-                            w.subs.remove(&id);
-                        }
-                        if let Some(reply) = w.pending.remove(&r.rid) {
-                            let _ = reply.send(Ok(ServerFrame::Receipt(r)));
-                        }
-                    }
-                    ServerFrame::Pong(p) => {
-                        if let Some(reply) = p.rid.and_then(|rid| w.pending.remove(&rid)) {
-                            let _ = reply.send(Ok(ServerFrame::Pong(p)));
-                        }
-                    }
-                    ServerFrame::Welcome(welcome) => {
-                        if let Some(reply) = w.hello.take() {
-                            let _ = reply.send(Ok(ServerFrame::Welcome(welcome)));
-                        }
-                    }
-                    ServerFrame::Error(e) => {
-                        let waiting = e.rid.and_then(|rid| {
-                            if let Some(id) = w.sub_rids.remove(&rid) {
-                                w.subs.remove(&id);
-                            }
-                            w.unsub_rids.remove(&rid);
-                            w.pending.remove(&rid)
-                        });
-                        match waiting.or_else(|| w.hello.take()) {
-                            Some(reply) => {
-                                let _ = reply.send(Err(ClientError::Server {
-                                    code: e.code,
-                                    message: e.message,
-                                }));
-                            }
-                            None => {
-                                let _ = errors.try_send((e.code, e.message));
+                        Some(Ok(ws::Frame::Ping(b))) => {
+                            if framed.send(ws::Message::Pong(b)).await.is_err() {
+                                break 'conn;
                             }
                         }
+                        Some(Ok(ws::Frame::Close(_)) | Err(_)) | None => break 'conn,
+                        Some(Ok(_)) => {}
                     }
-                    ServerFrame::Dropped(d) => dropped.set(dropped.get().saturating_add(d.count)),
+                    handled += 1;
+                    if handled < DISPATCH_BURST {
+                        next = framed.next().now_or_never();
+                    }
                 }
             }
         }
@@ -666,13 +600,113 @@ async fn run(
     }
 }
 
+/// Frames read per wake of the background task before it looks at its
+/// commands again.
+const DISPATCH_BURST: usize = 64;
+
+/// Hands one server frame to whoever waits for it: a subscription's
+/// stream (waiting when it is full: the socket is not read while the
+/// application is behind), a request's reply, or the error stream.
+async fn dispatch(
+    w: &mut Waiting,
+    format: Format,
+    errors: &mpsc::Sender<(ErrorCode, String)>,
+    dropped: &Cell<u64>,
+    data: Bytes,
+) {
+    let frame = match codec::decode_server(format, &data)
+        .or_else(|_| codec::decode_server(other(format), &data))
+    {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = errors.try_send((e.code, format!("undecodable server frame: {e}")));
+            return;
+        }
+    };
+    match frame {
+        ServerFrame::Message(m) => {
+            if let Some(Route::Messages(tx)) = w.subs.get(&m.sub) {
+                // Waiting here is the backpressure: the socket is
+                // not read while the application is behind.
+                if let Err(TrySendError::Full(m)) = tx.try_send(m) {
+                    let _ = tx.send(m).await;
+                }
+            }
+        }
+        ServerFrame::Delivery(d) => {
+            if let Some(Route::Deliveries(tx)) = w.subs.get(&d.sub) {
+                if let Err(TrySendError::Full(d)) = tx.try_send(d) {
+                    let _ = tx.send(d).await;
+                }
+            }
+        }
+        ServerFrame::Enqueued(e) => {
+            if let Some(reply) = w.pending.remove(&e.rid) {
+                let _ = reply.send(Ok(ServerFrame::Enqueued(e)));
+            }
+        }
+        ServerFrame::JobReply(r) => {
+            if let Some(reply) = w.pending.remove(&r.rid) {
+                let _ = reply.send(Ok(ServerFrame::JobReply(r)));
+            }
+        }
+        ServerFrame::Draining(d) => {
+            if let Some(reply) = d.rid.and_then(|rid| w.pending.remove(&rid)) {
+                let _ = reply.send(Ok(ServerFrame::Draining(d)));
+            }
+        }
+        ServerFrame::Receipt(r) => {
+            w.sub_rids.remove(&r.rid);
+            if let Some(id) = w.unsub_rids.remove(&r.rid) {
+                w.subs.remove(&id);
+            }
+            if let Some(reply) = w.pending.remove(&r.rid) {
+                let _ = reply.send(Ok(ServerFrame::Receipt(r)));
+            }
+        }
+        ServerFrame::Pong(p) => {
+            if let Some(reply) = p.rid.and_then(|rid| w.pending.remove(&rid)) {
+                let _ = reply.send(Ok(ServerFrame::Pong(p)));
+            }
+        }
+        ServerFrame::Welcome(welcome) => {
+            if let Some(reply) = w.hello.take() {
+                let _ = reply.send(Ok(ServerFrame::Welcome(welcome)));
+            }
+        }
+        ServerFrame::Error(e) => {
+            let waiting = e.rid.and_then(|rid| {
+                if let Some(id) = w.sub_rids.remove(&rid) {
+                    w.subs.remove(&id);
+                }
+                w.unsub_rids.remove(&rid);
+                w.pending.remove(&rid)
+            });
+            match waiting.or_else(|| w.hello.take()) {
+                Some(reply) => {
+                    let _ = reply.send(Err(ClientError::Server {
+                        code: e.code,
+                        message: e.message,
+                    }));
+                }
+                None => {
+                    let _ = errors.try_send((e.code, e.message));
+                }
+            }
+        }
+        ServerFrame::Dropped(d) => dropped.set(dropped.get().saturating_add(d.count)),
+    }
+}
+
 /// What the background task is waiting for: answers by request id, the
 /// hello, subscriptions by id, and the close.
 #[derive(Default)]
 struct Waiting {
     pending: HashMap<u64, Reply>,
     hello: Option<Reply>,
-    subs: HashMap<String, Route>,
+    /// Looked up for every delivery: a fast hasher (ids are the
+    /// client's own).
+    subs: HashMap<String, Route, foldhash::fast::RandomState>,
     /// Subscriptions awaiting their receipt, by request id.
     sub_rids: HashMap<u64, String>,
     unsub_rids: HashMap<u64, String>,
