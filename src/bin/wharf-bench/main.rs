@@ -687,12 +687,18 @@ fn main() {
         rows.extend([
             throughput(&args, &url, "bench/one", 1),
             throughput(&args, &url, "bench/fan", args.fanout),
-            latency(&args, &url),
-            durable(&args, &url, 64),
-            durable(&args, &url, 4096),
         ]);
+        // A count of 0 skips its scenario rather than print a row of zeros.
+        if args.latency_secs > 0 {
+            rows.push(latency(&args, &url));
+        }
+        if args.durable_messages > 0 {
+            rows.extend([durable(&args, &url, 64), durable(&args, &url, 4096)]);
+        }
     }
-    rows.extend(queues::scenarios(&args, &url, "always"));
+    if args.queue_messages > 0 {
+        rows.extend(queues::scenarios(&args, &url, "always"));
+    }
     if args.jobs > 0 {
         rows.push(jobs::end_to_end(&args, &url, 1, args.jobs));
         rows.push(jobs::end_to_end(&args, &url, 8, args.jobs));
@@ -701,12 +707,14 @@ fn main() {
     }
     if args.url.is_none() {
         // The same against a broker that flushes on an interval.
-        let dir = std::env::temp_dir().join(format!("wharf-bench-{}-int", std::process::id()));
-        let (s, url) = spawn_broker_in(&args, &dir, "[store]\nflush = \"interval\"\n");
-        let mut a = args.clone();
-        a.pid = Some(s.child.id());
-        rows.extend(queues::scenarios(&a, &url, "interval"));
-        drop(s);
+        if args.queue_messages > 0 {
+            let dir = std::env::temp_dir().join(format!("wharf-bench-{}-int", std::process::id()));
+            let (s, url) = spawn_broker_in(&args, &dir, "[store]\nflush = \"interval\"\n");
+            let mut a = args.clone();
+            a.pid = Some(s.child.id());
+            rows.extend(queues::scenarios(&a, &url, "interval"));
+            drop(s);
+        }
         if args.restart_messages > 0 {
             rows.extend(queues::restart(&args));
             rows.push(queues::drain_disk(&args, 100_000));
