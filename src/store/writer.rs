@@ -286,8 +286,16 @@ struct Cleaning {
     unflushed: bool,
 }
 
-/// Cleaning steps taken between looks at the queue when idle.
-const IDLE_STEPS: usize = 64;
+/// Cleaning steps taken between looks at the queue when idle (a step
+/// rewrites one page: microseconds).
+const IDLE_STEPS: usize = 16;
+
+/// Most cleaning steps in one idle spell; the next group's steps go on.
+const IDLE_BUDGET: usize = 1 << 16;
+
+/// How long what cleaning wrote may wait for a group's flush (`flush =
+/// "always"`) before the writer flushes it itself.
+const CLEANING_FLUSH: Duration = Duration::from_secs(1);
 
 impl Cleaning {
     fn after_group(&mut self, engine: &dyn Engine, written: usize) {
@@ -298,8 +306,15 @@ impl Cleaning {
     }
 
     fn idle(&mut self, engine: &dyn Engine, rx: &Taken) {
+        let mut budget = IDLE_BUDGET;
         while self.more && rx.is_empty() {
+            if budget == 0 {
+                // Bounded, should the cleaner keep finding work.
+                self.more = false;
+                return;
+            }
             self.step(engine, IDLE_STEPS);
+            budget = budget.saturating_sub(IDLE_STEPS);
         }
     }
 
@@ -342,30 +357,33 @@ fn run(
         unflushed: false,
     };
     loop {
-        // Idle: clean what the groups left (a little at a time, while no
-        // writes wait), then make it durable, so segments free up.
+        // Idle: clean what the groups left, a little at a time while no
+        // writes wait.
         if rx.is_empty() {
             cleaning.idle(engine.as_ref(), rx);
-            if cleaning.unflushed && rx.is_empty() {
-                match mode {
-                    FlushMode::Always => match durable(&mut engine) {
-                        Err(e) => tracing::error!("store flush failed: {e}"),
-                        Ok(()) => cleaning.unflushed = false,
-                    },
-                    FlushMode::Interval => {
-                        dirty = true;
-                        cleaning.unflushed = false;
-                    }
-                }
+            if cleaning.unflushed && mode == FlushMode::Interval {
+                dirty = true;
+                cleaning.unflushed = false;
             }
         }
         let wait = match mode {
             FlushMode::Interval if dirty => interval.saturating_sub(last_flush.elapsed()),
+            // What cleaning wrote is made durable (so its segments can be
+            // reused) with the next group's flush, or after a quiet
+            // spell: a flush of its own right away would make the next
+            // commit wait for it.
+            FlushMode::Always if cleaning.unflushed => CLEANING_FLUSH,
             _ => Duration::from_secs(3600),
         };
         let first = match rx.recv_timeout(wait) {
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => {
+                if cleaning.unflushed && mode == FlushMode::Always {
+                    match durable(&mut engine) {
+                        Err(e) => tracing::error!("store flush failed: {e}"),
+                        Ok(()) => cleaning.unflushed = false,
+                    }
+                }
                 if dirty {
                     match durable(&mut engine) {
                         // Stays dirty: the next interval tries again.
