@@ -744,15 +744,18 @@ fn drained_space_comes_back_at_a_restart_and_with_wharf_store_compact() {
     fill_and_drain(&b, "big", 10_000, 2);
     b.stop().unwrap();
     let drained = dir_size(&data);
-    assert!(drained > 16 << 20, "{drained} bytes after the drain");
 
-    // The next start compacts (the files are far more than what is live)
+    // 20 MiB went through the store. The writer's log cleaning gives
+    // most of it back as the queue drains (the file shrinks as its last
+    // segments come free); the next start compacts what is left if the
+    // files are still four times what is live and 8 MiB more
+    // (`compact::tests` holds that case). Either way the space is back,
     // and the two messages left are still there, in order.
     let b = TestBroker::start_in(&data, |_| {});
     // Answered once the store is open (and compacted).
     assert_eq!(info(&b, "big")["depth"], 2);
     let after = dir_size(&data);
-    assert!(after * 4 < drained, "{drained} -> {after} bytes");
+    assert!(after < 10 << 20, "{drained} -> {after} bytes");
     block_on(async {
         let c = connect(&b).await;
         let mut k = c.consume("big", 10).await.unwrap();
@@ -788,7 +791,7 @@ fn drained_space_comes_back_at_a_restart_and_with_wharf_store_compact() {
     );
     assert!(said.starts_with("compacted "), "{said}");
     let after = dir_size(&data);
-    assert!(after * 4 < drained, "{drained} -> {after} bytes");
+    assert!(after < 2 << 20, "{drained} -> {after} bytes");
     let b = TestBroker::start_in(&data, |_| {});
     assert_eq!(info(&b, "big")["depth"], 0);
 }
