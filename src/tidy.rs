@@ -21,7 +21,8 @@ use std::time::Duration;
 /// How often a server worker looks at its traffic.
 const EVERY: Duration = Duration::from_secs(1);
 /// Quiet seconds in which a worker tidies after traffic: mimalloc purges
-/// pages a second after they were freed, at its next call.
+/// pages some time after they were freed (its purge delay), at its next
+/// call.
 const QUIET_TIDIES: u8 = 10;
 
 static TIDY: OnceLock<fn()> = OnceLock::new();

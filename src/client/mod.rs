@@ -626,18 +626,12 @@ async fn dispatch(
     match frame {
         ServerFrame::Message(m) => {
             if let Some(Route::Messages(tx)) = w.subs.get(&m.sub) {
-                // Waiting here is the backpressure: the socket is
-                // not read while the application is behind.
-                if let Err(TrySendError::Full(m)) = tx.try_send(m) {
-                    let _ = tx.send(m).await;
-                }
+                hand_on(tx, m).await;
             }
         }
         ServerFrame::Delivery(d) => {
             if let Some(Route::Deliveries(tx)) = w.subs.get(&d.sub) {
-                if let Err(TrySendError::Full(d)) = tx.try_send(d) {
-                    let _ = tx.send(d).await;
-                }
+                hand_on(tx, d).await;
             }
         }
         ServerFrame::Enqueued(e) => {
@@ -695,6 +689,15 @@ async fn dispatch(
             }
         }
         ServerFrame::Dropped(d) => dropped.set(dropped.get().saturating_add(d.count)),
+    }
+}
+
+/// Gives a subscription its next frame: at once if its stream has room
+/// (no future to build), else by waiting for room, which is the
+/// backpressure: the socket is not read while the application is behind.
+async fn hand_on<T>(tx: &mpsc::Sender<T>, value: T) {
+    if let Err(TrySendError::Full(value)) = tx.try_send(value) {
+        let _ = tx.send(value).await;
     }
 }
 

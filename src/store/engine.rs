@@ -4,7 +4,9 @@
 //!
 //! What an engine must provide: named trees of ordered byte keys; a batch
 //! of writes to one tree applied atomically; range reads in key order; and
-//! a way to make everything applied so far survive a crash ([`Engine::durable`]).
+//! a way to make everything applied so far survive a crash ([`Engine::durable`]);
+//! and a way to reclaim what its files keep of superseded writes
+//! ([`Engine::clean`]).
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -52,10 +54,7 @@ pub trait Engine: Send + 'static {
     ///
     /// # Errors
     /// The engine's failure.
-    fn clean(&self, steps: usize) -> Result<usize, CommitError> {
-        let _ = steps;
-        Ok(0)
-    }
+    fn clean(&self, steps: usize) -> Result<usize, CommitError>;
 }
 
 /// sled 0.34 as an [`Engine`]. sled's `flush` uses `sync_file_range` on
