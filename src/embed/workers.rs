@@ -142,8 +142,11 @@ where
         };
         tokio::pin!(work);
         let deadline = timeout.map(|t| actix_rt::time::Instant::now() + Duration::from_millis(t));
-        let mut pings = actix_rt::time::interval(ping_every);
-        pings.tick().await;
+        // First due one interval from now (an awaited first tick of
+        // `interval` would hold every job ~1 ms, until the timer's next
+        // millisecond).
+        let mut pings =
+            actix_rt::time::interval_at(actix_rt::time::Instant::now() + ping_every, ping_every);
         let ended = loop {
             tokio::select! {
                 r = &mut work => break match r {

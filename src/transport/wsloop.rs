@@ -388,9 +388,12 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
 ) {
     let mut codec = Codec::new().max_size(max_frame);
     let mut buf = BytesMut::new();
-    let mut ping = actix_rt::time::interval(ping_interval);
-    ping.tick().await;
     let mut last_heard = Instant::now();
+    // First due one interval from now. Not `interval` and a first tick
+    // awaited: that tick waits for the timer's next millisecond, which
+    // held every new connection's first frame ~1 ms (WebSocket connects
+    // ran at ~750/s from one client).
+    let mut ping = actix_rt::time::interval_at((last_heard + ping_interval).into(), ping_interval);
     // Armed at the idle deadline; when it fires, the deadline is looked up
     // again (bytes may have come since) and the timer re-armed, so a busy
     // connection costs no timer work per read.
@@ -504,7 +507,77 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
 
 #[cfg(test)]
 mod tests {
-    use super::announced_len;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// Takes the first message, notes the (paused) clock, and stops.
+    struct FirstMessage {
+        out: Arc<Outbound>,
+        at: Rc<Cell<Option<actix_rt::time::Instant>>>,
+    }
+
+    impl Handler for FirstMessage {
+        fn outbound(&self) -> &Arc<Outbound> {
+            &self.out
+        }
+        async fn message(&mut self, _: MessageKind, _: Bytes, _: Instant) -> Flow {
+            self.at.set(Some(actix_rt::time::Instant::now()));
+            Flow::Stop
+        }
+        fn idle_timeout(&self) -> Duration {
+            Duration::from_secs(60)
+        }
+        async fn end(self) {}
+    }
+
+    /// Bytes that have arrived already, then nothing.
+    struct Arrived(Option<Vec<u8>>);
+
+    impl Source for Arrived {
+        fn poll_append(&mut self, buf: &mut BytesMut, _: &mut Context<'_>) -> Poll<Option<usize>> {
+            match self.0.take() {
+                Some(data) => Poll::Ready(Some(append(buf, &data))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    /// A new connection's first frame is handled without waiting for a
+    /// timer: on a paused clock (advanced half a millisecond, off the
+    /// timer's grid) the handler sees the instant the loop started. The
+    /// ping interval's first tick, awaited before the loop, held every
+    /// connection's first frame until the next millisecond.
+    #[test]
+    fn a_first_frame_waits_for_no_timer() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        let at = Rc::new(Cell::new(None));
+        let local = tokio::task::LocalSet::new();
+        let started = local.block_on(&rt, {
+            let at = at.clone();
+            async move {
+                tokio::time::advance(Duration::from_micros(500)).await;
+                let started = actix_rt::time::Instant::now();
+                let cfg = SessionConfig::default();
+                let handler = FirstMessage {
+                    out: outbound(&cfg, Format::Json),
+                    at,
+                };
+                // A masked text frame, as a client sends it.
+                let mut frame = vec![0x81, 0x80 | 2, 0, 0, 0, 0];
+                frame.extend_from_slice(b"{}");
+                let source = Arrived(Some(frame));
+                read_loop(source, Box::new(handler), 1 << 20, Duration::from_secs(30)).await;
+                started
+            }
+        });
+        assert_eq!(at.get(), Some(started), "the frame waited for the clock");
+    }
 
     #[test]
     fn announced_lengths() {

@@ -506,7 +506,8 @@ fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// Opens `args.idle` connections that say hello and subscribe, then sit;
-/// returns the broker's resident memory per connection.
+/// returns the broker's resident memory per connection and how fast
+/// they opened (a new connection that waits on anything shows there).
 fn idle_connections(args: &Args, url: &str) -> Option<Row> {
     let pid = args.pid?;
     if args.idle == 0 {
@@ -521,6 +522,7 @@ fn idle_connections(args: &Args, url: &str) -> Option<Row> {
     let holder = std::thread::spawn(move || {
         actix_rt::System::new().block_on(async move {
             let mut clients = Vec::with_capacity(n);
+            let opening = Instant::now();
             for i in 0..n {
                 let c = Client::connect(&url, opts.clone())
                     .await
@@ -531,13 +533,13 @@ fn idle_connections(args: &Args, url: &str) -> Option<Row> {
                     .expect("subscribe");
                 clients.push((c, s));
             }
-            let _ = tx.send(());
+            let _ = tx.send(opening.elapsed());
             // Hold them until measured.
             let _ = actix_rt::task::spawn_blocking(move || done_rx.recv()).await;
             drop(clients);
         })
     });
-    rx.recv().ok()?;
+    let opening = rx.recv().ok()?;
     std::thread::sleep(Duration::from_millis(500));
     let after = rss_kib(pid)?;
     let (gen_cores, broker_cores) = cpu.cores();
@@ -546,8 +548,10 @@ fn idle_connections(args: &Args, url: &str) -> Option<Row> {
     Some(Row {
         scenario: format!("{n} idle connections, each subscribed"),
         result: format!(
-            "{:.1} KiB of broker memory per connection",
-            after.saturating_sub(before) as f64 / n as f64
+            "{:.1} KiB of broker memory per connection; opened at {:.0}/s \
+             (connect, hello, subscribe; one after another)",
+            after.saturating_sub(before) as f64 / n as f64,
+            n as f64 / opening.as_secs_f64().max(1e-9)
         ),
         gen_cores,
         broker_cores,
