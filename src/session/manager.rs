@@ -39,6 +39,73 @@ struct Entry {
 struct Registry {
     map: HashMap<Uuid, Entry>,
     typed: HashMap<&'static str, HashMap<String, Vec<Uuid>>>,
+    /// The other sessions by a hash of their client id: every MQTT
+    /// CONNECT looks its client up, which scanned every session (O(n) per
+    /// connect under the registry's lock). A hash, not the id, so that
+    /// the index holds no copy of each id; lookups compare the entries'
+    /// ids. Seeded per registry: client ids are the clients' choice.
+    by_client: HashMap<u64, Ids>,
+    client_hash: foldhash::fast::RandomState,
+}
+
+/// The sessions under one client-id hash: almost always one.
+enum Ids {
+    One(Uuid),
+    Many(Vec<Uuid>),
+}
+
+impl Registry {
+    fn client_key(&self, client_id: &str) -> u64 {
+        use std::hash::BuildHasher;
+        self.client_hash.hash_one(client_id)
+    }
+
+    /// Indexes session `id` under its client id.
+    fn index(&mut self, id: Uuid, client_id: &str) {
+        let key = self.client_key(client_id);
+        match self.by_client.entry(key) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Ids::One(id));
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let ids = o.get_mut();
+                match ids {
+                    Ids::One(first) => *ids = Ids::Many(vec![*first, id]),
+                    Ids::Many(all) => all.push(id),
+                }
+            }
+        }
+    }
+
+    /// Takes session `id` out of the index of its client id.
+    fn unindex(&mut self, id: Uuid, client_id: &str) {
+        let key = self.client_key(client_id);
+        let emptied = match self.by_client.get_mut(&key) {
+            Some(Ids::One(one)) => *one == id,
+            Some(Ids::Many(all)) => {
+                all.retain(|i| *i != id);
+                if let [last] = all[..] {
+                    self.by_client.insert(key, Ids::One(last));
+                }
+                false
+            }
+            None => false,
+        };
+        if emptied {
+            self.by_client.remove(&key);
+            crate::maps::shrink_if_sparse(&mut self.by_client);
+        }
+    }
+
+    /// The sessions indexed under `client_id`'s hash (their ids may
+    /// differ: compare).
+    fn under(&self, client_id: &str) -> &[Uuid] {
+        match self.by_client.get(&self.client_key(client_id)) {
+            Some(Ids::One(id)) => std::slice::from_ref(id),
+            Some(Ids::Many(all)) => all,
+            None => &[],
+        }
+    }
 }
 
 /// A typed socket as the app reaches it: its session id, its outbound
@@ -117,10 +184,15 @@ impl Sessions {
         client_id: String,
         out: Arc<Outbound>,
     ) {
-        self.map
-            .write()
-            .map
-            .insert(id, Entry::new(kind, client_id, out, None));
+        let mut reg = self.map.write();
+        reg.index(id, &client_id);
+        if let Some(old) = reg.map.insert(id, Entry::new(kind, client_id, out, None)) {
+            // Ids are made fresh for each session; never seen, but the
+            // index must not keep a stale entry.
+            if old.tell.is_none() {
+                reg.unindex(id, &old.client_id);
+            }
+        }
     }
 
     /// Registers an app's typed socket under its kind and id, with its
@@ -195,8 +267,18 @@ impl Sessions {
     }
 
     pub(crate) fn set_client_id(&self, id: Uuid, client_id: String) {
-        if let Some(e) = self.map.write().map.get_mut(&id) {
-            e.client_id = client_id;
+        let mut reg = self.map.write();
+        let Some(e) = reg.map.get_mut(&id) else {
+            return;
+        };
+        if e.client_id == client_id {
+            return;
+        }
+        let old = std::mem::replace(&mut e.client_id, client_id);
+        if e.tell.is_none() {
+            let new = e.client_id.clone();
+            reg.unindex(id, &old);
+            reg.index(id, &new);
         }
     }
 
@@ -247,6 +329,9 @@ impl Sessions {
     pub(crate) fn remove(&self, id: Uuid) {
         let mut reg = self.map.write();
         if let Some(e) = reg.map.remove(&id) {
+            if e.tell.is_none() {
+                reg.unindex(id, &e.client_id);
+            }
             if let (true, Some(keys)) = (e.tell.is_some(), reg.typed.get_mut(e.kind)) {
                 if let Some(ids) = keys.get_mut(&e.client_id) {
                     ids.retain(|i| *i != id);
@@ -299,10 +384,10 @@ impl Sessions {
 
     /// The sessions of a client id (a client may connect more than once).
     pub fn find_by_client(&self, client_id: &str) -> Vec<SessionInfo> {
-        self.map
-            .read()
-            .map
+        let reg = self.map.read();
+        reg.under(client_id)
             .iter()
+            .filter_map(|id| reg.map.get(id).map(|e| (id, e)))
             .filter(|(_, e)| e.tell.is_none() && e.client_id == client_id)
             .map(|(id, e)| Self::info(*id, e))
             .collect()
@@ -398,5 +483,60 @@ mod tests {
         assert!(b.is_closing());
         sessions.remove(ida);
         assert_eq!(sessions.list().len(), 1);
+    }
+
+    /// The client-id index answers as a scan of every session would,
+    /// through inserts, renames (hello), shared ids and removals.
+    #[test]
+    fn finding_by_client_id_agrees_with_a_scan() {
+        let sessions = Sessions::new();
+        let out = Outbound::new(1 << 20, SlowConsumer::DropOldest, 16, Format::Json);
+        let ids: Vec<Uuid> = (0..600).map(|_| Uuid::now_v7()).collect();
+        for (i, id) in ids.iter().enumerate() {
+            // Two sessions per client id, and some one of their own.
+            let client = if i % 3 == 0 {
+                format!("own-{i}")
+            } else {
+                format!("c{}", i % 200)
+            };
+            sessions.insert(*id, "mqtt", client, out.clone());
+        }
+        for id in ids.iter().step_by(7) {
+            sessions.set_client_id(*id, "renamed".into());
+        }
+        for id in ids.iter().step_by(5) {
+            sessions.remove(*id);
+        }
+        let scan = |client: &str| {
+            let mut found: Vec<Uuid> = sessions
+                .list()
+                .into_iter()
+                .filter(|s| s.client_id == client)
+                .map(|s| s.id)
+                .collect();
+            found.sort();
+            found
+        };
+        let clients = (0..200)
+            .map(|i| format!("c{i}"))
+            .chain((0..600).map(|i| format!("own-{i}")))
+            .chain(["renamed".to_owned(), "nobody".to_owned()]);
+        let mut seen = 0;
+        for client in clients {
+            let mut found: Vec<Uuid> = sessions
+                .find_by_client(&client)
+                .iter()
+                .map(|s| s.id)
+                .collect();
+            found.sort();
+            assert_eq!(found, scan(&client), "client {client}");
+            seen += found.len();
+        }
+        assert_eq!(seen, sessions.len(), "every session found under its id");
+        assert!(!sessions.find_by_client("renamed").is_empty());
+        for id in &ids {
+            sessions.remove(*id);
+        }
+        assert!(sessions.map.read().by_client.is_empty());
     }
 }
