@@ -3,7 +3,7 @@
 //! all. Used by shutdown, the admin API and embedding apps.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::time::SystemTime;
@@ -48,10 +48,12 @@ struct Registry {
     client_hash: foldhash::fast::RandomState,
 }
 
-/// The sessions under one client-id hash: almost always one.
+/// The sessions under one client-id hash: almost always one. Native
+/// clients may share an id on purpose (MQTT's take each other over), as
+/// many as they like: a set, so that each leaves in O(1).
 enum Ids {
     One(Uuid),
-    Many(Vec<Uuid>),
+    Many(HashSet<Uuid, foldhash::fast::RandomState>),
 }
 
 impl Registry {
@@ -70,8 +72,10 @@ impl Registry {
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 let ids = o.get_mut();
                 match ids {
-                    Ids::One(first) => *ids = Ids::Many(vec![*first, id]),
-                    Ids::Many(all) => all.push(id),
+                    Ids::One(first) => *ids = Ids::Many([*first, id].into_iter().collect()),
+                    Ids::Many(all) => {
+                        all.insert(id);
+                    }
                 }
             }
         }
@@ -83,9 +87,11 @@ impl Registry {
         let emptied = match self.by_client.get_mut(&key) {
             Some(Ids::One(one)) => *one == id,
             Some(Ids::Many(all)) => {
-                all.retain(|i| *i != id);
-                if let [last] = all[..] {
-                    self.by_client.insert(key, Ids::One(last));
+                all.remove(&id);
+                if all.len() == 1 {
+                    if let Some(last) = all.iter().next().copied() {
+                        self.by_client.insert(key, Ids::One(last));
+                    }
                 }
                 false
             }
@@ -99,11 +105,11 @@ impl Registry {
 
     /// The sessions indexed under `client_id`'s hash (their ids may
     /// differ: compare).
-    fn under(&self, client_id: &str) -> &[Uuid] {
+    fn under(&self, client_id: &str) -> Vec<Uuid> {
         match self.by_client.get(&self.client_key(client_id)) {
-            Some(Ids::One(id)) => std::slice::from_ref(id),
-            Some(Ids::Many(all)) => all,
-            None => &[],
+            Some(Ids::One(id)) => vec![*id],
+            Some(Ids::Many(all)) => all.iter().copied().collect(),
+            None => Vec::new(),
         }
     }
 }
@@ -185,14 +191,16 @@ impl Sessions {
         out: Arc<Outbound>,
     ) {
         let mut reg = self.map.write();
-        reg.index(id, &client_id);
-        if let Some(old) = reg.map.insert(id, Entry::new(kind, client_id, out, None)) {
+        let entry = Entry::new(kind, client_id, out, None);
+        if let Some(old) = reg.map.remove(&id) {
             // Ids are made fresh for each session; never seen, but the
             // index must not keep a stale entry.
             if old.tell.is_none() {
                 reg.unindex(id, &old.client_id);
             }
         }
+        reg.index(id, &entry.client_id);
+        reg.map.insert(id, entry);
     }
 
     /// Registers an app's typed socket under its kind and id, with its
@@ -386,10 +394,10 @@ impl Sessions {
     pub fn find_by_client(&self, client_id: &str) -> Vec<SessionInfo> {
         let reg = self.map.read();
         reg.under(client_id)
-            .iter()
-            .filter_map(|id| reg.map.get(id).map(|e| (id, e)))
+            .into_iter()
+            .filter_map(|id| reg.map.get(&id).map(|e| (id, e)))
             .filter(|(_, e)| e.tell.is_none() && e.client_id == client_id)
-            .map(|(id, e)| Self::info(*id, e))
+            .map(|(id, e)| Self::info(id, e))
             .collect()
     }
 
@@ -537,6 +545,14 @@ mod tests {
         for id in &ids {
             sessions.remove(*id);
         }
+        assert!(sessions.map.read().by_client.is_empty());
+        // A session registered again under its own id keeps one entry.
+        let id = Uuid::now_v7();
+        sessions.insert(id, "native", "same".into(), out.clone());
+        sessions.insert(id, "native", "same".into(), out.clone());
+        assert_eq!(sessions.find_by_client("same").len(), 1);
+        sessions.remove(id);
+        assert!(sessions.find_by_client("same").is_empty());
         assert!(sessions.map.read().by_client.is_empty());
     }
 }
