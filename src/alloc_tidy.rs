@@ -7,10 +7,12 @@
 //! 10,000 connections had closed still held a third more than before
 //! them ten seconds later; [`start`] sets 100 ms (a page freed is
 //! purged 100 ms later, an arena range after a second), which brought
-//! that to within about 10% with no throughput lost (benches/README.md;
-//! purging at once, delay 0, cost MQTT over WebSocket 8%). Idle workers
-//! make no call, so [`start`] hands the library `mi_collect` for its workers to run on
-//! their own heaps once they fall quiet ([`wharf::set_worker_tidy`]); and
+//! that to within about 10% at 10,000 connections with no throughput
+//! lost (benches/README.md; purging at once, delay 0, cost MQTT over
+//! WebSocket 8%; at 18,900 some runs keep 30-50% more, in pages a few
+//! blocks still hold). Idle workers make no call, so [`start`] hands the
+//! library `mi_collect` for its workers to run on their own heaps once
+//! they fall quiet ([`wharf::set_worker_tidy`]); and
 //! since the call that finds hundreds of megabytes due (after a
 //! fan-out's queues drained) spends tens of milliseconds in the kernel,
 //! which a worker's connections would wait out, a thread of its own

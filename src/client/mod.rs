@@ -634,19 +634,13 @@ async fn dispatch(
                 hand_on(tx, d).await;
             }
         }
-        ServerFrame::Enqueued(e) => {
-            if let Some(reply) = w.pending.remove(&e.rid) {
-                let _ = reply.send(Ok(ServerFrame::Enqueued(e)));
-            }
-        }
-        ServerFrame::JobReply(r) => {
-            if let Some(reply) = w.pending.remove(&r.rid) {
-                let _ = reply.send(Ok(ServerFrame::JobReply(r)));
-            }
-        }
-        ServerFrame::Draining(d) => {
-            if let Some(reply) = d.rid.and_then(|rid| w.pending.remove(&rid)) {
-                let _ = reply.send(Ok(ServerFrame::Draining(d)));
+        // Answers that only end a wait.
+        frame @ (ServerFrame::Enqueued(_)
+        | ServerFrame::JobReply(_)
+        | ServerFrame::Draining(_)
+        | ServerFrame::Pong(_)) => {
+            if let Some(reply) = frame.rid().and_then(|rid| w.pending.remove(&rid)) {
+                let _ = reply.send(Ok(frame));
             }
         }
         ServerFrame::Receipt(r) => {
@@ -656,11 +650,6 @@ async fn dispatch(
             }
             if let Some(reply) = w.pending.remove(&r.rid) {
                 let _ = reply.send(Ok(ServerFrame::Receipt(r)));
-            }
-        }
-        ServerFrame::Pong(p) => {
-            if let Some(reply) = p.rid.and_then(|rid| w.pending.remove(&rid)) {
-                let _ = reply.send(Ok(ServerFrame::Pong(p)));
             }
         }
         ServerFrame::Welcome(welcome) => {

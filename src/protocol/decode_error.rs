@@ -134,18 +134,7 @@ impl Tagged for ServerFrame {
     }
 
     fn rid(&self) -> Option<u64> {
-        match self {
-            ServerFrame::Receipt(f) => Some(f.rid),
-            ServerFrame::Error(f) => f.rid,
-            ServerFrame::Pong(f) => f.rid,
-            ServerFrame::Enqueued(f) => Some(f.rid),
-            ServerFrame::JobReply(f) => Some(f.rid),
-            ServerFrame::Draining(f) => f.rid,
-            ServerFrame::Welcome(_)
-            | ServerFrame::Message(_)
-            | ServerFrame::Dropped(_)
-            | ServerFrame::Delivery(_) => None,
-        }
+        ServerFrame::rid(self)
     }
 }
 

@@ -396,6 +396,25 @@ pub enum ServerFrame {
     Draining(Draining),
 }
 
+impl ServerFrame {
+    /// The request id the frame answers, if any: what a client matches it
+    /// to its request by.
+    pub fn rid(&self) -> Option<u64> {
+        match self {
+            ServerFrame::Receipt(f) => Some(f.rid),
+            ServerFrame::Error(f) => f.rid,
+            ServerFrame::Pong(f) => f.rid,
+            ServerFrame::Enqueued(f) => Some(f.rid),
+            ServerFrame::JobReply(f) => Some(f.rid),
+            ServerFrame::Draining(f) => f.rid,
+            ServerFrame::Welcome(_)
+            | ServerFrame::Message(_)
+            | ServerFrame::Dropped(_)
+            | ServerFrame::Delivery(_) => None,
+        }
+    }
+}
+
 /// `delivery`: a queue message handed to one consumer, to be settled with
 /// `ack`, `nack` or `reject` by its `id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
