@@ -614,6 +614,16 @@ async fn dispatch(
     dropped: &Cell<u64>,
     data: Bytes,
 ) {
+    // A subscriber's deliveries, decoded borrowed: nothing is copied for
+    // a subscription that is gone, and the owned message is built once.
+    if format == Format::Bincode
+        && let Some(m) = codec::decode_message(&data)
+    {
+        if let Some(Route::Messages(tx)) = w.subs.get(m.sub) {
+            hand_on(tx, m.to_message()).await;
+        }
+        return;
+    }
     let frame = match codec::decode_server(format, &data)
         .or_else(|_| codec::decode_server(other(format), &data))
     {
