@@ -35,13 +35,13 @@ mod handshake;
 mod jobs;
 pub mod mqtt;
 mod queues;
+mod stream;
 
 pub use queues::{Consumer, Deleted, EnqueueOptions};
 
 use actix_http::ws;
 use bytes::Bytes;
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::codec::{self, Format};
@@ -111,8 +111,8 @@ type Reply = oneshot::Sender<Result<ServerFrame, ClientError>>;
 
 /// Where the frames of one subscription id go.
 enum Route {
-    Messages(mpsc::Sender<Message>),
-    Deliveries(mpsc::Sender<QueueDelivery>),
+    Messages(stream::Tx<Message>),
+    Deliveries(stream::Tx<QueueDelivery>),
 }
 
 enum Command {
@@ -173,7 +173,7 @@ pub struct Client {
 /// The messages of one subscription, in order.
 pub struct Subscription {
     id: String,
-    rx: mpsc::Receiver<Message>,
+    rx: stream::Rx<Message>,
 }
 
 impl Subscription {
@@ -184,12 +184,12 @@ impl Subscription {
 
     /// The next message; `None` once the connection is closed.
     pub async fn recv(&mut self) -> Option<Message> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.rx.poll_next(cx)).await
     }
 
     /// The next message if one arrives within `timeout`.
     pub async fn recv_timeout(&mut self, timeout: Duration) -> Option<Message> {
-        actix_rt::time::timeout(timeout, self.rx.recv())
+        actix_rt::time::timeout(timeout, self.recv())
             .await
             .ok()
             .flatten()
@@ -197,7 +197,7 @@ impl Subscription {
 
     /// A message already received, without waiting.
     pub fn try_recv(&mut self) -> Option<Message> {
-        self.rx.try_recv().ok()
+        self.rx.try_next()
     }
 }
 
@@ -208,7 +208,7 @@ impl futures_core::Stream for Subscription {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Message>> {
-        self.rx.poll_recv(cx)
+        self.rx.poll_next(cx)
     }
 }
 
@@ -310,7 +310,7 @@ impl Client {
     pub async fn subscribe(&self, filter: &str) -> Result<Subscription, ClientError> {
         let id = format!("s{}", self.next_id());
         let rid = self.next_id();
-        let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
+        let (tx, rx) = stream::channel(self.options.subscription_buffer);
         let frame = ClientFrame::Subscribe(Subscribe {
             id: id.clone(),
             filter: filter.to_owned(),
@@ -592,9 +592,13 @@ async fn run(
                         next = framed.next().now_or_never();
                     }
                 }
+                // What the burst gathered, before the task waits again.
+                flush(&mut w).await;
             }
         }
     }
+    // Frames read before the connection ended are still the application's.
+    flush(&mut w).await;
     if let Some(done) = w.closing {
         let _ = done.send(());
     }
@@ -605,8 +609,9 @@ async fn run(
 const DISPATCH_BURST: usize = 64;
 
 /// Hands one server frame to whoever waits for it: a subscription's
-/// stream (waiting when it is full: the socket is not read while the
-/// application is behind), a request's reply, or the error stream.
+/// batch (handed over when the burst ends, or sooner, waiting when its
+/// stream is full: the socket is not read while the application is
+/// behind), a request's reply, or the error stream.
 async fn dispatch(
     w: &mut Waiting,
     format: Format,
@@ -619,9 +624,7 @@ async fn dispatch(
     if format == Format::Bincode
         && let Some(m) = codec::decode_message(&data)
     {
-        if let Some(Route::Messages(tx)) = w.subs.get(m.sub) {
-            hand_on(tx, m.to_message()).await;
-        }
+        gather(w, m.sub, || m.to_message()).await;
         return;
     }
     let frame = match codec::decode_server(format, &data)
@@ -635,15 +638,32 @@ async fn dispatch(
     };
     match frame {
         ServerFrame::Message(m) => {
-            if let Some(Route::Messages(tx)) = w.subs.get(&m.sub) {
-                hand_on(tx, m).await;
-            }
+            let sub = m.sub.clone();
+            gather(w, &sub, || m).await;
         }
         ServerFrame::Delivery(d) => {
-            if let Some(Route::Deliveries(tx)) = w.subs.get(&d.sub) {
-                hand_on(tx, d).await;
-            }
+            let sub = d.sub.clone();
+            gather(w, &sub, || d).await;
         }
+        // Everything else after the deliveries read before it (a
+        // receipt may end the subscription they are for).
+        other => {
+            flush(w).await;
+            answer(w, errors, dropped, other);
+        }
+    }
+}
+
+/// Hands a frame that is not a delivery to whoever waits for it.
+fn answer(
+    w: &mut Waiting,
+    errors: &mpsc::Sender<(ErrorCode, String)>,
+    dropped: &Cell<u64>,
+    frame: ServerFrame,
+) {
+    match frame {
+        // Delivered by `dispatch`.
+        ServerFrame::Message(_) | ServerFrame::Delivery(_) => {}
         // Answers that only end a wait.
         frame @ (ServerFrame::Enqueued(_)
         | ServerFrame::JobReply(_)
@@ -691,13 +711,84 @@ async fn dispatch(
     }
 }
 
-/// Gives a subscription its next frame: at once if its stream has room
-/// (no future to build), else by waiting for room, which is the
-/// backpressure: the socket is not read while the application is behind.
-async fn hand_on<T>(tx: &mpsc::Sender<T>, value: T) {
-    if let Err(TrySendError::Full(value)) = tx.try_send(value) {
-        let _ = tx.send(value).await;
+/// The frames of one subscription (or consumer) read in the current
+/// burst and not yet handed over: a stream takes them in one batch.
+#[derive(Default)]
+struct Batch {
+    /// The subscription id they are for (its allocation reused).
+    sub: String,
+    /// Most the batch may hold (its stream's [`stream::Tx::max_batch`]).
+    max: usize,
+    messages: Vec<Message>,
+    deliveries: Vec<QueueDelivery>,
+}
+
+/// A frame a subscription's stream carries.
+trait Routed: Sized {
+    /// The batch's list of this kind.
+    fn list(batch: &mut Batch) -> &mut Vec<Self>;
+    /// Most one batch of this kind may hold on `route`; `None` when the
+    /// route carries the other kind.
+    fn max_batch(route: &Route) -> Option<usize>;
+}
+
+impl Routed for Message {
+    fn list(batch: &mut Batch) -> &mut Vec<Self> {
+        &mut batch.messages
     }
+    fn max_batch(route: &Route) -> Option<usize> {
+        match route {
+            Route::Messages(tx) => Some(tx.max_batch),
+            Route::Deliveries(_) => None,
+        }
+    }
+}
+
+impl Routed for QueueDelivery {
+    fn list(batch: &mut Batch) -> &mut Vec<Self> {
+        &mut batch.deliveries
+    }
+    fn max_batch(route: &Route) -> Option<usize> {
+        match route {
+            Route::Deliveries(tx) => Some(tx.max_batch),
+            Route::Messages(_) => None,
+        }
+    }
+}
+
+/// Adds a frame for subscription `sub` to the batch, handing the batch
+/// over first when it is for another subscription or full; `make` builds
+/// the frame only when `sub` is a live route of its kind.
+async fn gather<T: Routed>(w: &mut Waiting, sub: &str, make: impl FnOnce() -> T) {
+    if w.batch.sub != sub || T::list(&mut w.batch).len() >= w.batch.max {
+        flush(w).await;
+        let Some(max) = w.subs.get(sub).and_then(T::max_batch) else {
+            return;
+        };
+        w.batch.sub.clear();
+        w.batch.sub.push_str(sub);
+        w.batch.max = max;
+        T::list(&mut w.batch).reserve_exact(max);
+    }
+    T::list(&mut w.batch).push(make());
+}
+
+/// Hands the gathered batch to its stream, waiting for room when the
+/// application is behind (the backpressure: the socket is not read
+/// meanwhile); dropped when its subscription has ended.
+async fn flush(w: &mut Waiting) {
+    let batch = &mut w.batch;
+    match w.subs.get(&batch.sub) {
+        Some(Route::Messages(tx)) if !batch.messages.is_empty() => {
+            tx.send(std::mem::take(&mut batch.messages)).await;
+        }
+        Some(Route::Deliveries(tx)) if !batch.deliveries.is_empty() => {
+            tx.send(std::mem::take(&mut batch.deliveries)).await;
+        }
+        _ => {}
+    }
+    batch.messages.clear();
+    batch.deliveries.clear();
 }
 
 /// What the background task is waiting for: answers by request id, the
@@ -713,6 +804,8 @@ struct Waiting {
     sub_rids: HashMap<u64, String>,
     unsub_rids: HashMap<u64, String>,
     closing: Option<oneshot::Sender<()>>,
+    /// Deliveries read in this burst, not yet handed over.
+    batch: Batch,
 }
 
 impl Waiting {

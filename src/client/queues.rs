@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::{Client, ClientError, Command, Route, wait};
 use crate::protocol::frame::{
@@ -40,7 +40,7 @@ pub struct EnqueueOptions {
 /// The deliveries of one consumer, in the order the queue sends them.
 pub struct Consumer {
     id: String,
-    rx: mpsc::Receiver<QueueDelivery>,
+    rx: super::stream::Rx<QueueDelivery>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -57,12 +57,12 @@ impl Consumer {
 
     /// The next delivery; `None` once the connection is closed.
     pub async fn recv(&mut self) -> Option<QueueDelivery> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.rx.poll_next(cx)).await
     }
 
     /// The next delivery if one arrives within `timeout`.
     pub async fn recv_timeout(&mut self, timeout: Duration) -> Option<QueueDelivery> {
-        actix_rt::time::timeout(timeout, self.rx.recv())
+        actix_rt::time::timeout(timeout, self.recv())
             .await
             .ok()
             .flatten()
@@ -70,7 +70,7 @@ impl Consumer {
 
     /// A delivery already received, without waiting.
     pub fn try_recv(&mut self) -> Option<QueueDelivery> {
-        self.rx.try_recv().ok()
+        self.rx.try_next()
     }
 }
 
@@ -240,7 +240,7 @@ impl Client {
     pub async fn consume(&self, queue: &str, prefetch: u32) -> Result<Consumer, ClientError> {
         let id = format!("c{}", self.next_id());
         let rid = self.next_id();
-        let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
+        let (tx, rx) = super::stream::channel(self.options.subscription_buffer);
         let frame = ClientFrame::Consume(Consume {
             id: id.clone(),
             queue: queue.to_owned(),
@@ -268,7 +268,7 @@ impl Client {
         prefetch: u32,
     ) -> Result<Consumer, ClientError> {
         let rid = self.next_id();
-        let (tx, rx) = mpsc::channel(self.options.subscription_buffer.max(1));
+        let (tx, rx) = super::stream::channel(self.options.subscription_buffer);
         let frame = ClientFrame::Subscribe(Subscribe {
             id: id.to_owned(),
             filter: filter.to_owned(),

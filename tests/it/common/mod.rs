@@ -457,7 +457,14 @@ impl ChildBroker {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("wharf did not exit within {timeout:?}");
+                // What it was doing: the log lines not read yet.
+                let log = self.stderr_rest();
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "wharf did not exit within {timeout:?}; its last log lines:\n{}",
+                    tail.join("\n")
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
