@@ -4,7 +4,7 @@
 //! Nagle's algorithm with delayed ACKs stalls small writes by up to 40 ms.
 
 use actix_codec::{Framed, FramedParts};
-use actix_http::ws::{Codec, hash_key};
+use actix_http::ws::hash_key;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::BytesMut;
@@ -12,12 +12,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::ClientError;
+use super::wsframe::ClientCodec;
 
 /// Longest handshake response accepted.
 const MAX_RESPONSE: usize = 16 * 1024;
 
-/// A connected WebSocket, framed with actix-http's codec in client mode.
-pub(crate) type Connection = Framed<Stream, Codec>;
+/// A connected WebSocket, framed with actix-http's codec in client mode
+/// (the common data frame read in front of it: [`ClientCodec`]).
+pub(crate) type Connection = Framed<Stream, ClientCodec>;
 
 /// The byte stream under a connection: plain TCP or TLS over it.
 pub(crate) enum Stream {
@@ -182,7 +184,7 @@ pub(crate) async fn connect(
         return Err(ClientError::Connect("bad Sec-WebSocket-Accept".into()));
     }
     let leftover = buf.split_off(end);
-    let codec = Codec::new().client_mode().max_size(max_frame);
+    let codec = ClientCodec::new(max_frame);
     Ok(Framed::from_parts(FramedParts::with_read_buf(
         stream, codec, leftover,
     )))

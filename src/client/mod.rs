@@ -36,6 +36,7 @@ mod jobs;
 pub mod mqtt;
 mod queues;
 mod stream;
+mod wsframe;
 
 pub use queues::{Consumer, Deleted, EnqueueOptions};
 
