@@ -12,14 +12,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::ClientError;
-use super::wsframe::ClientCodec;
+use crate::transport::wsread::FrameCodec;
 
 /// Longest handshake response accepted.
 const MAX_RESPONSE: usize = 16 * 1024;
 
 /// A connected WebSocket, framed with actix-http's codec in client mode
-/// (the common data frame read in front of it: [`ClientCodec`]).
-pub(crate) type Connection = Framed<Stream, ClientCodec>;
+/// (the common data frame read in front of it: [`FrameCodec`]).
+pub(crate) type Connection = Framed<Stream, FrameCodec>;
 
 /// The byte stream under a connection: plain TCP or TLS over it.
 pub(crate) enum Stream {
@@ -184,7 +184,7 @@ pub(crate) async fn connect(
         return Err(ClientError::Connect("bad Sec-WebSocket-Accept".into()));
     }
     let leftover = buf.split_off(end);
-    let codec = ClientCodec::new(max_frame);
+    let codec = FrameCodec::client(max_frame);
     Ok(Framed::from_parts(FramedParts::with_read_buf(
         stream, codec, leftover,
     )))

@@ -36,7 +36,6 @@ mod jobs;
 pub mod mqtt;
 mod queues;
 mod stream;
-mod wsframe;
 
 pub use queues::{Consumer, Deleted, EnqueueOptions};
 

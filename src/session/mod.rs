@@ -17,7 +17,7 @@ mod rate;
 #[cfg(test)]
 mod tests;
 mod txn;
-mod wsframe;
+pub(crate) mod wsframe;
 
 use std::collections::HashMap;
 use std::sync::Arc;

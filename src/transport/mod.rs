@@ -20,6 +20,7 @@ mod topics;
 pub(crate) mod typed;
 mod ws;
 mod wsloop;
+pub(crate) mod wsread;
 
 use std::sync::Arc;
 

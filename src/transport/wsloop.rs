@@ -1,5 +1,6 @@
 //! The WebSocket read side shared by every endpoint: decodes frames with
-//! actix-http's codec (bounded by `max_frame`), answers pings, assembles
+//! [`FrameCodec`] (actix-http's codec, the common data frame read in front
+//! of it; bounded by `max_frame`), answers pings, assembles
 //! fragmented messages, keeps the connection alive with pings and closes
 //! it when it falls silent, and hands each complete message to the
 //! endpoint's [`Handler`].
@@ -10,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use actix_codec::Decoder;
-use actix_http::ws::{Codec, Frame, Item, ProtocolError};
+use actix_http::ws::{Frame, Item, ProtocolError};
 use actix_web::body::BodyStream;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
@@ -18,6 +19,7 @@ use futures_core::Stream;
 use futures_util::future::LocalBoxFuture;
 
 use super::raw::{self, ByteSource, Handover, RawUpgrade};
+use super::wsread::FrameCodec;
 
 use crate::config::SessionConfig;
 use crate::protocol::codec::Format;
@@ -142,7 +144,7 @@ impl<H: Handler> Reader<H> {
     async fn burst<S: Source>(
         &mut self,
         buf: &mut BytesMut,
-        codec: &mut Codec,
+        codec: &mut FrameCodec,
         source: &mut S,
         last_heard: &mut Instant,
     ) -> Burst {
@@ -171,7 +173,7 @@ impl<H: Handler> Reader<H> {
     }
 
     /// Decodes and handles every whole frame in `buf`.
-    async fn frames(&mut self, buf: &mut BytesMut, codec: &mut Codec) -> Flow {
+    async fn frames(&mut self, buf: &mut BytesMut, codec: &mut FrameCodec) -> Flow {
         loop {
             // actix-http's codec checks max_size only once a frame is
             // whole, buffering it all first: refuse on the header.
@@ -386,7 +388,7 @@ pub(crate) async fn read_loop<H: Handler, S: Source>(
     max_frame: usize,
     ping_interval: Duration,
 ) {
-    let mut codec = Codec::new().max_size(max_frame);
+    let mut codec = FrameCodec::server(max_frame);
     let mut buf = BytesMut::new();
     let mut last_heard = Instant::now();
     // First due one interval from now. Not `interval` and a first tick
