@@ -5,12 +5,11 @@
 //! times that), at some thread's next call into it. Its default delay of
 //! a second put the arenas' purge at ten seconds, so a broker whose
 //! 10,000 connections had closed still held a third more than before
-//! them ten seconds later; [`start`] sets 100 ms (a page freed is
-//! purged 100 ms later, an arena range after a second), which brought
-//! that to within about 10% at 10,000 connections with no throughput
-//! lost (benches/README.md; purging at once, delay 0, cost MQTT over
-//! WebSocket 8%; at 18,900 some runs keep 30-50% more, in pages a few
-//! blocks still hold). Idle workers make no call, so [`start`] hands the
+//! them ten seconds later; [`start`] sets 10 ms (a page freed is purged
+//! 10 ms later, an arena range 100 ms after), which brings that to
+//! within about 10% at 10,000 and 18,900 connections with no throughput
+//! lost (benches/README.md; 100 ms left 12-33% in most runs; purging at
+//! once, delay 0, cost MQTT over WebSocket ~10%). Idle workers make no call, so [`start`] hands the
 //! library `mi_collect` for its workers to run on their own heaps once
 //! they fall quiet ([`wharf::set_worker_tidy`]); and
 //! since the call that finds hundreds of megabytes due (after a
@@ -23,8 +22,8 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// How often the allocator is asked to purge what is due (pages 100 ms
-/// after they were freed, arena ranges a second after): often enough to
+/// How often the allocator is asked to purge what is due (pages 10 ms
+/// after they were freed, arena ranges 100 ms after): often enough to
 /// come before the workers' own tidies.
 const EVERY: Duration = Duration::from_millis(250);
 
@@ -34,8 +33,13 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// v3's default for it (ms): finding it there says the index still names
 /// that option.
 const PURGE_DELAY_DEFAULT: std::os::raw::c_long = 1000;
-/// Ours (ms).
-const PURGE_DELAY_MS: std::os::raw::c_long = 100;
+/// Ours (ms): 10. At 100 (a page purged 100 ms after it was freed, an
+/// arena range a second after) a broker whose 10,000 or 18,900
+/// connections had closed still held 12-33% more than before them ten
+/// seconds later in most runs; at 10, 7-11% in eleven runs of twelve
+/// (one 15%), and no throughput lost; 0 purges on every free and cost
+/// MQTT over WebSocket ~10% (benches/README.md, 2026-11-26).
+const PURGE_DELAY_MS: std::os::raw::c_long = 10;
 
 /// Shortens mimalloc's purge delay to [`PURGE_DELAY_MS`], unless the
 /// environment set it (`MIMALLOC_PURGE_DELAY`) or the option is not
