@@ -6,9 +6,11 @@
 //! a second put the arenas' purge at ten seconds, so a broker whose
 //! 10,000 connections had closed still held a third more than before
 //! them ten seconds later; [`start`] sets 10 ms (a page freed is purged
-//! 10 ms later, an arena range 100 ms after), which brings that to
-//! 7-12% at 10,000 and 18,900 connections with no throughput lost (benches/README.md; 100 ms left 12-33% in most runs; purging at
-//! once, delay 0, cost MQTT over WebSocket ~10%). Idle workers make no call, so [`start`] hands the
+//! 10 ms later, an arena range 100 ms after), which brings that to 7-12%
+//! at 10,000 and 18,900 connections in most runs (one of fourteen: 15%)
+//! with no throughput lost (benches/README.md; 100 ms left 12-33% in
+//! most runs at 18,900; purging at once, delay 0, cost MQTT over
+//! WebSocket ~10%). Idle workers make no call, so [`start`] hands the
 //! library `mi_collect` for its workers to run on their own heaps once
 //! they fall quiet ([`wharf::set_worker_tidy`]); and
 //! since the call that finds hundreds of megabytes due (after a

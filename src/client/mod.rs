@@ -371,7 +371,11 @@ impl Client {
     /// # Errors
     /// As [`Client::subscribe`].
     pub async fn unsubscribe(&self, sub: Subscription) -> Result<(), ClientError> {
-        self.close_route(sub.id).await
+        // Its stream goes first: a full one would keep the connection
+        // from reading the receipt.
+        let Subscription { id, rx } = sub;
+        drop(rx);
+        self.close_route(id).await
     }
 
     /// Publishes without waiting for the server (at most once).
@@ -773,17 +777,33 @@ async fn gather<T: Routed>(w: &mut Waiting, sub: &str, make: impl FnOnce() -> T)
     T::list(&mut w.batch).push(make());
 }
 
+/// A batch made with room for a burst, cut to what it holds when that is
+/// far less: a slow application's stream may hold thousands of small
+/// batches, each of which would otherwise keep room for 64.
+fn fitted<T>(mut batch: Vec<T>) -> Vec<T> {
+    if batch.len() * 4 <= batch.capacity() {
+        batch.shrink_to_fit();
+    }
+    batch
+}
+
 /// Hands the gathered batch to its stream, waiting for room when the
 /// application is behind (the backpressure: the socket is not read
 /// meanwhile); dropped when its subscription has ended.
 async fn flush(w: &mut Waiting) {
     let batch = &mut w.batch;
+    // The next frame looks its route up again (a receipt or an error
+    // may end it meanwhile).
+    batch.max = 0;
+    if batch.messages.is_empty() && batch.deliveries.is_empty() {
+        return;
+    }
     match w.subs.get(&batch.sub) {
         Some(Route::Messages(tx)) if !batch.messages.is_empty() => {
-            tx.send(std::mem::take(&mut batch.messages)).await;
+            tx.send(fitted(std::mem::take(&mut batch.messages))).await;
         }
         Some(Route::Deliveries(tx)) if !batch.deliveries.is_empty() => {
-            tx.send(std::mem::take(&mut batch.deliveries)).await;
+            tx.send(fitted(std::mem::take(&mut batch.deliveries))).await;
         }
         _ => {}
     }

@@ -291,7 +291,12 @@ impl Client {
     /// # Errors
     /// As [`Client::consume`].
     pub async fn cancel(&self, consumer: Consumer) -> Result<(), ClientError> {
-        self.close_route(consumer.id).await
+        // Its stream goes first: a full one would keep the connection
+        // from reading the receipt (what it held goes back to the queue
+        // with the cancel, unacknowledged).
+        let Consumer { id, rx } = consumer;
+        drop(rx);
+        self.close_route(id).await
     }
 
     async fn settle(
