@@ -8,9 +8,9 @@
 //! them ten seconds later; [`start`] sets 10 ms (a page freed is purged
 //! 10 ms later, an arena range 100 ms after), which brings that to 7-12%
 //! at 10,000 and 18,900 connections in most runs (two of about twenty:
-//! 15% and 31%) with no throughput lost (benches/README.md; 100 ms left 12-33% in
-//! most runs at 18,900; purging at once, delay 0, cost MQTT over
-//! WebSocket ~10%). Idle workers make no call, so [`start`] hands the
+//! 15% and 31%) with no throughput lost (benches/README.md; 100 ms left
+//! 12-33% in most runs at 18,900; purging at once, delay 0, cost MQTT
+//! over WebSocket ~10%). Idle workers make no call, so [`start`] hands the
 //! library `mi_collect` for its workers to run on their own heaps once
 //! they fall quiet ([`wharf::set_worker_tidy`]); and
 //! since the call that finds hundreds of megabytes due (after a
@@ -38,8 +38,8 @@ const PURGE_DELAY_DEFAULT: std::os::raw::c_long = 1000;
 /// arena range a second after) a broker whose 10,000 or 18,900
 /// connections had closed still held 12-33% more than before them ten
 /// seconds later in most runs; at 10, 7-12% in most runs (two of about
-/// twenty: 15% and 31%), and no throughput lost; 0 purges on every free and cost
-/// MQTT over WebSocket ~10% (benches/README.md, 2026-11-26).
+/// twenty: 15% and 31%), and no throughput lost; 0 purges on every free
+/// and cost MQTT over WebSocket ~10% (benches/README.md, 2026-11-26).
 const PURGE_DELAY_MS: std::os::raw::c_long = 10;
 
 /// Shortens mimalloc's purge delay to [`PURGE_DELAY_MS`], unless the

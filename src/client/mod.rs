@@ -628,7 +628,9 @@ async fn dispatch(
     if format == Format::Bincode
         && let Some(m) = codec::decode_message(&data)
     {
-        gather(w, m.sub, || m.to_message()).await;
+        if joins::<Message>(w, m.sub).await {
+            w.batch.messages.push(m.to_message());
+        }
         return;
     }
     let frame = match codec::decode_server(format, &data)
@@ -642,12 +644,14 @@ async fn dispatch(
     };
     match frame {
         ServerFrame::Message(m) => {
-            let sub = m.sub.clone();
-            gather(w, &sub, || m).await;
+            if joins::<Message>(w, &m.sub).await {
+                w.batch.messages.push(m);
+            }
         }
         ServerFrame::Delivery(d) => {
-            let sub = d.sub.clone();
-            gather(w, &sub, || d).await;
+            if joins::<QueueDelivery>(w, &d.sub).await {
+                w.batch.deliveries.push(d);
+            }
         }
         // Everything else after the deliveries read before it (a
         // receipt may end the subscription they are for).
@@ -760,21 +764,22 @@ impl Routed for QueueDelivery {
     }
 }
 
-/// Adds a frame for subscription `sub` to the batch, handing the batch
-/// over first when it is for another subscription or full; `make` builds
-/// the frame only when `sub` is a live route of its kind.
-async fn gather<T: Routed>(w: &mut Waiting, sub: &str, make: impl FnOnce() -> T) {
+/// Whether a frame of kind `T` for subscription `sub` joins the batch
+/// (the caller then builds and adds it): the batch is handed over first
+/// when it is for another subscription or full, and no frame joins for a
+/// subscription that is gone or of the other kind.
+async fn joins<T: Routed>(w: &mut Waiting, sub: &str) -> bool {
     if w.batch.sub != sub || T::list(&mut w.batch).len() >= w.batch.max {
         flush(w).await;
         let Some(max) = w.subs.get(sub).and_then(T::max_batch) else {
-            return;
+            return false;
         };
         w.batch.sub.clear();
         w.batch.sub.push_str(sub);
         w.batch.max = max;
         T::list(&mut w.batch).reserve_exact(max);
     }
-    T::list(&mut w.batch).push(make());
+    true
 }
 
 /// A batch made with room for a burst, cut to what it holds when that is

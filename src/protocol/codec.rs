@@ -57,7 +57,7 @@ pub fn decode_client(format: Format, data: &[u8]) -> Result<ClientFrame, DecodeE
 }
 
 /// Index of `ClientFrame::Publish` in declaration order (bincode's tag).
-const PUBLISH_VARIANT: u8 = 3;
+const PUBLISH_VARIANT: u32 = 3;
 
 /// A whole bincode `publish` frame, read by hand: the broker's hot path
 /// (bincode's derive spent ~9% of a 1 -> 1 broker's samples in it).
@@ -67,10 +67,13 @@ fn decode_publish(data: &[u8]) -> Option<super::frame::Publish> {
     if data.len() > MAX_DECODE_BYTES {
         return None;
     }
-    let mut r = Bin(data.strip_prefix(&[PUBLISH_VARIANT])?);
+    let mut r = Bin(data);
+    if r.tag()? != PUBLISH_VARIANT {
+        return None;
+    }
     let topic = r.str()?;
     let payload = r.bytes()?;
-    let headers = r.headers()?;
+    r.no_headers()?;
     let retain = r.bool()?;
     let priority = match r.tag()? {
         0 => super::frame::Priority::Normal,
@@ -89,7 +92,7 @@ fn decode_publish(data: &[u8]) -> Option<super::frame::Publish> {
     Some(super::frame::Publish {
         topic: topic.to_owned(),
         payload: payload.to_vec(),
-        headers,
+        headers: Headers::new(),
         retain,
         priority,
         rid,
@@ -248,7 +251,8 @@ pub fn message_body(
 }
 
 /// A bincode `message` frame's fields, borrowed from the frame: what a
-/// client needs to route a delivery before it copies anything.
+/// client needs to route a delivery before it copies anything. Only
+/// messages without headers are read this way (see [`decode_message`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct MessageRef<'a> {
     /// The subscription this delivery is for.
@@ -259,8 +263,6 @@ pub struct MessageRef<'a> {
     pub seq: u64,
     /// The payload bytes.
     pub payload: &'a [u8],
-    /// Message headers (empty, without an allocation, in most messages).
-    pub headers: Headers,
     /// Whether this is the retained message.
     pub retained: bool,
 }
@@ -273,7 +275,7 @@ impl MessageRef<'_> {
             topic: self.topic.to_owned(),
             seq: self.seq,
             payload: self.payload.to_vec(),
-            headers: self.headers.clone(),
+            headers: Headers::new(),
             retained: self.retained,
         }
     }
@@ -281,8 +283,9 @@ impl MessageRef<'_> {
 
 /// Decodes a bincode `message` frame without copying it: the subscriber's
 /// hot path, the mirror of [`message_prefix`] and [`message_body`].
-/// `None` for any other frame and for one that does not decode whole;
-/// [`decode_server`] then says what it is or what is wrong with it.
+/// `None` for any other frame, for a message with headers, and for one
+/// that does not decode whole; [`decode_server`] then reads it or says
+/// what is wrong with it.
 ///
 /// Read by hand rather than by bincode's derive: the derive spent ~540
 /// instructions a frame (length claims, an empty map's decode) against
@@ -300,7 +303,7 @@ pub fn decode_message(data: &[u8]) -> Option<MessageRef<'_>> {
     let topic = r.str()?;
     let seq = r.varint()?;
     let payload = r.bytes()?;
-    let headers = r.headers()?;
+    r.no_headers()?;
     let retained = r.bool()?;
     if !r.0.is_empty() {
         return None;
@@ -310,7 +313,6 @@ pub fn decode_message(data: &[u8]) -> Option<MessageRef<'_>> {
         topic,
         seq,
         payload,
-        headers,
         retained,
     })
 }
@@ -373,15 +375,15 @@ impl<'a> Bin<'a> {
         }
     }
 
-    /// Headers: only the empty map (one byte, the common case). Others
-    /// are left to bincode's decode of the whole frame, which counts
-    /// their entries against its size limit with the rest of the frame.
-    fn headers(&mut self) -> Option<Headers> {
+    /// The empty headers map (one byte, the common case). Frames with
+    /// headers are left to bincode's decode of the whole frame, which
+    /// counts their entries against its size limit with the rest of it.
+    fn no_headers(&mut self) -> Option<()> {
         let [0, rest @ ..] = self.0 else {
             return None;
         };
         self.0 = rest;
-        Some(Headers::new())
+        Some(())
     }
 }
 
@@ -657,7 +659,7 @@ mod tests {
         // the frame (48 bytes counted per entry): bincode refuses it, and
         // so is it not read by hand.
         let with_entries = |n: u32| {
-            let mut f = vec![PUBLISH_VARIANT, 1, b't', 251, 0x30, 0x75];
+            let mut f = vec![PUBLISH_VARIANT as u8, 1, b't', 251, 0x30, 0x75];
             f.extend(std::iter::repeat_n(0u8, 30_000));
             f.push(252);
             f.extend(n.to_le_bytes());

@@ -459,11 +459,10 @@ impl ChildBroker {
                 let _ = self.child.kill();
                 // What it was doing: the log lines not read yet.
                 let log = self.stderr_rest();
-                let tail: Vec<&str> = log.lines().rev().take(60).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                let lines: Vec<&str> = log.lines().collect();
                 panic!(
                     "wharf did not exit within {timeout:?}; its last log lines:\n{}",
-                    tail.join("\n")
+                    lines[lines.len().saturating_sub(60)..].join("\n")
                 );
             }
             thread::sleep(Duration::from_millis(20));
