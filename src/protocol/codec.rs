@@ -64,13 +64,7 @@ const PUBLISH_VARIANT: u32 = 3;
 /// `None` for anything else, and for anything it would not decode the
 /// same: [`decode`] then decodes it, or says what is wrong with it.
 fn decode_publish(data: &[u8]) -> Option<super::frame::Publish> {
-    if data.len() > MAX_DECODE_BYTES {
-        return None;
-    }
-    let mut r = Bin(data);
-    if r.tag()? != PUBLISH_VARIANT {
-        return None;
-    }
+    let mut r = Bin::frame(data, PUBLISH_VARIANT)?;
     let topic = r.str()?;
     let payload = r.bytes()?;
     r.no_headers()?;
@@ -292,13 +286,7 @@ impl MessageRef<'_> {
 /// ~2,200 for the whole of a subscriber's delivery (callgrind of
 /// `wharf-bench`'s 1 -> 50).
 pub fn decode_message(data: &[u8]) -> Option<MessageRef<'_>> {
-    if data.len() > MAX_DECODE_BYTES {
-        return None;
-    }
-    let mut r = Bin(data);
-    if r.tag()? != MESSAGE_VARIANT {
-        return None;
-    }
+    let mut r = Bin::frame(data, MESSAGE_VARIANT)?;
     let sub = r.str()?;
     let topic = r.str()?;
     let seq = r.varint()?;
@@ -322,6 +310,17 @@ pub fn decode_message(data: &[u8]) -> Option<MessageRef<'_>> {
 struct Bin<'a>(&'a [u8]);
 
 impl<'a> Bin<'a> {
+    /// A reader past the tag of a frame of `variant`; `None` for another
+    /// frame, or one larger than bincode's limit (which the reader does
+    /// not count).
+    fn frame(data: &'a [u8], variant: u32) -> Option<Bin<'a>> {
+        if data.len() > MAX_DECODE_BYTES {
+            return None;
+        }
+        let mut r = Bin(data);
+        (r.tag()? == variant).then_some(r)
+    }
+
     /// A varint: one byte below 251, else a marker and 2, 4 or 8 bytes.
     fn varint(&mut self) -> Option<u64> {
         let (&first, rest) = self.0.split_first()?;
