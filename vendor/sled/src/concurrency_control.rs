@@ -29,6 +29,8 @@ fn init_cc() -> ConcurrencyControl {
     ConcurrencyControl::default()
 }
 
+// Wharf: the guards are held for their Drop, never read.
+#[allow(dead_code)]
 #[derive(Debug)]
 #[must_use]
 pub(crate) enum Protector<'a> {

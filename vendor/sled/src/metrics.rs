@@ -83,6 +83,8 @@ impl<'h> Drop for Measure<'h> {
     }
 }
 
+// Wharf: with the default `no_metrics` feature nothing reads these.
+#[allow(dead_code)]
 #[derive(Default, Debug)]
 pub struct Metrics {
     pub accountant_bump_tip: Histogram,

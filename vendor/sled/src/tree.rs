@@ -14,6 +14,8 @@ use crate::{atomic_shim::AtomicU64, pagecache::NodeView, *};
 pub(crate) struct View<'g> {
     pub node_view: NodeView<'g>,
     pub pid: PageId,
+    // Wharf: written, read by nothing in 0.34.7.
+    #[allow(dead_code)]
     pub size: u64,
 }
 

@@ -58,7 +58,7 @@ pub(crate) use self::{
 
 pub use self::{
     constants::{
-        MAX_MSG_HEADER_LEN, MAX_SPACE_AMPLIFICATION, MINIMUM_ITEMS_PER_SEGMENT,
+        MAX_MSG_HEADER_LEN, MINIMUM_ITEMS_PER_SEGMENT,
         SEG_HEADER_LEN,
     },
     disk_pointer::DiskPtr,
