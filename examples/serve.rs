@@ -9,6 +9,10 @@ fn main() -> Result<(), wharf::Error> {
     tracing_subscriber::fmt().with_env_filter("info").init();
     let mut config = wharf::Config::default();
     config.store.data_dir = std::env::temp_dir().join("wharf-example");
+    // MQTT over TCP defaults to 127.0.0.1:1883, which a local Mosquitto
+    // often holds: any free port instead (logged as `serving MQTT over TCP
+    // at ADDR`); "" would turn it off.
+    config.mqtt.tcp_bind = "127.0.0.1:0".into();
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     println!("try: curl http://{}/health", listener.local_addr()?);
     actix_rt::System::new().block_on(wharf::run(listener, config, async {

@@ -480,7 +480,8 @@ pub enum ConfigError {
     /// type.
     #[error("{key}: {reason}")]
     Parse {
-        /// Dotted path of the key (`scheduler.quantum`), or `(document)`.
+        /// Dotted path of the key (`scheduler.quantum`), `(document)`, or
+        /// for a syntax error `TOML syntax error at line L, column C`.
         key: String,
         /// The parser's explanation.
         reason: String,
@@ -505,20 +506,38 @@ impl Config {
         let de = toml::Deserializer::new(text);
         serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            let key = if path == "." || path.is_empty() {
-                "(document)".to_owned()
-            } else {
-                path
-            };
             let inner = e.into_inner();
-            // toml's own message carries a source excerpt; keep the first
-            // line of the explanation and the line/column if it has one.
-            let reason = inner.message().trim().to_owned();
-            let reason = match inner.span() {
-                Some(span) => format!("{reason} (at {})", line_col(text, span.start)),
-                None => reason,
-            };
-            ConfigError::Parse { key, reason }
+            // toml's message is the explanation over one or more lines
+            // (`invalid table header` / `expected ...`): made one line.
+            let reason = inner
+                .message()
+                .trim()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let at = inner.span().map(|span| line_col(text, span.start));
+            let syntax = (path == "." || path.is_empty()) && text.parse::<toml::Table>().is_err();
+            match (syntax, at) {
+                // A syntax error has no key: its place is what to look at.
+                (true, Some(at)) => ConfigError::Parse {
+                    key: format!("TOML syntax error at {at}"),
+                    reason,
+                },
+                (_, at) => {
+                    let key = if path == "." || path.is_empty() {
+                        "(document)".to_owned()
+                    } else {
+                        path
+                    };
+                    let reason = match at {
+                        Some(at) => format!("{reason} (at {at})"),
+                        None => reason,
+                    };
+                    ConfigError::Parse { key, reason }
+                }
+            }
         })
     }
 
@@ -808,6 +827,21 @@ mod tests {
             Config::default(),
             "config.toml and Default drifted"
         );
+    }
+
+    #[test]
+    fn a_syntax_error_names_its_line_and_column_on_one_line() {
+        let e = Config::from_toml("[server]\nbind = \"127.0.0.1:0\"\n[store\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("TOML syntax error at line 3, column 7: "),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        // An unknown key is not a syntax error: it is named.
+        let e = Config::from_toml("[srever]\n").unwrap_err().to_string();
+        assert!(e.contains("srever") && !e.contains("syntax"), "{e}");
     }
 
     #[test]

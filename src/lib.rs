@@ -2,8 +2,9 @@
 //!
 //! A message broker on actix: topics, durable queues, durable topic
 //! subscriptions, transactions, and jobs with workers, over WebSocket (its
-//! native protocol and MQTT 3.1.1) and HTTP, persisted to sled. Run it as
-//! the `wharf` binary or embed it in an actix-web app ([`Wharf`]).
+//! native protocol and MQTT), MQTT over TCP and TLS (5, 3.1.1 and 3.1) and
+//! HTTP, persisted to sled. Run it as the `wharf` binary or embed it in an
+//! actix-web app ([`Wharf`]).
 //!
 //! # Layout
 //!
@@ -19,7 +20,7 @@
 //!   ([`broker::jobs`]).
 //! - [`routing`]: topic names, filters, their limits and the filter trie.
 //! - [`protocol`]: frame types and codecs, pure (no I/O): the native
-//!   protocol (JSON and bincode), its job frames, and MQTT 3.1.1.
+//!   protocol (JSON and bincode), its job frames, and MQTT (5, 3.1.1, 3.1).
 //! - [`session`]: per-connection state (native: one function per
 //!   operation in `session::ops`; MQTT: `session::mqtt`), the bounded
 //!   two-lane outbound queue and its frame writer, the slow-consumer
@@ -27,6 +28,19 @@
 //! - [`store`]: persistence on sled (retained messages, queues and their
 //!   messages, durable subscriptions' bindings); the only module that
 //!   knows sled.
+//! - [`auth`]: who a client is (tokens, users and passwords, JWTs) and
+//!   what it may do (per-topic and per-queue grants, the admin right),
+//!   with the failed-login limit.
+//! - [`rules`]: routing rules (`[[rules]]`): matcher trees and actions
+//!   (republish, enqueue, edit headers, drop, forward to HTTP backends).
+//! - [`cluster`]: nodes joined through NATS: topics shared, queue and job
+//!   calls forwarded to each queue's home node.
+//! - [`sockets`]: typed sockets, an embedding app's own socket kinds on
+//!   Wharf's session machinery.
+//! - [`metrics`]: the Prometheus registry and the counters the broker
+//!   keeps (`/metrics`).
+//! - [`tls`]: the TLS server configuration (`[server.tls]`), for https,
+//!   wss and MQTT over TLS.
 //! - [`transport`]: actix-web routes (`/health`, `/ws`, `/mqtt`,
 //!   `/topics`, `/queues`, `/jobs`, `/workers`, `/admin/sessions`,
 //!   `/admin/jobs`) and the mapping of errors to HTTP responses.
@@ -44,8 +58,11 @@
 //! config, installs logging and signal handling, and calls [`run`].
 
 #![deny(missing_docs)]
-// `unsafe` lives only in the task queue's claim protocol (each block with a
-// SAFETY note, model-checked by loom): everywhere else it does not compile.
+// In the library `unsafe` lives only in the task queue (`taskq`: its claim
+// protocol and `taskq/task.rs`'s type-erased task slots, each block with a
+// SAFETY note, model-checked by loom): everywhere else it does not
+// compile. The binary has one more module with it, `alloc_tidy.rs`
+// (mimalloc's collect and option calls).
 #![deny(unsafe_code)]
 
 pub mod auth;

@@ -34,16 +34,23 @@ enum Command {
         /// A config file; without it the embedded defaults are used.
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
-        /// Listen address, overriding `server.bind` (port 0: any free port).
-        #[arg(long, value_name = "ADDR")]
+        /// Listen address (`HOST:PORT`: `127.0.0.1:7878`, `localhost:7878`,
+        /// `[::1]:7878`), overriding `server.bind`. Port 0: any free port,
+        /// and the MQTT listeners too unless `--mqtt-bind` is given.
+        #[arg(long, value_name = "ADDR", value_parser = parse_bind)]
         bind: Option<SocketAddr>,
         /// Data directory, overriding `store.data_dir`.
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
-        /// MQTT-over-TCP address, overriding `mqtt.tcp_bind` ("" for
-        /// none; port 0: any free port).
+        /// MQTT-over-TCP address, overriding `mqtt.tcp_bind`
+        /// (127.0.0.1:1883 by default, which a local Mosquitto may hold):
+        /// `127.0.0.1:1884` to move it, "" for no MQTT over TCP, port 0 for
+        /// any free port.
         #[arg(long, value_name = "ADDR")]
         mqtt_bind: Option<String>,
+        /// Not an option: says to use --bind.
+        #[arg(long, hide = true, value_name = "PORT")]
+        port: Option<String>,
     },
     /// Print the default configuration (the shipped config.toml).
     Config,
@@ -92,10 +99,20 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve {
+            port: Some(port), ..
+        } => {
+            eprintln!(
+                "wharf: serve has no --port; give the whole address: --bind 127.0.0.1:{port} \
+                 (and --mqtt-bind for MQTT over TCP)"
+            );
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Command::Serve {
             config,
             bind,
             data_dir,
             mqtt_bind,
+            port: None,
         } => serve(config, bind, data_dir, mqtt_bind),
         Command::Store(StoreCommand::Compact { config, data_dir }) => compact(config, data_dir),
         Command::Passwd { stdin } => passwd(stdin),
@@ -107,6 +124,28 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "client")]
         Command::Client(command) => cli::run(command, <Cli as clap::CommandFactory>::command),
+    }
+}
+
+/// `--bind`: an IP address and port, or a host name and port resolved
+/// now (`localhost:7878`: its first address).
+fn parse_bind(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let syntax = "expected HOST:PORT, for example 127.0.0.1:7878, localhost:7878 or [::1]:7878";
+    if !text
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+    {
+        return Err(syntax.to_owned());
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{text} resolves to no address")),
+        Err(e) => Err(format!("cannot resolve {text}: {e} ({syntax})")),
     }
 }
 
@@ -209,6 +248,16 @@ fn serve(
     };
     if let Some(bind) = bind {
         config.server.bind = bind;
+        // A free port asked for: the MQTT listeners take free ports too
+        // (logged as `serving MQTT over TCP at ADDR`), so that a test or
+        // a second broker does not collide with a local MQTT broker.
+        if bind.port() == 0 && mqtt_bind.is_none() {
+            for addr in [&mut config.mqtt.tcp_bind, &mut config.mqtt.tls_bind] {
+                if let Some(any_port) = with_port_zero(addr) {
+                    *addr = any_port;
+                }
+            }
+        }
     }
     if let Some(dir) = data_dir {
         config.store.data_dir = dir;
@@ -243,19 +292,27 @@ fn serve(
     let listener = match TcpListener::bind(config.server.bind) {
         Ok(listener) => listener,
         Err(e) => {
-            tracing::error!(addr = %config.server.bind, "cannot bind: {e}");
-            eprintln!("wharf: cannot bind {}: {e}", config.server.bind);
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (another program listens there: choose another address with --bind, \
+                 for example --bind 127.0.0.1:0 for any free port)"
+            } else {
+                ""
+            };
+            report_failure(
+                config.log.format,
+                &format!("cannot bind {}: {e}{hint}", config.server.bind),
+            );
             return ExitCode::FAILURE;
         }
     };
     let listeners = match wharf::Listeners::bind_mqtt(listener, &config) {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("wharf: {e}");
+            report_failure(config.log.format, &format!("{e}{}", bind_hint(&e)));
             return ExitCode::FAILURE;
         }
     };
+    let log_format = config.log.format;
     let result = actix_rt::System::new().block_on(async move {
         // Handlers are installed before the broker starts, so a signal
         // that arrives while it starts stops it cleanly.
@@ -266,14 +323,50 @@ fn serve(
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(wharf::Error::Config(e)) => {
-            tracing::error!("invalid configuration: {e}");
-            config_error(&e)
+            report_failure(log_format, &format!("invalid configuration: {e}"));
+            ExitCode::from(EXIT_CONFIG)
         }
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("wharf: {e}");
+            report_failure(log_format, &e.to_string());
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `addr` (a `HOST:PORT` listener address) with port 0; `None` when it
+/// is empty (no listener) or not an address.
+fn with_port_zero(addr: &str) -> Option<String> {
+    let mut parsed: SocketAddr = addr.parse().ok()?;
+    parsed.set_port(0);
+    Some(parsed.to_string())
+}
+
+/// What to do about a listener that could not be bound.
+fn bind_hint(e: &wharf::Error) -> &'static str {
+    match e {
+        wharf::Error::Bind {
+            key: "mqtt.tcp_bind",
+            ..
+        } => {
+            " (an MQTT broker such as Mosquitto often holds 1883: move Wharf's MQTT listener \
+             with --mqtt-bind 127.0.0.1:1884, turn it off with --mqtt-bind \"\", or set \
+             [mqtt] tcp_bind in the config)"
+        }
+        wharf::Error::Bind {
+            key: "mqtt.tls_bind",
+            ..
+        } => " (move it, or turn it off with tls_bind = \"\", under [mqtt] in the config)",
+        _ => "",
+    }
+}
+
+/// Says once why the broker could not start or run: on stderr as text,
+/// or as an ERROR event when the logs are JSON (a log collector reads
+/// those; a person reads the former).
+fn report_failure(format: LogFormat, message: &str) {
+    match format {
+        LogFormat::Json => tracing::error!("{message}"),
+        LogFormat::Text => eprintln!("wharf: {message}"),
     }
 }
 
@@ -306,16 +399,26 @@ fn raise_file_limit(max_connections: usize) {
         // A connection takes one descriptor; the store, listeners and
         // threads take a few dozen more.
         let wanted = max_connections as u64 + 64;
-        // Said, not warned: the default max_connections is above some
-        // systems' limits, and a default start should not warn.
+        // Warned when the operator asked for more connections than the
+        // limit allows; with the default max_connections (above some
+        // systems' limits) a default start says it only at DEBUG.
         if hard < wanted {
-            tracing::info!(
-                limit = hard,
-                max_connections,
-                "the open-file limit is below [server] max_connections: connections past \
-                 about {} will be refused (raise it with ulimit -n or LimitNOFILE=)",
-                hard.saturating_sub(64)
-            );
+            let past = hard.saturating_sub(64);
+            if max_connections != wharf::config::ServerConfig::default().max_connections {
+                tracing::warn!(
+                    limit = hard,
+                    max_connections,
+                    "the open-file limit is below [server] max_connections: connections past \
+                     about {past} will be refused (raise it with ulimit -n or LimitNOFILE=)"
+                );
+            } else {
+                tracing::debug!(
+                    limit = hard,
+                    max_connections,
+                    "the open-file limit is below the default max_connections: connections past \
+                     about {past} will be refused (raise it with ulimit -n or LimitNOFILE=)"
+                );
+            }
         }
     }
 }

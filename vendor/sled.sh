@@ -32,7 +32,7 @@ url="https://static.crates.io/crates/sled/sled-$version.crate"
 cache=target/vendor/sled-$version.crate
 # What of the published crate the copy keeps: its sources, manifest,
 # licences and documents (not its tests, art, CI files or lock file).
-keep=(.rustfmt.toml CHANGELOG.md Cargo.toml LICENSE-APACHE LICENSE-MIT README.md SAFETY.md SECURITY.md src)
+keep=(CHANGELOG.md Cargo.toml LICENSE-APACHE LICENSE-MIT README.md SAFETY.md SECURITY.md src)
 
 if [ ! -f "$cache" ] || ! echo "$sha256  $cache" | sha256sum --check --status; then
     mkdir -p "$(dirname "$cache")"

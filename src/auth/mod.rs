@@ -397,6 +397,14 @@ impl Auth {
                 .verify(token)
                 .map(|c| Principal::new(&c.subject, Via::Jwt, c.grants, c.expires))
                 .map_err(|why| (AuthError::Bad, format!("JWT refused: {why}"))),
+            _ if self.0.users.is_empty() && self.0.tokens.is_empty() && self.0.jwt.is_none() => {
+                Err((
+                    AuthError::Bad,
+                    "no users or tokens are configured ([auth]): connect without credentials, \
+                 or add [[auth.users]] or [[auth.tokens]]"
+                        .into(),
+                ))
+            }
             _ => Err((AuthError::Bad, "unknown token".into())),
         }
     }

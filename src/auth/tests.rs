@@ -295,6 +295,23 @@ async fn passwords_tokens_and_failures() {
     assert!(auth.required(), "credentials configured: no anonymous");
 }
 
+#[tokio::test]
+async fn credentials_sent_to_a_broker_without_users_say_so() {
+    let open = Auth::open();
+    let Err((AuthError::Bad, why)) = open.password("dashboard", b"secret").await else {
+        panic!("a password on a broker with no users was not refused as bad");
+    };
+    assert!(
+        why.starts_with("no users or tokens are configured"),
+        "{why}"
+    );
+    // With users configured, an unknown token is just that.
+    let Err((AuthError::Bad, why)) = auth().token("nope") else {
+        panic!("an unknown token was not refused");
+    };
+    assert_eq!(why, "unknown token");
+}
+
 #[test]
 fn anonymous_follows_the_config() {
     assert!(

@@ -202,11 +202,15 @@ fn status_text(view: &Value) -> String {
         if v.is_null() {
             continue;
         }
-        let text = match (key, v.as_u64()) {
-            ("started_ms" | "retry_at_ms" | "created_ms", Some(ms)) => unix_ms(ms),
-            _ => cell(v),
+        // Times are shown as UTC dates, under a label that says so (not
+        // the field's `_ms`, which names the JSON's milliseconds).
+        let (label, text) = match (key, v.as_u64()) {
+            ("started_ms", Some(ms)) => ("started (UTC)", unix_ms(ms)),
+            ("retry_at_ms", Some(ms)) => ("retry at (UTC)", unix_ms(ms)),
+            ("created_ms", Some(ms)) => ("created (UTC)", unix_ms(ms)),
+            _ => (key, cell(v)),
         };
-        rows.push(vec![format!("{key}:"), text]);
+        rows.push(vec![format!("{label}:"), text]);
     }
     rows.push(vec!["data:".into(), view["data"].to_string()]);
     let text = table::render(&["", ""], &rows);
@@ -247,9 +251,12 @@ mod tests {
             "created_ms": 0, "data": {"a": 1}});
         let text = status_text(&v);
         assert!(
-            text.contains("status:") && text.contains("1970-01-01"),
+            text.contains("status:")
+                && text.contains("created (UTC):")
+                && text.contains("1970-01-01"),
             "{text}"
         );
+        assert!(!text.contains("created_ms"), "{text}");
         let ls = ls_table(&json!({"jobs": [v], "next": null}));
         assert!(
             ls.lines().nth(1).is_some_and(|l| l.starts_with("j1")),

@@ -159,7 +159,7 @@ pub fn matches(filter: &str, topic: &str) -> bool {
     matches_levels(filter, topic)
 }
 
-/// [`matches`] level by level only, without the `$` rule: a permission
+/// [`matches()`] level by level only, without the `$` rule: a permission
 /// of `#` grants `$` topics too (permissions are not subscriptions).
 pub fn matches_levels(filter: &str, topic: &str) -> bool {
     let mut f = filter.split('/');
@@ -209,7 +209,7 @@ pub fn covers_levels(allowed: &str, filter: &str) -> bool {
 }
 
 /// Whether some topic matches both filters (level by level, without the
-/// `$` rule, so it may say yes where [`matches`] never would for both).
+/// `$` rule, so it may say yes where [`matches()`] never would for both).
 /// The cluster keeps a filter's NATS subscription while a newer one
 /// overlaps it, so that no topic changes the subscription it arrives by.
 pub fn overlaps(a: &str, b: &str) -> bool {

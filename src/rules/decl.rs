@@ -158,9 +158,37 @@ fn the_one<'t>(
 ) -> Result<(&'t str, &'t Value, String), Failed> {
     let found: Vec<&String> = t.keys().filter(|k| among.contains(&k.as_str())).collect();
     let [key] = found.as_slice() else {
-        return fail(field, format!("needs exactly one of: {}", among.join(", ")));
+        let mut reason = format!("needs exactly one of: {}", among.join(", "));
+        // None of them: a misspelt key is the likely cause, so name it.
+        if let (true, Some(k)) = (found.is_empty(), t.keys().next()) {
+            reason = format!("unknown key `{k}`: {reason}");
+            if let Some(near) = among.iter().find(|a| near_miss(k, a)) {
+                reason.push_str(&format!(" (did you mean `{near}`?)"));
+            }
+        }
+        return fail(field, reason);
     };
     Ok((key.as_str(), &t[key.as_str()], format!("{field}.{key}")))
+}
+
+/// Whether `typed` is `known` with one letter dropped, added, changed or
+/// two neighbours swapped: the misspellings worth a suggestion.
+fn near_miss(typed: &str, known: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (typed.chars().collect(), known.chars().collect());
+    if a == b || a.len().abs_diff(b.len()) > 1 {
+        return false;
+    }
+    let head = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let (ra, rb) = (&a[head..], &b[head..]);
+    let tail = |x: &[char], y: &[char]| x == y;
+    match ra.len().cmp(&rb.len()) {
+        std::cmp::Ordering::Less => tail(ra, &rb[1..]),
+        std::cmp::Ordering::Greater => tail(&ra[1..], rb),
+        std::cmp::Ordering::Equal => {
+            tail(&ra[1..], &rb[1..])
+                || (ra.len() >= 2 && ra[0] == rb[1] && ra[1] == rb[0] && tail(&ra[2..], &rb[2..]))
+        }
+    }
 }
 
 /// `exists = true` (absence is `not`).
@@ -703,5 +731,40 @@ mod tests {
         }
         let dup = "[[rules]]\nname = \"r\"\nthen = [{ drop = true }]\n".repeat(2);
         assert!(rules(&dup).unwrap_err().starts_with("rules[1] (r).name:"));
+    }
+
+    #[test]
+    fn a_misspelt_key_is_named_with_its_likely_spelling() {
+        let e = rules("[[rules]]\nname = \"r\"\nthen = [{ republsh = \"b\" }]\n").unwrap_err();
+        assert!(
+            e.starts_with("rules[0] (r).then[0]: unknown key `republsh`")
+                && e.contains("did you mean `republish`?"),
+            "{e}"
+        );
+        let e =
+            rules("[[rules]]\nname = \"r\"\nwhen = { topc = \"a\" }\nthen = [{ drop = true }]\n")
+                .unwrap_err();
+        assert!(
+            e.contains("unknown key `topc`") && e.contains("`topic`?"),
+            "{e}"
+        );
+        // Nothing close: named, no guess.
+        let e = rules("[[rules]]\nname = \"r\"\nthen = [{ shout = true }]\n").unwrap_err();
+        assert!(
+            e.contains("unknown key `shout`") && !e.contains("did you mean"),
+            "{e}"
+        );
+        for (typed, known, near) in [
+            ("republsh", "republish", true),
+            ("republishh", "republish", true),
+            ("repbulish", "republish", true),
+            ("republixh", "republish", true),
+            ("drop", "drop", false),
+            ("dorp", "drop", true),
+            ("forwarded", "forward", false),
+            ("x", "stop", false),
+        ] {
+            assert_eq!(near_miss(typed, known), near, "{typed} / {known}");
+        }
     }
 }

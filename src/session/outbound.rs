@@ -630,7 +630,7 @@ impl OutboundStream {
     /// `batch` is 0). `Ready(true)` when something was laid,
     /// `Ready(false)` when the stream is over and nothing was, `Pending`
     /// (waker registered) when nothing is ready. A writer that owns its
-    /// socket passes [`WRITE_BATCH`] and the same buffer every time, so
+    /// socket passes `WRITE_BATCH` (32 KiB) and the same buffer every time, so
     /// that it writes once per batch, as actix-http's writer does, and
     /// reuses the buffer while the connection is busy.
     pub fn poll_fill(

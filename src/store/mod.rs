@@ -251,7 +251,7 @@ impl Store {
     /// sled gives the space of deleted records back only so. Takes the
     /// store, which must be the only handle on it (nothing else may write
     /// while it runs). Used by `wharf store compact`; a start compacts
-    /// through [`Store::compact_if_worth`].
+    /// through `Store::compact_if_worth`.
     ///
     /// # Errors
     /// As [`Store::open`]; the store is then as it was (a failed copy is

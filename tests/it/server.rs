@@ -265,6 +265,118 @@ fn binary_reports_a_port_in_use_and_exits_nonzero() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot bind"));
 }
 
+/// An MQTT port that is taken stops the start with the way out, said
+/// once: `--mqtt-bind` to move it or turn it off.
+#[test]
+fn binary_says_how_to_move_a_taken_mqtt_port() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--mqtt-bind",
+            &addr,
+            "--data-dir",
+        ])
+        .arg(tmp.path().join("d"))
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = format!("cannot bind mqtt.tcp_bind = {addr}");
+    assert_eq!(stderr.matches(&said).count(), 1, "said once: {stderr}");
+    assert!(
+        stderr.contains("--mqtt-bind 127.0.0.1:1884") && stderr.contains("--mqtt-bind \"\""),
+        "{stderr}"
+    );
+    // No colours for a stderr that is not a terminal.
+    assert!(!stderr.contains('\x1b'), "{stderr}");
+}
+
+/// `--bind` takes a host name; with port 0 the MQTT listener takes a
+/// free port too (the test's own `--mqtt-bind` is left out on purpose).
+#[test]
+fn binary_binds_a_host_name_and_a_free_mqtt_port() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("d");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--bind", "localhost:0", "--data-dir"])
+        .arg(&data)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // Read to the end on a thread of its own: the broker keeps logging.
+    let (tx, lines) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut mqtt = None;
+    let mut http = None;
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if let Some(rest) = line.split("serving MQTT over TCP at ").nth(1) {
+            mqtt = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            http = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if mqtt.is_some() && http.is_some() {
+            break;
+        }
+    }
+    let (mqtt, http): (SocketAddr, SocketAddr) = (
+        mqtt.expect("an MQTT address logged").parse().unwrap(),
+        http.expect("an HTTP address logged").parse().unwrap(),
+    );
+    assert!(http.ip().is_loopback() && http.port() != 0, "{http}");
+    assert!(mqtt.port() != 1883 && mqtt.port() != 0, "{mqtt}");
+    // The MQTT listener answers.
+    assert!(std::net::TcpStream::connect(mqtt).is_ok());
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "wharf did not stop");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Mistakes a newcomer makes on the command line are answered with the
+/// right syntax.
+#[test]
+fn binary_answers_command_line_mistakes_with_the_syntax() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--port", "9000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--bind 127.0.0.1:9000"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--bind", "localhost"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("expected HOST:PORT"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// An HTTP request with an `Authorization: Bearer` header: the status.
 fn bearer_status(addr: SocketAddr, method: &str, path: &str, token: &str) -> u16 {
     let auth = format!("Authorization: Bearer {token}\r\n");
