@@ -16,9 +16,11 @@ use crate::taskq::SchedulerConfig;
 pub mod auth;
 mod cluster;
 mod queues;
+mod rules;
 
-pub use cluster::ClusterConfig;
+pub use cluster::{ClusterConfig, valid_prefix};
 pub use queues::{ExpiredPolicy, QueueDecl, QueueOptions};
+pub use rules::RuleDecl;
 
 /// The shipped `config.toml`: every key with its default and a comment.
 pub const DEFAULT_TOML: &str = include_str!("../config.toml");
@@ -54,7 +56,7 @@ pub struct Config {
     pub auth: auth::AuthConfig,
     /// `[[rules]]`: matcher trees and the actions they trigger on
     /// published messages (see [`crate::rules`]).
-    pub rules: Vec<crate::rules::RuleDecl>,
+    pub rules: Vec<RuleDecl>,
     /// `[cluster]`: the NATS servers that join nodes into one broker.
     pub cluster: ClusterConfig,
     /// The file this was read from, which a rules reload (`SIGHUP`,
@@ -745,7 +747,6 @@ impl Config {
                 reason: format!("not a tracing filter: {e}"),
             });
         }
-        crate::rules::compile(&self.rules)?;
         self.cluster.validate()?;
         for (i, q) in self.queues.iter().enumerate() {
             if let Some(home) = &q.home

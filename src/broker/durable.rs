@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
+use super::calls::MAX_PREFETCH;
 use super::queue::{Incoming, QueueHandle, now_ms};
-use super::queues::MAX_PREFETCH;
 use super::sink::{DeliveryOutcome, Sink, Subscription, next_sink_id};
 use super::{Broker, BrokerError, Published};
 use crate::config::QueueDecl;

@@ -53,9 +53,8 @@ impl Broker {
     /// An unknown queue, an overloaded queue or store writer, a failed
     /// commit.
     pub async fn purge_queue(&self, queue: &str) -> Result<u64, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
-            return cluster
-                .admin_at(&home, queue, crate::cluster::home::AdminOp::Purge)
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
+            return super::hooks::admin_at(&*remote, &home, queue, super::hooks::AdminOp::Purge)
                 .await;
         }
         let q = self.existing_queue(queue)?;

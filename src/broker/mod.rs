@@ -12,7 +12,9 @@
 //! Publishing needs only a read lock to find the topic; fan-out happens in
 //! the topic's task and never copies the payload.
 
+mod calls;
 mod durable;
+pub mod hooks;
 mod inspect;
 pub mod jobs;
 mod message;
@@ -30,6 +32,7 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 
+pub use calls::{Enqueue, MAX_PREFETCH, Settlement};
 pub use durable::{
     DURABLE_PREFETCH, DURABLE_PREFIX, ORIGIN_HEADER, QOS_HEADER, RETAIN_HEADER, TOPIC_HEADER,
     durable_queue_name, origin_tag,
@@ -40,9 +43,7 @@ pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, MessageState,
     QueueCounters, QueueInfo, now_ms,
 };
-pub use queues::{
-    DLQ_SUFFIX, Drain, Enqueue, MAX_DRAIN_WAIT_MS, MAX_IDS, MAX_PREFETCH, Settlement,
-};
+pub use queues::{DLQ_SUFFIX, Drain, MAX_DRAIN_WAIT_MS, MAX_IDS};
 pub use shared::{SHARED_PREFETCH, SHARED_PREFIX, shared_queue_name};
 pub use sink::{
     DeliveryOutcome, MqttSubOptions, QueuedDelivery, Sink, SubTag, Subscription, next_sink_id,
@@ -309,10 +310,10 @@ struct Inner {
     metrics: Arc<crate::metrics::Metrics>,
     /// Held while a member joins or leaves a shared subscription.
     shared: tokio::sync::Mutex<()>,
-    /// The rules every publish goes through.
-    rules: crate::rules::Rules,
-    /// The other nodes, when `[cluster]` joins this one to them.
-    cluster: std::sync::OnceLock<crate::cluster::Cluster>,
+    /// What sees every publish first (the rules), once installed.
+    publish_hook: std::sync::OnceLock<Arc<dyn hooks::PublishHook>>,
+    /// The other nodes (the cluster), once installed.
+    remote: std::sync::OnceLock<Arc<dyn hooks::Remote>>,
 }
 
 #[derive(Default)]
@@ -410,8 +411,8 @@ impl Broker {
                 queues: RwLock::new(queues::QueueRegistry::default()),
                 shared: tokio::sync::Mutex::new(()),
                 metrics: Arc::default(),
-                rules: crate::rules::Rules::default(),
-                cluster: std::sync::OnceLock::new(),
+                publish_hook: std::sync::OnceLock::new(),
+                remote: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -564,22 +565,31 @@ impl Broker {
         self.publish_at(msg, source, 0).await
     }
 
-    /// Joins this broker to a cluster: from now on its publishes go to
-    /// the other nodes too, and its subscriptions hear theirs. Once only;
-    /// a second cluster is handed back.
+    /// Installs what sees every publish before the local topics (the
+    /// rules). Once only; a second hook is handed back.
     ///
     /// # Errors
-    /// The cluster given, if one is attached already.
-    pub fn attach_cluster(
+    /// The hook given, if one is installed already.
+    pub fn set_publish_hook(
         &self,
-        cluster: crate::cluster::Cluster,
-    ) -> Result<(), crate::cluster::Cluster> {
-        self.inner.cluster.set(cluster)
+        hook: Arc<dyn hooks::PublishHook>,
+    ) -> Result<(), Arc<dyn hooks::PublishHook>> {
+        self.inner.publish_hook.set(hook)
     }
 
-    /// The cluster this broker is a node of, if any.
-    pub fn cluster(&self) -> Option<&crate::cluster::Cluster> {
-        self.inner.cluster.get()
+    /// Joins this broker to other nodes (a cluster): from now on its
+    /// publishes go to them too, and calls for queues homed there are
+    /// sent there. Once only; a second remote is handed back.
+    ///
+    /// # Errors
+    /// The remote given, if one is installed already.
+    pub fn set_remote(&self, remote: Arc<dyn hooks::Remote>) -> Result<(), Arc<dyn hooks::Remote>> {
+        self.inner.remote.set(remote)
+    }
+
+    /// The other nodes, if this broker is one of a cluster.
+    pub fn remote(&self) -> Option<&Arc<dyn hooks::Remote>> {
+        self.inner.remote.get()
     }
 
     /// Whether a local subscription still uses `filter` (a wildcard
@@ -614,11 +624,6 @@ impl Broker {
         self.publish_local(msg).await
     }
 
-    /// The rules every publish goes through (`[[rules]]`, and the app's).
-    pub fn rules(&self) -> &crate::rules::Rules {
-        &self.inner.rules
-    }
-
     /// A publish `depth` republishes deep in a chain of rules.
     pub(crate) async fn publish_at(
         &self,
@@ -627,28 +632,19 @@ impl Broker {
         depth: u8,
     ) -> Result<PublishOutcome, BrokerError> {
         self.check_topic(&msg.topic)?;
-        let msg = if self.inner.rules.active() {
-            // Boxed: inline, the rules' future (~1.4 KB) made every
-            // publish's future that size, rules or not, and it is copied
-            // into each caller's.
-            match Box::pin(self.inner.rules.apply(self, msg, source, depth)).await {
+        // The hook (the rules) first: it may edit, copy or drop. Its
+        // future is boxed by the hook, so it costs nothing in size to a
+        // publish that has no hook.
+        let msg = match self.inner.publish_hook.get() {
+            Some(hook) if hook.active() => match hook.apply(self, msg, source, depth).await {
                 Some(msg) => msg,
                 None => return Ok(PublishOutcome::default()),
-            }
-        } else {
-            msg
+            },
+            _ => msg,
         };
-        if let Some(cluster) = self.inner.cluster.get() {
-            cluster.forward(
-                &msg.topic,
-                &msg.payload,
-                &msg.headers,
-                crate::cluster::wire::Flags {
-                    retain: msg.retain,
-                    priority: msg.priority,
-                    qos: msg.qos,
-                },
-            );
+        // Then the other nodes, without waiting; then the local topics.
+        if let Some(remote) = self.inner.remote.get() {
+            remote.forward(&msg);
         }
         self.publish_local(msg).await
     }
@@ -710,10 +706,10 @@ impl Broker {
     /// An invalid filter, or a topic queue refusing the task.
     pub async fn subscribe(&self, sub: Subscription) -> Result<(), BrokerError> {
         self.check_filter(&sub.filter)?;
-        if let Some(cluster) = self.inner.cluster.get() {
+        if let Some(remote) = self.inner.remote.get() {
             // Before the local subscribe: by the time it returns, a
             // publish on any node is heard here.
-            cluster.want(&sub.filter).await;
+            remote.want(&sub.filter).await;
         }
         if !routing::is_wildcard(&sub.filter) {
             return self.subscribe_exact(sub).await;

@@ -13,15 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
-
+use super::calls::{Enqueue, MAX_PREFETCH, Settlement};
 use super::durable::{DURABLE_PREFIX, StoredMeta};
+use super::hooks::{AdminOp, Answering, Remote, admin_at};
 use super::queue::{Incoming, QueueError, QueueHandle, QueueInfo, QueueShared, QueueState, now_ms};
 use super::sink::Subscription;
 use super::{Broker, BrokerError};
-use crate::cluster::home::AdminOp;
 use crate::config::{QueueDecl, QueueOptions};
-use crate::protocol::frame::Headers;
 use crate::routing;
 use crate::store::queues::{self as records, LoadedQueues};
 use crate::store::{Durable, SubmitError};
@@ -29,9 +27,6 @@ use crate::taskq::{Lane, TaskQueue};
 
 /// Suffix of dead-letter queues' default names.
 pub const DLQ_SUFFIX: &str = ".dlq";
-
-/// Largest prefetch a consumer may ask for.
-pub const MAX_PREFETCH: u32 = 10_000;
 
 /// Most delivery ids in one ack, nack, reject or touch.
 pub const MAX_IDS: usize = 10_000;
@@ -48,21 +43,6 @@ pub(crate) struct QueueRegistry {
     next_id: u32,
     /// Topic subscriptions that copy messages into queues, by queue.
     pub(super) binds: HashMap<String, Vec<Subscription>>,
-}
-
-/// A message to put on a queue.
-#[derive(Debug, Clone, Default)]
-pub struct Enqueue {
-    /// The queue's name (topic-name rules: no wildcards).
-    pub queue: String,
-    /// Payload bytes.
-    pub payload: Bytes,
-    /// Headers.
-    pub headers: Headers,
-    /// 0 (lowest, default) to 9.
-    pub priority: u8,
-    /// Time to live in ms (the queue's `ttl_ms` caps it).
-    pub ttl_ms: Option<u64>,
 }
 
 /// Longest a draining delete may hold its request (HTTP or native)
@@ -83,23 +63,6 @@ pub enum Drain {
     },
     /// No such queue.
     NotFound,
-}
-
-/// What the consumer of a delivery decided (as JSON between cluster
-/// nodes: `"ack"`, `{"nack": ms}`, `"reject"`, `{"touch": ms}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Settlement {
-    /// Done: delete the message.
-    Ack,
-    /// Give it back: redelivered after the delay (ms), or after the
-    /// queue's backoff schedule when `None`.
-    Nack(Option<u64>),
-    /// Send it to the dead-letter queue.
-    Reject,
-    /// Still working: extend the ack deadline by this much (ms), or by
-    /// the ack timeout when `None`.
-    Touch(Option<u64>),
 }
 
 impl From<QueueError> for BrokerError {
@@ -310,8 +273,8 @@ impl Broker {
         ids: Vec<u64>,
         how: Settlement,
     ) {
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
-            cluster.settle_detached_at(&home, queue, sink, id, ids, how);
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
+            remote.settle_detached(&home, queue, sink, id, ids, how);
             return;
         }
         let Ok(Some(q)) = self.queue(queue, false) else {
@@ -372,8 +335,8 @@ impl Broker {
     pub fn enqueue_elsewhere(
         &self,
         msg: Enqueue,
-    ) -> Result<Result<crate::cluster::Answering<u64>, BrokerError>, Enqueue> {
-        let Some((cluster, home)) = self.home_elsewhere(&msg.queue) else {
+    ) -> Result<Result<Answering<u64>, BrokerError>, Enqueue> {
+        let Some((remote, home)) = self.home_elsewhere(&msg.queue) else {
             return Err(msg);
         };
         if msg.priority > 9 {
@@ -382,7 +345,7 @@ impl Broker {
         if let Err(e) = self.check_topic(&msg.queue) {
             return Ok(Err(e));
         }
-        Ok(cluster.enqueue_sent(&home, msg))
+        Ok(remote.enqueue_sent(&home, msg))
     }
 
     /// For a queue homed on another node: sends the settle there now and
@@ -398,22 +361,22 @@ impl Broker {
         id: &str,
         ids: Vec<u64>,
         how: Settlement,
-    ) -> Result<Result<crate::cluster::Answering<()>, BrokerError>, Vec<u64>> {
-        let Some((cluster, home)) = self.home_elsewhere(queue) else {
+    ) -> Result<Result<Answering<()>, BrokerError>, Vec<u64>> {
+        let Some((remote, home)) = self.home_elsewhere(queue) else {
             return Err(ids);
         };
         if ids.is_empty() || ids.len() > MAX_IDS {
             return Ok(Err(BrokerError::InvalidIds(ids.len())));
         }
-        Ok(cluster.settle_sent(&home, queue, sink, id, ids, how))
+        Ok(remote.settle_sent(&home, queue, sink, id, ids, how))
     }
 
     /// Puts a message on a queue without waiting for anything (not even
     /// the task): for callers inside other resources' tasks, which must
     /// not block. Failures are logged.
     pub fn enqueue_detached(&self, msg: Enqueue) {
-        if let Some((cluster, home)) = self.home_elsewhere(&msg.queue) {
-            cluster.enqueue_detached_at(&home, msg);
+        if let Some((remote, home)) = self.home_elsewhere(&msg.queue) {
+            remote.enqueue_detached(&home, msg);
             return;
         }
         let queue = match self.queue(&msg.queue, true) {
@@ -463,9 +426,9 @@ impl Broker {
         if prefetch == 0 || prefetch > MAX_PREFETCH {
             return Err(BrokerError::InvalidPrefetch(prefetch));
         }
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
             self.check_topic(queue)?;
-            return cluster.consume_at(&home, queue, sub, prefetch).await;
+            return remote.consume(&home, queue, sub, prefetch).await;
         }
         let q = self.queue(queue, true)?.ok_or(BrokerError::Contended)?;
         Ok(q.tq
@@ -484,8 +447,8 @@ impl Broker {
         sink: u64,
         id: &str,
     ) -> Result<(), BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
-            return cluster.cancel_at(&home, queue, sink, id).await;
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
+            return remote.cancel(&home, queue, sink, id).await;
         }
         let q = self
             .queue(queue, false)?
@@ -537,10 +500,10 @@ impl Broker {
 
     /// The cluster and the node `queue` lives on, when that is another
     /// node: queue calls are then sent there.
-    pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<(crate::cluster::Cluster, String)> {
-        let cluster = self.cluster()?;
-        let home = cluster.home_elsewhere(queue)?;
-        Some((cluster.clone(), home))
+    pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<(Arc<dyn Remote>, String)> {
+        let remote = self.remote()?;
+        let home = remote.home_elsewhere(queue)?;
+        Some((remote.clone(), home))
     }
 
     /// A queue's numbers (with its dead-letter queue's depth), if it
@@ -558,10 +521,8 @@ impl Broker {
     /// # Errors
     /// The home's refusal, or its silence.
     pub async fn queue_info_or_why(&self, name: &str) -> Result<Option<QueueInfo>, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(name) {
-            return cluster
-                .admin_at::<Option<QueueInfo>>(&home, name, AdminOp::Info)
-                .await;
+        if let Some((remote, home)) = self.home_elsewhere(name) {
+            return admin_at::<Option<QueueInfo>>(&*remote, &home, name, AdminOp::Info).await;
         }
         Ok(self.local_queue_info(name).await)
     }
@@ -614,11 +575,11 @@ impl Broker {
                 "{target:?} lives on another node than {dlq:?}: redrive moves messages within one node"
             )));
         }
-        if let Some((cluster, home)) = self.home_elsewhere(dlq) {
+        if let Some((remote, home)) = self.home_elsewhere(dlq) {
             let op = AdminOp::Redrive {
                 to: to.map(str::to_owned),
             };
-            return cluster.admin_at(&home, dlq, op).await;
+            return admin_at(&*remote, &home, dlq, op).await;
         }
         let source = self
             .queue(dlq, false)?
@@ -702,8 +663,8 @@ impl Broker {
     /// # Errors
     /// The queue refusing the task, or the store failing the deletes.
     pub async fn delete_queue(&self, name: &str) -> Result<bool, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(name) {
-            return cluster.admin_at(&home, name, AdminOp::Delete).await;
+        if let Some((remote, home)) = self.home_elsewhere(name) {
+            return admin_at(&*remote, &home, name, AdminOp::Delete).await;
         }
         let Some(q) = self.queue(name, false)? else {
             return Ok(false);
@@ -742,11 +703,11 @@ impl Broker {
     /// # Errors
     /// The queue refusing the task, or the store failing the deletes.
     pub async fn drain_queue(&self, name: &str, wait: Duration) -> Result<Drain, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(name) {
+        if let Some((remote, home)) = self.home_elsewhere(name) {
             let op = AdminOp::Drain {
                 wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
             };
-            return cluster.admin_at(&home, name, op).await;
+            return admin_at(&*remote, &home, name, op).await;
         }
         let Some(q) = self.queue(name, false)? else {
             return Ok(Drain::NotFound);

@@ -6,8 +6,8 @@
 //! gives its unacknowledged deliveries back to the others, and the last
 //! member's leaving ends the group (the queue and its binding go).
 
+use super::calls::MAX_PREFETCH;
 use super::queue::now_ms;
-use super::queues::MAX_PREFETCH;
 use super::sink::Subscription;
 use super::{Broker, BrokerError};
 use crate::routing;

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::ClientError;
-use crate::transport::wsread::FrameCodec;
+use crate::wsframe::FrameCodec;
 
 /// Longest handshake response accepted.
 const MAX_RESPONSE: usize = 16 * 1024;

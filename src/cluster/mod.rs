@@ -22,6 +22,7 @@
 //! publish path.
 
 pub mod home;
+mod hooks;
 mod kv;
 mod link;
 mod remote;

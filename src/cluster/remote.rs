@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use parking_lot::Mutex;
-use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Semaphore, oneshot};
 
@@ -192,9 +191,7 @@ impl Sink for RemoteSink {
     }
 }
 
-/// A call's answer to come, already sent.
-pub type Answering<T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BrokerError>> + Send>>;
+pub use crate::broker::hooks::Answering;
 
 /// Calls waiting for answers at most (then calls are refused as
 /// overloaded).
@@ -255,7 +252,7 @@ impl Cluster {
     pub fn serve_jobs(&self, jobs: &Jobs) {
         let _ = self.shared.remotes.jobs.set(jobs.clone());
         if let Some(home) = self.home_elsewhere(JOBS_HOME_KEY) {
-            jobs.set_home(self.clone(), home);
+            jobs.set_home(std::sync::Arc::new(self.clone()), home);
         }
     }
 
@@ -519,13 +516,13 @@ impl Cluster {
         self.tell(home, &call, &[]);
     }
 
-    /// An operator's call on a queue on `home`, its reply read as `T`.
-    pub(crate) async fn admin_at<T: DeserializeOwned>(
+    /// An operator's call on a queue on `home`: its reply as JSON.
+    pub(crate) async fn admin_at(
         &self,
         home: &str,
         queue: &str,
         op: AdminOp,
-    ) -> Result<T, BrokerError> {
+    ) -> Result<serde_json::Value, BrokerError> {
         let limit = match &op {
             AdminOp::Drain { wait_ms } => CALL_TIMEOUT + Duration::from_millis(*wait_ms),
             _ => CALL_TIMEOUT,
@@ -535,23 +532,18 @@ impl Cluster {
             op,
         };
         match answered(home, self.call(home, &call, &[], limit).await)? {
-            Answer::Value { value } => {
-                serde_json::from_value(value).map_err(|e| BrokerError::Remote {
-                    code: ErrorCode::Internal,
-                    message: format!("an unreadable answer from node {home:?}: {e}"),
-                })
-            }
+            Answer::Value { value } => Ok(value),
             other => Err(unexpected(home, &other)),
         }
     }
 
-    /// A jobs call on `home`, its reply read as `T`.
-    pub(crate) async fn job_call<T: DeserializeOwned>(
+    /// A jobs call on `home`: its reply as JSON.
+    pub(crate) async fn job_call(
         &self,
         home: &str,
         call: JobCall,
         limit: Duration,
-    ) -> Result<T, JobError> {
+    ) -> Result<serde_json::Value, JobError> {
         let answer = self
             .call(home, &Call::Job { call }, &[], limit)
             .await
@@ -560,12 +552,7 @@ impl Cluster {
                 message: format!("the jobs resource's home node {home:?} did not answer: {reason}"),
             })?;
         match answer {
-            Answer::Value { value } => {
-                serde_json::from_value(value).map_err(|e| JobError::Remote {
-                    code: ErrorCode::Internal,
-                    message: format!("an unreadable answer from node {home:?}: {e}"),
-                })
-            }
+            Answer::Value { value } => Ok(value),
             Answer::Error { code, message } => Err(JobError::Remote { code, message }),
             other => Err(JobError::Remote {
                 code: ErrorCode::Internal,

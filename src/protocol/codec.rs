@@ -9,12 +9,9 @@
 use bytes::Bytes;
 use serde::Serialize;
 
+pub use super::decode_error::{DecodeError, MAX_DECODE_BYTES};
 use super::decode_error::{Tagged, bincode_error, json_error, leading_tag};
 use super::frame::{ClientFrame, Encoding, ErrorCode, Headers, ServerFrame, payload_to_json};
-
-/// Largest frame the bincode decoder will allocate for; `max_frame` may not
-/// exceed it.
-pub const MAX_DECODE_BYTES: usize = 16 << 20;
 
 /// The two encodings of the native protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,20 +20,6 @@ pub enum Format {
     Json,
     /// bincode in WebSocket binary frames.
     Bincode,
-}
-
-/// A frame that could not be decoded, with the error code to answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {message}", code.as_str())]
-pub struct DecodeError {
-    /// The `error` frame's code.
-    pub code: ErrorCode,
-    /// Detail for people: the operation and the field when known.
-    pub message: String,
-    /// The request id of the refused frame, when it carried one that could
-    /// be read (JSON objects; bincode frames that decoded but had trailing
-    /// bytes).
-    pub rid: Option<u64>,
 }
 
 fn bincode_config() -> impl bincode::config::Config {

@@ -16,9 +16,26 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::codec::{DecodeError, MAX_DECODE_BYTES};
 use super::frame::{self, ClientFrame, ErrorCode, ServerFrame};
 use super::jobs;
+
+/// Largest frame the bincode decoder will allocate for; `max_frame` may not
+/// exceed it.
+pub const MAX_DECODE_BYTES: usize = 16 << 20;
+
+/// A frame that could not be decoded, with the error code to answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct DecodeError {
+    /// The `error` frame's code.
+    pub code: ErrorCode,
+    /// Detail for people: the operation and the field when known.
+    pub message: String,
+    /// The request id of the refused frame, when it carried one that could
+    /// be read (JSON objects; bincode frames that decoded but had trailing
+    /// bytes).
+    pub rid: Option<u64>,
+}
 
 /// What `serde_path_to_error` reports: serde's error and the field's path.
 pub(crate) type PathError = serde_path_to_error::Error<serde_json::Error>;

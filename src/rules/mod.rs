@@ -27,6 +27,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
+use crate::broker::hooks::{HookFuture, PublishHook};
 use crate::broker::{Broker, Enqueue, Publish, Source};
 use crate::routing::FilterTrie;
 
@@ -252,7 +253,7 @@ impl Rules {
     /// No file, or why the file was refused.
     pub fn reload(&self) -> Result<usize, ReloadError> {
         let file = self.file.lock().clone().ok_or(ReloadError::NoFile)?;
-        let config = crate::Config::from_file(&file)?;
+        let config = crate::config::Config::from_file(&file)?;
         let rules = compile(&config.rules)?;
         let mut sources = self.sources.lock();
         sources.0 = rules;
@@ -322,7 +323,7 @@ impl Rules {
 
     /// Runs the rules on `msg`: returns it (headers edited) to publish to
     /// its own topic, or `None` when a rule dropped it.
-    pub(crate) async fn apply(
+    pub(crate) async fn run(
         &self,
         broker: &Broker,
         mut msg: Publish,
@@ -501,4 +502,25 @@ pub struct ActionReport {
     /// A forward's backends and counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward: Option<forward::ForwardReport>,
+}
+
+/// The rules as the broker's publish hook: every publish, whichever way it
+/// came in, passes here before the local topics (see `broker::hooks`).
+impl PublishHook for Rules {
+    #[inline]
+    fn active(&self) -> bool {
+        Rules::active(self)
+    }
+
+    fn apply<'a>(
+        &'a self,
+        broker: &'a Broker,
+        msg: Publish,
+        source: &'a Source<'a>,
+        depth: u8,
+    ) -> HookFuture<'a, Option<Publish>> {
+        // Boxed: inline, the rules' future (~1.4 KB) would make every
+        // publish's future that size, rules or not.
+        Box::pin(self.run(broker, msg, source, depth))
+    }
 }

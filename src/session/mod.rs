@@ -17,7 +17,6 @@ mod rate;
 #[cfg(test)]
 mod tests;
 mod txn;
-pub(crate) mod wsframe;
 
 use std::collections::HashMap;
 use std::sync::Arc;

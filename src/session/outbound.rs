@@ -17,7 +17,6 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
-use super::wsframe;
 use crate::broker::{
     DeliveryOutcome, EncodingSlot, Published, QueuedDelivery, Sink, SubTag, Subscription,
     next_sink_id,
@@ -25,6 +24,7 @@ use crate::broker::{
 use crate::config::SlowConsumer;
 use crate::protocol::codec::{self, Format};
 use crate::protocol::frame::{Dropped, Priority, ServerFrame};
+use crate::wsframe;
 
 /// One queued WebSocket frame: its opcode and payload in parts (a message's
 /// per-subscription prefix and shared body, so nothing is copied until the

@@ -69,7 +69,7 @@ pub(crate) async fn cluster(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Right::Admin)?;
-    let status = match app.broker.cluster() {
+    let status = match &app.cluster {
         Some(c) => c.status().await,
         None => crate::cluster::ClusterStatus {
             state: "off",

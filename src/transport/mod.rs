@@ -16,11 +16,11 @@ mod origin;
 mod queues;
 pub(crate) mod raw;
 mod rules;
+mod source;
 mod topics;
 pub(crate) mod typed;
 mod ws;
 mod wsloop;
-pub(crate) mod wsread;
 
 use std::sync::Arc;
 
@@ -61,6 +61,10 @@ pub struct AppState {
     /// Slots for the dashboard's `GET /admin/stream`, so that open
     /// dashboards are bounded ([`MAX_STREAMS`]).
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
+    /// The rules (`GET /admin/rules`, their reload).
+    pub rules: Arc<crate::rules::Rules>,
+    /// The cluster this node is part of (`GET /admin/cluster`).
+    pub cluster: Option<crate::cluster::Cluster>,
 }
 
 /// Mounts Wharf's routes on an actix `App` or scope. The caller must have

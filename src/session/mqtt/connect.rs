@@ -12,6 +12,7 @@
 //! the client id (see [`durable_id`]).
 
 use super::sink::V5Out;
+use super::v5::{TAKEN_OVER, TAKEN_OVER_CLEAN};
 use super::*;
 use crate::protocol::mqtt::{ConnAck, PropertySet, reason};
 
@@ -88,10 +89,6 @@ pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
     o
 }
 
-/// Why an older connection is closed when a CONNECT takes its client id
-/// over (the start of the reason, for a clean start too).
-pub(crate) const TAKEN_OVER: &str = "session taken over by a new connection";
-
 /// Closes this node's connections of `client` (`mqtt:{id}`) of
 /// `principal` that are older than `at_ms` (Unix ms) because the client
 /// connected again on another node of the cluster then: the same takeover
@@ -116,11 +113,6 @@ pub fn take_over_elsewhere(
     }
     closed
 }
-/// Why an older connection is closed when a CONNECT with clean start
-/// takes its client id over.
-pub(crate) const TAKEN_OVER_CLEAN: &str =
-    "session taken over by a new connection with a clean start";
-
 /// The key of a client's delayed will in [`Sessions::later`].
 ///
 /// [`Sessions::later`]: crate::session::Sessions::later
@@ -283,9 +275,9 @@ impl MqttSession {
             self.sessions.mark_taken_over(old.id, c.clean_session);
             self.sessions.close(old.id, 1000, why, false);
         }
-        if let Some(cluster) = self.broker.cluster() {
+        if let Some(remote) = self.broker.remote() {
             // And on every other node.
-            cluster.announce_connect(&key, &principal.id(), c.clean_session);
+            remote.announce_connect(&key, &principal.id(), c.clean_session);
         }
         self.sessions
             .insert(self.id, "mqtt", key.clone(), self.sink.out.clone());
