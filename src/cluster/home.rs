@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+use super::FrameError;
 pub use crate::broker::hooks::AdminOp;
 pub use crate::broker::jobs::JobCall;
 use crate::broker::{DLQ_SUFFIX, Settlement};
@@ -265,15 +266,16 @@ pub fn frame<T: Serialize>(head: &T, payload: &[u8]) -> Bytes {
 }
 
 /// A framed head and its payload, or why it is not one.
-pub fn unframe<T: for<'de> Deserialize<'de>>(msg: &Bytes) -> Result<(T, Bytes), String> {
+pub fn unframe<T: for<'de> Deserialize<'de>>(msg: &Bytes) -> Result<(T, Bytes), FrameError> {
     let Some(len) = msg.get(..4) else {
-        return Err("shorter than its length".into());
+        return Err(FrameError::Short);
     };
     let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
     if len > MAX_HEAD || msg.len() < 4 + len {
-        return Err(format!("head of {len} bytes does not fit"));
+        return Err(FrameError::Oversized(len));
     }
-    let head = serde_json::from_slice(&msg[4..4 + len]).map_err(|e| e.to_string())?;
+    let head =
+        serde_json::from_slice(&msg[4..4 + len]).map_err(|e| FrameError::Head(e.to_string()))?;
     Ok((head, msg.slice(4 + len..)))
 }
 

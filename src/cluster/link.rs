@@ -16,8 +16,8 @@ use futures_util::stream::{SelectAll, Stream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, Outbound, Shared, kv,
-    subject, wire,
+    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, NatsError, Outbound, Shared,
+    kv, subject, wire,
 };
 use crate::broker::{Publish, WeakBroker};
 use crate::config::ClusterConfig;
@@ -251,7 +251,7 @@ async fn run(
     let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
     // Calls to this node's queues and jobs, and deliveries to its
     // consumers of other nodes' queues (ends with the runtime).
-    tokio::spawn(super::remote::serve(
+    tokio::spawn(super::serve::serve(
         shared.clone(),
         broker.clone(),
         calls,
@@ -423,13 +423,13 @@ struct Link {
 struct Syncing {
     filter: String,
     live: std::collections::HashSet<String>,
-    waiting: Vec<oneshot::Sender<Result<Arc<AtomicBool>, String>>>,
+    waiting: Vec<oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>>,
 }
 
 /// A subscribe's answer: now, or once the filter's retained messages are
 /// in.
 enum Wanted {
-    Now(Result<Arc<AtomicBool>, String>),
+    Now(Result<Arc<AtomicBool>, NatsError>),
     /// A new filter: read its retained messages (these key patterns),
     /// then answer.
     Sync(u64, Vec<String>),
@@ -442,7 +442,7 @@ impl Link {
         &mut self,
         client: &async_nats::Client,
         filter: String,
-        reply: &mut Option<oneshot::Sender<Result<Arc<AtomicBool>, String>>>,
+        reply: &mut Option<oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>>,
         retained: bool,
     ) -> Wanted {
         self.generation += 1;
@@ -452,7 +452,7 @@ impl Link {
                 return Wanted::Later;
             }
             let Some(l) = self.filters.get_mut(id) else {
-                return Wanted::Now(Err("cluster state lost a filter".to_owned()));
+                return Wanted::Now(Err(NatsError::LostFilter));
             };
             l.generation = self.generation;
             l.wanted_at = Instant::now();
@@ -465,7 +465,7 @@ impl Link {
         for s in &subjects {
             match client.subscribe(s.clone()).await {
                 Ok(sub) => subs.push(sub),
-                Err(e) => return Wanted::Now(Err(e.to_string())),
+                Err(e) => return Wanted::Now(Err(NatsError::Request(e.to_string()))),
             }
         }
         for sub in subs {
@@ -550,7 +550,7 @@ impl Link {
         &mut self,
         broker: &crate::broker::Broker,
         id: u64,
-        result: Result<super::Synced, String>,
+        result: Result<super::Synced, NatsError>,
     ) {
         let Some(s) = self.syncing.remove(&id) else {
             return;
@@ -590,11 +590,7 @@ impl Link {
         }
         let confirmed = self.filters.get(&id).map(|l| l.confirmed.clone());
         for w in s.waiting {
-            let _ = w.send(
-                confirmed
-                    .clone()
-                    .ok_or_else(|| "filter released".to_owned()),
-            );
+            let _ = w.send(confirmed.clone().ok_or(NatsError::Released));
         }
     }
 
@@ -718,7 +714,7 @@ async fn serve(
                                         let read = kv::read(&client, &bucket, &keys, limit);
                                         let result = tokio::time::timeout(limit, read)
                                             .await
-                                            .unwrap_or_else(|_| Err("timed out".into()));
+                                            .unwrap_or_else(|_| Err(NatsError::Timeout));
                                         let _ = back.send(Control::Synced { id, result }).await;
                                     });
                                 }
