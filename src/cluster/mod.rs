@@ -21,6 +21,7 @@
 //! publishes through a bounded buffer and never waits for NATS on the
 //! publish path.
 
+mod connect;
 mod error;
 pub mod home;
 mod hooks;
