@@ -163,9 +163,9 @@ impl Wharf {
         if restored > 0 {
             tracing::info!(restored, "retained messages restored from the store");
         }
-        broker.configure_queues(config.queue_defaults.clone(), &config.queues);
+        broker.queues().configure_queues(config.queue_defaults.clone(), &config.queues);
         let (queue_count, started) = (queues.queues.len(), std::time::Instant::now());
-        let messages = broker.restore_queues(queues).await?;
+        let messages = broker.queues().restore_queues(queues).await?;
         if queue_count > 0 {
             tracing::info!(
                 queues = queue_count,
@@ -174,10 +174,10 @@ impl Wharf {
                 "queues restored from the store"
             );
         }
-        broker.declare_queues(&config.queues).await?;
+        broker.durable().declare_queues(&config.queues).await?;
         // Messages kept here for a queue that now lives elsewhere (members
         // or a home changed) are not served: say so.
-        for name in broker.queue_names() {
+        for name in broker.queues().queue_names() {
             if let Some((_, home)) = broker.home_elsewhere(&name)
                 && let Some(depth) = broker.local_queue_info(&name).await.map(|i| i.depth)
                 && depth > 0
@@ -203,7 +203,7 @@ impl Wharf {
                     return;
                 };
                 let payload = serde_json::to_vec(job).unwrap_or_default();
-                broker.enqueue_detached(crate::broker::Enqueue {
+                broker.queues().enqueue_detached(crate::broker::Enqueue {
                     queue: JOBS_DLQ.into(),
                     payload: payload.into(),
                     ..Default::default()
@@ -263,7 +263,7 @@ impl Wharf {
             let mut tick = actix_rt::time::interval(crate::broker::QUEUE_TICK);
             loop {
                 tick.tick().await;
-                ticking.tick_queues();
+                ticking.queues().tick_queues();
                 ticking_jobs.tick();
             }
         });

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::calls::MAX_PREFETCH;
 use super::queue::{Incoming, QueueHandle, now_ms};
 use super::sink::{DeliveryOutcome, Sink, Subscription, next_sink_id};
-use super::{Broker, BrokerError, Published};
+use super::{Broker, BrokerError, DurableSubs, Published};
 use crate::config::QueueDecl;
 use crate::routing;
 use crate::store::queues as records;
@@ -126,13 +126,13 @@ pub fn durable_queue_name(client: &str, sub: &str) -> Result<String, BrokerError
     Ok(name)
 }
 
-impl Broker {
+impl DurableSubs<'_> {
     /// Creates the declared queues and subscribes each to its bound topic
     /// filters.
     ///
     /// # Errors
     /// A filter that is not valid, or a topic refusing the subscription.
-    pub async fn declare_queues(&self, declared: &[QueueDecl]) -> Result<(), BrokerError> {
+    pub async fn declare_queues(self, declared: &[QueueDecl]) -> Result<(), BrokerError> {
         for d in declared {
             if self.home_elsewhere(&d.name).is_some() {
                 // Its home creates and binds it.
@@ -145,66 +145,6 @@ impl Broker {
         }
         Ok(())
     }
-
-    /// Makes `filters` the topic filters copied into `queue` (replacing
-    /// any it had).
-    pub(super) async fn bind(
-        &self,
-        name: &str,
-        queue: &QueueHandle,
-        filters: &[String],
-    ) -> Result<(), BrokerError> {
-        self.unbind(name).await;
-        let mut subs = Vec::with_capacity(filters.len());
-        for filter in filters {
-            let sink = Arc::new(BindSink {
-                id: next_sink_id(),
-                name: name.into(),
-                queue: queue.clone(),
-            });
-            let sub = Subscription::new(
-                sink,
-                &format!("bind:{name}"),
-                filter,
-                crate::broker::SubTag::None,
-                None,
-            );
-            if let Err(e) = self.subscribe(sub.clone()).await {
-                for s in subs {
-                    self.drop_binding(s).await;
-                }
-                return Err(e);
-            }
-            subs.push(sub);
-        }
-        self.queue_registry().binds.insert(name.to_owned(), subs);
-        Ok(())
-    }
-
-    /// Stops copying topic messages into the queue `name`.
-    pub(super) async fn unbind(&self, name: &str) {
-        let old = self.queue_registry().binds.remove(name).unwrap_or_default();
-        for sub in old {
-            self.drop_binding(sub).await;
-        }
-    }
-
-    async fn drop_binding(&self, sub: Subscription) {
-        sub.cancel();
-        let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
-    }
-
-    /// The filters bound to a queue.
-    pub(super) fn bound_filters(&self, name: &str) -> Vec<String> {
-        self.inner
-            .queues
-            .read()
-            .binds
-            .get(name)
-            .map(|subs| subs.iter().map(|s| s.filter.to_string()).collect())
-            .unwrap_or_default()
-    }
-
     /// Subscribes durably: the queue `$durable/<client>/<consumer.id>`
     /// (see [`durable_queue_name`]; `consumer.filter` must be that name)
     /// collects the messages of `filter` from now on, across disconnects
@@ -215,7 +155,7 @@ impl Broker {
     /// # Errors
     /// An invalid filter or name, or a refused subscription or consumer.
     pub async fn subscribe_durable(
-        &self,
+        self,
         client: &str,
         filter: &str,
         consumer: Subscription,
@@ -253,9 +193,8 @@ impl Broker {
             .submit(move |q| q.consume(consumer, prefetch, now_ms()))
             .await??)
     }
-
     /// The durable subscriptions of `client`: (subscription id, filters).
-    pub fn durable_subscriptions(&self, client: &str) -> Vec<(String, Vec<String>)> {
+    pub fn durable_subscriptions(self, client: &str) -> Vec<(String, Vec<String>)> {
         let prefix = format!("{DURABLE_PREFIX}{client}/");
         let reg = self.inner.queues.read();
         let mut out: Vec<(String, Vec<String>)> = reg
@@ -272,21 +211,78 @@ impl Broker {
         out.sort();
         out
     }
-
     /// Ends a durable subscription for good: the binding, the consumer of
     /// `sink` if attached, and the backlog are deleted.
     ///
     /// # Errors
     /// The queue refusing the tasks, or the store failing the deletes.
     pub async fn unsubscribe_durable(
-        &self,
+        self,
         client: &str,
         sub_id: &str,
         sink: u64,
     ) -> Result<bool, BrokerError> {
         let name = durable_queue_name(client, sub_id)?;
         self.unbind(&name).await;
-        let _ = self.cancel_consumer(&name, sink, sub_id).await;
-        self.delete_queue(&name).await
+        let _ = self.queues().cancel_consumer(&name, sink, sub_id).await;
+        self.queues().delete_queue(&name).await
+    }
+}
+
+impl Broker {
+    /// Makes `filters` the topic filters copied into `queue` (replacing
+    /// any it had).
+    pub(super) async fn bind(
+        &self,
+        name: &str,
+        queue: &QueueHandle,
+        filters: &[String],
+    ) -> Result<(), BrokerError> {
+        self.unbind(name).await;
+        let mut subs = Vec::with_capacity(filters.len());
+        for filter in filters {
+            let sink = Arc::new(BindSink {
+                id: next_sink_id(),
+                name: name.into(),
+                queue: queue.clone(),
+            });
+            let sub = Subscription::new(
+                sink,
+                &format!("bind:{name}"),
+                filter,
+                crate::broker::SubTag::None,
+                None,
+            );
+            if let Err(e) = self.subscribe(sub.clone()).await {
+                for s in subs {
+                    self.drop_binding(s).await;
+                }
+                return Err(e);
+            }
+            subs.push(sub);
+        }
+        self.queue_registry().binds.insert(name.to_owned(), subs);
+        Ok(())
+    }
+    /// Stops copying topic messages into the queue `name`.
+    pub(super) async fn unbind(&self, name: &str) {
+        let old = self.queue_registry().binds.remove(name).unwrap_or_default();
+        for sub in old {
+            self.drop_binding(sub).await;
+        }
+    }
+    async fn drop_binding(&self, sub: Subscription) {
+        sub.cancel();
+        let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
+    }
+    /// The filters bound to a queue.
+    pub(super) fn bound_filters(&self, name: &str) -> Vec<String> {
+        self.inner
+            .queues
+            .read()
+            .binds
+            .get(name)
+            .map(|subs| subs.iter().map(|s| s.filter.to_string()).collect())
+            .unwrap_or_default()
     }
 }

@@ -68,6 +68,52 @@ type Topic = TaskQueue<TopicState>;
 /// visited: the granularity of those timers.
 pub const QUEUE_TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// The broker's queues part ([`Broker::queues`]): enqueue, consume,
+/// settle, and the operators' tools (info, purge, browse, move, redrive,
+/// drain, delete). A view that borrows the broker: cheap to make and to
+/// copy, made afresh at each use (`broker.queues().enqueue(..)`). It
+/// derefs to the broker so that its methods reach the broker's own
+/// helpers.
+#[derive(Clone, Copy)]
+pub struct Queues<'a>(&'a Broker);
+
+impl std::ops::Deref for Queues<'_> {
+    type Target = Broker;
+
+    fn deref(&self) -> &Broker {
+        self.0
+    }
+}
+
+/// The broker's part for subscriptions that a queue backs
+/// ([`Broker::durable`]): declared queues' bindings, durable
+/// subscriptions (`$durable/...`) and MQTT shared subscriptions
+/// (`$share/...`). A view, as [`Queues`].
+#[derive(Clone, Copy)]
+pub struct DurableSubs<'a>(&'a Broker);
+
+impl std::ops::Deref for DurableSubs<'_> {
+    type Target = Broker;
+
+    fn deref(&self) -> &Broker {
+        self.0
+    }
+}
+
+impl Broker {
+    /// The queues part: enqueue, consume, settle, and the operators'
+    /// queue tools.
+    pub fn queues(&self) -> Queues<'_> {
+        Queues(self)
+    }
+
+    /// The part for subscriptions backed by queues: bindings, durable and
+    /// shared subscriptions.
+    pub fn durable(&self) -> DurableSubs<'_> {
+        DurableSubs(self)
+    }
+}
+
 /// The broker: cheap to clone, shared by every connection. Its methods
 /// come in six parts, each in a file of its own:
 ///

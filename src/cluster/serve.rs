@@ -138,7 +138,7 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
                 priority,
                 ttl_ms,
             };
-            match broker.enqueue_durable(msg).await {
+            match broker.queues().enqueue_durable(msg).await {
                 Ok(seq) => Answer::Seq { seq },
                 Err(e) => broker_refused(&e),
             }
@@ -164,7 +164,7 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
             if let Some(old) = old {
                 old.sink.closed.store(true, Ordering::Release);
                 let _ = broker
-                    .cancel_consumer(&old.queue, old.sink.id, &old.id)
+                    .queues().cancel_consumer(&old.queue, old.sink.id, &old.id)
                     .await;
             }
             let sink = Arc::new(RemoteSink {
@@ -186,7 +186,7 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
                     since: Instant::now(),
                 },
             );
-            match broker.consume(&queue, sub, prefetch).await {
+            match broker.queues().consume(&queue, sub, prefetch).await {
                 Ok(()) => Answer::Ok,
                 Err(e) => {
                     shared.remotes.remote.lock().remove(&key);
@@ -200,7 +200,7 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
             };
             c.sink.closed.store(true, Ordering::Release);
             let _ = queue;
-            match broker.cancel_consumer(&c.queue, c.sink.id, &c.id).await {
+            match broker.queues().cancel_consumer(&c.queue, c.sink.id, &c.id).await {
                 Ok(()) | Err(BrokerError::UnknownConsumer | BrokerError::UnknownQueue(_)) => {
                     Answer::Ok
                 }
@@ -223,7 +223,7 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
             let Some((sink, id)) = found else {
                 return broker_refused(&BrokerError::UnknownConsumer);
             };
-            match broker.settle(&queue, sink, &id, ids, how).await {
+            match broker.queues().settle(&queue, sink, &id, ids, how).await {
                 Ok(Some(durable)) => match durable.await {
                     Ok(()) => Answer::Ok,
                     Err(e) => broker_refused(&BrokerError::Store(e)),
@@ -270,14 +270,14 @@ async fn admin_answer(broker: &Broker, queue: &str, op: AdminOp) -> Answer {
         }
     }
     match op {
-        AdminOp::Info => value(Ok(broker.queue_info(queue).await)),
-        AdminOp::Purge => value(broker.purge_queue(queue).await),
-        AdminOp::Delete => value(broker.delete_queue(queue).await),
+        AdminOp::Info => value(Ok(broker.queues().queue_info(queue).await)),
+        AdminOp::Purge => value(broker.queues().purge_queue(queue).await),
+        AdminOp::Delete => value(broker.queues().delete_queue(queue).await),
         AdminOp::Drain { wait_ms } => {
             let wait = Duration::from_millis(wait_ms.min(crate::broker::MAX_DRAIN_WAIT_MS));
-            value(broker.drain_queue(queue, wait).await)
+            value(broker.queues().drain_queue(queue, wait).await)
         }
-        AdminOp::Redrive { to } => value(broker.redrive(queue, to.as_deref()).await),
+        AdminOp::Redrive { to } => value(broker.queues().redrive(queue, to.as_deref()).await),
     }
 }
 

@@ -60,7 +60,7 @@ impl Settler {
     async fn settle(&self, how: Settlement) -> Result<(), BrokerError> {
         let durable = self
             .broker
-            .settle(&self.queue, self.sink, &self.sub, vec![self.delivery], how)
+            .queues().settle(&self.queue, self.sink, &self.sub, vec![self.delivery], how)
             .await?;
         if let Some(d) = durable {
             d.await.map_err(BrokerError::Store)?;
@@ -131,7 +131,7 @@ impl ActorConsumer {
         self.sub.cancel();
         match self
             .broker
-            .cancel_consumer(&self.queue, self.sub.sink.id(), &self.sub.id)
+            .queues().cancel_consumer(&self.queue, self.sub.sink.id(), &self.sub.id)
             .await
         {
             Err(BrokerError::UnknownConsumer) => Ok(()),
@@ -217,7 +217,7 @@ impl Wharf {
         payload: impl Into<Bytes>,
     ) -> Result<u64, BrokerError> {
         self.broker()
-            .enqueue_durable(Enqueue {
+            .queues().enqueue_durable(Enqueue {
                 queue: queue.into(),
                 payload: payload.into(),
                 ..Enqueue::default()
@@ -231,7 +231,7 @@ impl Wharf {
     /// # Errors
     /// An overloaded queue, a store failure.
     pub async fn delete_queue(&self, queue: &str) -> Result<bool, BrokerError> {
-        self.broker().delete_queue(queue).await
+        self.broker().queues().delete_queue(queue).await
     }
 
     /// Removes a queue after its consumers have taken and settled what it
@@ -246,7 +246,7 @@ impl Wharf {
         queue: &str,
         wait: std::time::Duration,
     ) -> Result<crate::broker::Drain, BrokerError> {
-        self.broker().drain_queue(queue, wait).await
+        self.broker().queues().drain_queue(queue, wait).await
     }
 
     /// Makes an actor a consumer of `queue` with `prefetch` credit: each
@@ -273,7 +273,7 @@ impl Wharf {
         });
         let id = format!("actor-{}", sink.id);
         let sub = Subscription::new(sink, &id, queue, crate::broker::SubTag::None, None);
-        self.broker().consume(queue, sub.clone(), prefetch).await?;
+        self.broker().queues().consume(queue, sub.clone(), prefetch).await?;
         Ok(ActorConsumer {
             queue: queue.to_owned(),
             sub,

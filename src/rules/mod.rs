@@ -407,7 +407,7 @@ impl Rules {
                             priority: *priority,
                             ttl_ms: *ttl_ms,
                         };
-                        let done = broker.enqueue_durable(e).await;
+                        let done = broker.queues().enqueue_durable(e).await;
                         if let Err(e) = &done {
                             tracing::debug!(rule = %rule.name, "enqueue refused: {e}");
                         }
@@ -431,7 +431,7 @@ impl Rules {
                         headers.insert("rule".into(), rule.name.clone());
                         headers.insert("dead-letter-topic".into(), msg.topic.clone());
                         let done = broker
-                            .enqueue_durable(Enqueue {
+                            .queues().enqueue_durable(Enqueue {
                                 queue: queue.clone(),
                                 payload: msg.payload.clone(),
                                 headers,

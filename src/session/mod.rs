@@ -472,7 +472,7 @@ impl Session {
         // Unacknowledged deliveries go back to their queues at once.
         for (id, c) in std::mem::take(&mut self.consumers) {
             c.cancel();
-            let _ = self.broker.cancel_consumer(&c.filter, sink, &id).await;
+            let _ = self.broker.queues().cancel_consumer(&c.filter, sink, &id).await;
         }
         self.sessions.remove(self.id);
     }

@@ -299,7 +299,7 @@ impl MqttSession {
         // 3.1.1: a persistent session until a clean start.
         let expiry = v5.then(|| c.props.session_expiry_interval.unwrap_or(0));
         let persistent = expiry.map_or(!c.clean_session, |e| e > 0);
-        let existing = self.broker.durable_subscriptions(&durable_client);
+        let existing = self.broker.durable().durable_subscriptions(&durable_client);
         let conn = Connected {
             client_id: client_id.clone(),
             durable_client: durable_client.clone(),
@@ -320,7 +320,7 @@ impl MqttSession {
                 let sink = self.sink.id;
                 if let Err(e) = self
                     .broker
-                    .unsubscribe_durable(&durable_client, id, sink)
+                    .durable().unsubscribe_durable(&durable_client, id, sink)
                     .await
                 {
                     tracing::warn!("dropping an old MQTT session's subscription failed: {e}");
@@ -393,7 +393,7 @@ impl MqttSession {
                 let sink = self.sink.id;
                 let _ = self
                     .broker
-                    .unsubscribe_durable(durable_client, &id, sink)
+                    .durable().unsubscribe_durable(durable_client, &id, sink)
                     .await;
                 continue;
             }
@@ -493,7 +493,7 @@ impl MqttSession {
             consumer.cancel();
             let _ = self
                 .broker
-                .cancel_consumer(&queue, self.sink.id, &consumer.id)
+                .queues().cancel_consumer(&queue, self.sink.id, &consumer.id)
                 .await;
         }
         for (full, member) in conn.shared {
@@ -503,8 +503,8 @@ impl MqttSession {
             let broker = self.broker.clone();
             let client = key.clone();
             let expire = async move {
-                for (id, _) in broker.durable_subscriptions(&client) {
-                    if let Err(e) = broker.unsubscribe_durable(&client, &id, 0).await {
+                for (id, _) in broker.durable().durable_subscriptions(&client) {
+                    if let Err(e) = broker.durable().unsubscribe_durable(&client, &id, 0).await {
                         tracing::warn!("ending an expired MQTT session failed: {e}");
                     }
                 }

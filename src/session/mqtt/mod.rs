@@ -438,7 +438,7 @@ impl MqttSession {
             delivery,
         } = done
         {
-            self.broker.settle_detached(
+            self.broker.queues().settle_detached(
                 &queue,
                 self.sink.id,
                 &sub,
@@ -464,7 +464,7 @@ impl MqttSession {
             Some(crate::broker::EncodingSlot::MqttPublish),
         );
         self.broker
-            .subscribe_durable(
+            .durable().subscribe_durable(
                 client,
                 filter,
                 consumer.clone(),
@@ -581,15 +581,15 @@ impl MqttSession {
                         old.cancel();
                         let _ = self
                             .broker
-                            .cancel_consumer(&queue, self.sink.id, &old.id)
+                            .queues().cancel_consumer(&queue, self.sink.id, &old.id)
                             .await;
                     }
                 }
-                for (old, filters) in self.broker.durable_subscriptions(&client) {
+                for (old, filters) in self.broker.durable().durable_subscriptions(&client) {
                     if old != id && filters.first() == Some(&filter) {
                         let _ = self
                             .broker
-                            .unsubscribe_durable(&client, &old, self.sink.id)
+                            .durable().unsubscribe_durable(&client, &old, self.sink.id)
                             .await;
                     }
                 }
@@ -653,7 +653,7 @@ impl MqttSession {
             let client = conn.durable_client.clone();
             let _ = self
                 .broker
-                .unsubscribe_durable(&client, &consumer.id, self.sink.id)
+                .durable().unsubscribe_durable(&client, &consumer.id, self.sink.id)
                 .await;
         }
         existed

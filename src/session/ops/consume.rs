@@ -29,7 +29,7 @@ pub(in crate::session) async fn consume(session: &mut Session, format: Format, c
     );
     match session
         .broker
-        .consume(&c.queue, sub.clone(), c.prefetch)
+        .queues().consume(&c.queue, sub.clone(), c.prefetch)
         .await
     {
         Ok(()) => {
