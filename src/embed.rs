@@ -163,7 +163,9 @@ impl Wharf {
         if restored > 0 {
             tracing::info!(restored, "retained messages restored from the store");
         }
-        broker.queues().configure_queues(config.queue_defaults.clone(), &config.queues);
+        broker
+            .queues()
+            .configure_queues(config.queue_defaults.clone(), &config.queues);
         let (queue_count, started) = (queues.queues.len(), std::time::Instant::now());
         let messages = broker.queues().restore_queues(queues).await?;
         if queue_count > 0 {

@@ -3,6 +3,54 @@
 //! or made by a durable subscription), and the durable subscriptions
 //! themselves, each a queue `$durable/<client id>/<subscription id>` bound
 //! to one filter, its binding kept in the store with the queue.
+//!
+//! # Design notes
+//!
+//! ## Bindings
+//! A binding is an ordinary topic subscription whose sink is a `BindSink`:
+//! its `deliver` runs inside the topic's task, so it submits the queue's
+//! enqueue with `execute` (priority 0, the `topic` header, and for MQTT
+//! publishes `mqtt-qos`, `mqtt-retain`, `mqtt-origin`) and returns without
+//! waiting for the task or its write; a queue too busy to take it makes
+//! the delivery `Dropped`. The retained copy a new subscription gets is
+//! history, not news, and is not enqueued. The publisher's receipt does
+//! not wait for the bound queues' writes. `declare_queues` creates the
+//! `[[queues]]` and binds their `bind` filters at start, except for queues
+//! homed on another node, whose home does it.
+//!
+//! ## Durable subscriptions
+//! `durable_queue_name` is `$durable/<client id>/<subscription id>`; both
+//! ids are non-empty and free of `/`, `+`, `#` and NUL, so two pairs never
+//! give one name. The queue has no dead-letter queue and no delivery
+//! limit. `subscribe_durable` creates it on first use; when the filter
+//! differs from the one bound it binds the new filter (replacing the old
+//! binding; the backlog stays) and writes the queue's `queues` record again
+//! with `{"bind":[filter]}`, awaiting its `Durable`; then the subscription
+//! consumes the queue with its `prefetch` credit (`DURABLE_PREFETCH` by
+//! default), so deliveries, settling, ack timeouts and redelivery are a
+//! queue's. A native session refuses a durable subscribe (`invalid_field`)
+//! when `hello` named no client, and keys it by the principal's namespace.
+//! A session that ends cancels its consumer only; `unsubscribe_durable`
+//! unbinds, cancels the consumer and deletes the queue with its record and
+//! backlog. At start `restore_queues` binds again the queues whose record
+//! holds filters, before the server accepts connections.
+//!
+//! This is interest tracking by copies: each subscription's queue holds
+//! its own copy of each matching message, deleted when that subscription
+//! acks it or ends, so nothing that no subscription wants stays on disk.
+//! The price is one stored copy, and one write, per durable subscription
+//! and message.
+//!
+//! ## Shared subscriptions
+//! `$share/{group}/{filter}` (MQTT) is a queue `$shared/<group>/<filter,
+//! escaped>` bound like a durable subscription's, but held in memory only
+//! (no store writes, no dead-letter queue), whose members are its
+//! consumers with `SHARED_PREFETCH` credit each (`shared.rs`): round robin
+//! over members with credit gives the balance, and a leaving member's
+//! deliveries go to the next. Joins and leaves of every group go one at a
+//! time through one async mutex, so a leave that finds no member left
+//! deletes the queue and its binding without racing a join; deliveries
+//! never take that mutex.
 
 use std::sync::Arc;
 

@@ -54,10 +54,10 @@ pub enum BrokerError {
     /// Priorities are 0 to 9.
     #[error("priority {0} is out of range 0-9")]
     InvalidPriority(u8),
-    /// Prefetch must be 1 to [`MAX_PREFETCH`].
+    /// Prefetch must be 1 to [`MAX_PREFETCH`](super::MAX_PREFETCH).
     #[error("prefetch {0} is out of range 1-10000")]
     InvalidPrefetch(u32),
-    /// An ack, nack, reject or touch names 1 to [`MAX_IDS`] deliveries.
+    /// An ack, nack, reject or touch names 1 to [`MAX_IDS`](super::MAX_IDS) deliveries.
     #[error("{0} delivery ids: give 1 to 10000")]
     InvalidIds(usize),
     /// A durable subscription cannot be named from this client id and

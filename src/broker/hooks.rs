@@ -1,5 +1,5 @@
 //! The broker's hooks: how what extends the broker plugs into it without
-//! the broker knowing who answers, the way sessions plug in as [`Sink`]s.
+//! the broker knowing who answers, the way sessions plug in as [`Sink`](super::Sink)s.
 //!
 //! - [`PublishHook`]: sees every publish before the local topics do, and
 //!   may edit it, copy it elsewhere or drop it. The rules (`[[rules]]`)

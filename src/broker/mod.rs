@@ -115,28 +115,29 @@ impl Broker {
 }
 
 /// The broker: cheap to clone, shared by every connection. Its methods
-/// come in six parts, each in a file of its own:
+/// come in parts, each in a file of its own; the parts with many methods
+/// are views of their own, made at each use:
 ///
-/// - **Topics** (`broker/mod.rs`): [`Broker::publish`],
-///   [`Broker::subscribe`], [`Broker::unsubscribe`],
-///   [`Broker::retained_matching`], [`Broker::topic_info`],
-///   [`Broker::stats`], [`Broker::sweep_idle`], [`Broker::restore_retained`],
-///   and the name checks ([`Broker::check_topic`], [`Broker::check_filter`]).
-/// - **Queues** (`broker/queues.rs`): [`Broker::enqueue`] and its
-///   variants, [`Broker::consume`], [`Broker::settle`],
-///   [`Broker::cancel_consumer`], [`Broker::queue_info`],
-///   [`Broker::queue_names`], [`Broker::redrive`], [`Broker::delete_queue`],
-///   [`Broker::tick_queues`], [`Broker::configure_queues`],
-///   [`Broker::restore_queues`].
-/// - **Operators' queue tools** (`broker/inspect.rs`):
-///   [`Broker::purge_queue`], [`Broker::browse_queue`],
-///   [`Broker::move_message`].
-/// - **Bindings and durable subscriptions** (`broker/durable.rs`):
-///   [`Broker::declare_queues`], [`Broker::subscribe_durable`],
-///   [`Broker::unsubscribe_durable`], [`Broker::durable_subscriptions`].
-/// - **Shared subscriptions** (`broker/shared.rs`): [`Broker::join_shared`],
-///   [`Broker::leave_shared`].
+/// - **Topics** (`broker/topics.rs`, on `Broker`): [`Broker::publish`],
+///   [`Broker::publish_from`], [`Broker::subscribe`],
+///   [`Broker::unsubscribe`], [`Broker::retained_matching`],
+///   [`Broker::topic_info`], [`Broker::topic_names`],
+///   [`Broker::sweep_idle`], [`Broker::restore_retained`], and the name
+///   checks ([`Broker::check_topic`], [`Broker::check_filter`]).
+/// - **Counts** (`broker/stats.rs`, on `Broker`): [`Broker::stats`],
+///   [`Broker::taskq_totals`], [`Broker::metrics`] and the like.
+/// - **Hooks** (`broker/hooks.rs`): [`Broker::set_publish_hook`] (the
+///   rules), [`Broker::set_remote`] (the cluster).
 /// - **Transactions** (`broker/txn.rs`): [`Broker::commit`].
+/// - **Queues** ([`Broker::queues`], a [`Queues`] view;
+///   `broker/queues.rs` and `broker/inspect.rs`): enqueue and its
+///   variants, consume, settle, cancel, info, names, redrive, drain,
+///   delete, purge, browse, move, and the ticks, configuration and
+///   restore of queues.
+/// - **Queue-backed subscriptions** ([`Broker::durable`], a
+///   [`DurableSubs`] view; `broker/durable.rs` and `broker/shared.rs`):
+///   declared queues' bindings, durable subscriptions, MQTT shared
+///   subscriptions.
 ///
 /// Jobs are a resource of their own ([`jobs::Jobs`]), not part of it.
 #[derive(Clone)]

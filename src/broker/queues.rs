@@ -49,7 +49,7 @@ pub(crate) struct QueueRegistry {
 /// before it answers with what is left.
 pub const MAX_DRAIN_WAIT_MS: u64 = 60_000;
 
-/// What [`Broker::drain_queue`] did.
+/// What [`Queues::drain_queue`](crate::broker::Queues::drain_queue) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Drain {
     /// The queue was empty, or emptied in time, and is removed.
@@ -176,14 +176,7 @@ impl Queues<'_> {
     /// Settles deliveries without waiting (not even for the task): for
     /// sinks, which run inside queue tasks and must not block. A refusal
     /// is logged; an unacknowledged delivery then times out as usual.
-    pub fn settle_detached(
-        self,
-        queue: &str,
-        sink: u64,
-        id: &str,
-        ids: Vec<u64>,
-        how: Settlement,
-    ) {
+    pub fn settle_detached(self, queue: &str, sink: u64, id: &str, ids: Vec<u64>, how: Settlement) {
         if let Some((remote, home)) = self.home_elsewhere(queue) {
             remote.settle_detached(&home, queue, sink, id, ids, how);
             return;
@@ -240,7 +233,7 @@ impl Queues<'_> {
     /// gives the message back for a queue of this node's.
     ///
     /// # Errors
-    /// As [`Broker::enqueue`] (inside: what the home says).
+    /// As [`Queues::enqueue`](crate::broker::Queues::enqueue) (inside: what the home says).
     pub fn enqueue_elsewhere(
         self,
         msg: Enqueue,
@@ -261,7 +254,7 @@ impl Queues<'_> {
     /// queue of this node's.
     ///
     /// # Errors
-    /// As [`Broker::settle`] (inside).
+    /// As [`Queues::settle`](crate::broker::Queues::settle) (inside).
     pub fn settle_elsewhere(
         self,
         queue: &str,
@@ -305,10 +298,10 @@ impl Queues<'_> {
             tracing::error!("enqueue refused: {e}");
         }
     }
-    /// [`Broker::enqueue`], then waits until the message is durable.
+    /// [`Queues::enqueue`](crate::broker::Queues::enqueue), then waits until the message is durable.
     ///
     /// # Errors
-    /// As [`Broker::enqueue`], or the store failing the write.
+    /// As [`Queues::enqueue`](crate::broker::Queues::enqueue), or the store failing the write.
     pub async fn enqueue_durable(self, msg: Enqueue) -> Result<u64, BrokerError> {
         let (seq, durable) = self.enqueue(msg).await?;
         if let Some(d) = durable {
@@ -408,7 +401,7 @@ impl Queues<'_> {
             None
         })
     }
-    /// [`Broker::queue_info`], saying why when the queue's home (another
+    /// [`Queues::queue_info`](crate::broker::Queues::queue_info), saying why when the queue's home (another
     /// node) did not answer, so an API can tell "busy" from "no queue".
     ///
     /// # Errors
@@ -569,7 +562,7 @@ impl Queues<'_> {
     /// being copied into it), consumers carry on (a nacked message comes
     /// back to them), and once nothing is waiting or in flight it is
     /// deleted, by this call if that happens within `wait`, else by the
-    /// ticker ([`Broker::tick_queues`]) when it does. Draining is not
+    /// ticker ([`Queues::tick_queues`](crate::broker::Queues::tick_queues)) when it does. Draining is not
     /// persisted: after a restart the queue is an ordinary queue again.
     ///
     /// # Errors

@@ -37,6 +37,7 @@ pub mod mqtt;
 mod queues;
 mod stream;
 
+pub use jobs::JobCalls;
 pub use queues::{Consumer, Deleted, EnqueueOptions};
 
 use tokio::sync::{mpsc, oneshot};

@@ -606,7 +606,10 @@ impl Cluster {
         for ((node, _), c) in lost {
             tracing::info!(queue = %c.queue, node = %node, "cluster: a lost node's consumer is detached");
             c.sink.closed.store(true, Ordering::Release);
-            let _ = broker.queues().cancel_consumer(&c.queue, c.sink.id, &c.id).await;
+            let _ = broker
+                .queues()
+                .cancel_consumer(&c.queue, c.sink.id, &c.id)
+                .await;
         }
         n
     }

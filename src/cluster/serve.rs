@@ -164,7 +164,8 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
             if let Some(old) = old {
                 old.sink.closed.store(true, Ordering::Release);
                 let _ = broker
-                    .queues().cancel_consumer(&old.queue, old.sink.id, &old.id)
+                    .queues()
+                    .cancel_consumer(&old.queue, old.sink.id, &old.id)
                     .await;
             }
             let sink = Arc::new(RemoteSink {
@@ -200,7 +201,11 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
             };
             c.sink.closed.store(true, Ordering::Release);
             let _ = queue;
-            match broker.queues().cancel_consumer(&c.queue, c.sink.id, &c.id).await {
+            match broker
+                .queues()
+                .cancel_consumer(&c.queue, c.sink.id, &c.id)
+                .await
+            {
                 Ok(()) | Err(BrokerError::UnknownConsumer | BrokerError::UnknownQueue(_)) => {
                     Answer::Ok
                 }

@@ -60,7 +60,8 @@ impl Settler {
     async fn settle(&self, how: Settlement) -> Result<(), BrokerError> {
         let durable = self
             .broker
-            .queues().settle(&self.queue, self.sink, &self.sub, vec![self.delivery], how)
+            .queues()
+            .settle(&self.queue, self.sink, &self.sub, vec![self.delivery], how)
             .await?;
         if let Some(d) = durable {
             d.await.map_err(BrokerError::Store)?;
@@ -131,7 +132,8 @@ impl ActorConsumer {
         self.sub.cancel();
         match self
             .broker
-            .queues().cancel_consumer(&self.queue, self.sub.sink.id(), &self.sub.id)
+            .queues()
+            .cancel_consumer(&self.queue, self.sub.sink.id(), &self.sub.id)
             .await
         {
             Err(BrokerError::UnknownConsumer) => Ok(()),
@@ -207,7 +209,7 @@ impl Sink for ConsumerSink {
 
 impl Wharf {
     /// Puts a message on a queue (created on first use) and returns its
-    /// id once it is durable (see [`Broker::enqueue`] for every option).
+    /// id once it is durable (see [`Queues::enqueue`](crate::broker::Queues::enqueue) for every option).
     ///
     /// # Errors
     /// An invalid name, a full or overloaded queue, a store failure.
@@ -217,7 +219,8 @@ impl Wharf {
         payload: impl Into<Bytes>,
     ) -> Result<u64, BrokerError> {
         self.broker()
-            .queues().enqueue_durable(Enqueue {
+            .queues()
+            .enqueue_durable(Enqueue {
                 queue: queue.into(),
                 payload: payload.into(),
                 ..Enqueue::default()
@@ -237,7 +240,7 @@ impl Wharf {
     /// Removes a queue after its consumers have taken and settled what it
     /// holds (it takes no more messages from now on), waiting up to `wait`
     /// for that; past it the queue is removed when it empties (see
-    /// [`Broker::drain_queue`]).
+    /// [`Queues::drain_queue`](crate::broker::Queues::drain_queue)).
     ///
     /// # Errors
     /// An overloaded queue, a store failure.
@@ -273,7 +276,10 @@ impl Wharf {
         });
         let id = format!("actor-{}", sink.id);
         let sub = Subscription::new(sink, &id, queue, crate::broker::SubTag::None, None);
-        self.broker().queues().consume(queue, sub.clone(), prefetch).await?;
+        self.broker()
+            .queues()
+            .consume(queue, sub.clone(), prefetch)
+            .await?;
         Ok(ActorConsumer {
             queue: queue.to_owned(),
             sub,

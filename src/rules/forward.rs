@@ -431,7 +431,8 @@ async fn give_up(shared: &Shared, broker: &crate::broker::Broker, job: Job, why:
     headers.insert("dead-letter-topic".into(), job.topic);
     headers.insert("forward-error".into(), why.to_owned());
     let put = broker
-        .queues().enqueue_durable(Enqueue {
+        .queues()
+        .enqueue_durable(Enqueue {
             queue: queue.clone(),
             payload: job.body,
             headers,

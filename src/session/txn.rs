@@ -255,7 +255,8 @@ impl Session {
         for n in nacks {
             if let Err(e) = self
                 .broker
-                .queues().settle(&n.queue, sink, &n.sub, n.ids, Settlement::Nack(n.delay_ms))
+                .queues()
+                .settle(&n.queue, sink, &n.sub, n.ids, Settlement::Nack(n.delay_ms))
                 .await
             {
                 tracing::debug!("a committed transaction's nack found nothing to give back: {e}");
@@ -273,7 +274,8 @@ impl Session {
         for a in acks {
             let _ = self
                 .broker
-                .queues().settle(
+                .queues()
+                .settle(
                     &a.queue,
                     a.sink,
                     &a.sub,

@@ -74,7 +74,8 @@ pub(crate) async fn enqueue(
     let queue = name.into_inner();
     let id = app
         .broker
-        .queues().enqueue_durable(Enqueue {
+        .queues()
+        .enqueue_durable(Enqueue {
             queue: queue.clone(),
             payload,
             headers,
@@ -98,7 +99,8 @@ pub(crate) async fn info(
     }
     match app
         .broker
-        .queues().queue_info_or_why(&name)
+        .queues()
+        .queue_info_or_why(&name)
         .await
         .map_err(api_error)?
     {
@@ -139,7 +141,8 @@ pub(crate) async fn redrive(
     let q: RedriveQuery = query(&req)?;
     let moved = app
         .broker
-        .queues().redrive(&name, q.to.as_deref())
+        .queues()
+        .redrive(&name, q.to.as_deref())
         .await
         .map_err(api_error)?;
     Ok(HttpResponse::Ok().json(RedriveReply { moved }))
@@ -186,7 +189,13 @@ pub(crate) async fn delete(
         ));
     }
     if !q.drain {
-        return if app.broker.queues().delete_queue(&name).await.map_err(api_error)? {
+        return if app
+            .broker
+            .queues()
+            .delete_queue(&name)
+            .await
+            .map_err(api_error)?
+        {
             Ok(HttpResponse::NoContent().finish())
         } else {
             Err(unknown_queue(&name))
@@ -195,7 +204,8 @@ pub(crate) async fn delete(
     let wait = std::time::Duration::from_millis(q.wait_ms);
     match app
         .broker
-        .queues().drain_queue(&name, wait)
+        .queues()
+        .drain_queue(&name, wait)
         .await
         .map_err(api_error)?
     {
@@ -343,7 +353,8 @@ pub(crate) async fn browse(
     }
     let page = app
         .broker
-        .queues().browse_queue(&name, q.from, q.limit)
+        .queues()
+        .browse_queue(&name, q.from, q.limit)
         .await
         .map_err(api_error)?;
     Ok(HttpResponse::Ok().json(BrowseReply {
@@ -363,7 +374,12 @@ pub(crate) async fn purge(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     caller.admin("purge", &name)?;
-    let purged = app.broker.queues().purge_queue(&name).await.map_err(api_error)?;
+    let purged = app
+        .broker
+        .queues()
+        .purge_queue(&name)
+        .await
+        .map_err(api_error)?;
     tracing::info!(queue = %name, purged, "queue purged");
     Ok(HttpResponse::Ok().json(PurgeReply { purged }))
 }
@@ -385,7 +401,8 @@ pub(crate) async fn move_message(
     let q: MoveQuery = query(&req)?;
     let moved = app
         .broker
-        .queues().move_message(&name, id, &q.to)
+        .queues()
+        .move_message(&name, id, &q.to)
         .await
         .map_err(api_error)?;
     Ok(HttpResponse::Ok().json(MoveReply {

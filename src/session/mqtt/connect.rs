@@ -320,7 +320,8 @@ impl MqttSession {
                 let sink = self.sink.id;
                 if let Err(e) = self
                     .broker
-                    .durable().unsubscribe_durable(&durable_client, id, sink)
+                    .durable()
+                    .unsubscribe_durable(&durable_client, id, sink)
                     .await
                 {
                     tracing::warn!("dropping an old MQTT session's subscription failed: {e}");
@@ -393,7 +394,8 @@ impl MqttSession {
                 let sink = self.sink.id;
                 let _ = self
                     .broker
-                    .durable().unsubscribe_durable(durable_client, &id, sink)
+                    .durable()
+                    .unsubscribe_durable(durable_client, &id, sink)
                     .await;
                 continue;
             }
@@ -493,7 +495,8 @@ impl MqttSession {
             consumer.cancel();
             let _ = self
                 .broker
-                .queues().cancel_consumer(&queue, self.sink.id, &consumer.id)
+                .queues()
+                .cancel_consumer(&queue, self.sink.id, &consumer.id)
                 .await;
         }
         for (full, member) in conn.shared {

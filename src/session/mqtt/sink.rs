@@ -493,7 +493,8 @@ impl MqttSink {
 
     fn settle(&self, d: &QueuedDelivery<'_>, sub: &Subscription, how: Settlement) {
         if let Some(b) = self.broker.upgrade() {
-            b.queues().settle_detached(d.queue, self.id, &sub.id, vec![d.id], how);
+            b.queues()
+                .settle_detached(d.queue, self.id, &sub.id, vec![d.id], how);
         }
     }
 }

@@ -29,7 +29,8 @@ pub(in crate::session) async fn consume(session: &mut Session, format: Format, c
     );
     match session
         .broker
-        .queues().consume(&c.queue, sub.clone(), c.prefetch)
+        .queues()
+        .consume(&c.queue, sub.clone(), c.prefetch)
         .await
     {
         Ok(()) => {

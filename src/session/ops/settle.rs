@@ -64,7 +64,8 @@ async fn settle(
     let sink = session.out.id();
     let ids = match session
         .broker
-        .queues().settle_elsewhere(&consumer.filter, sink, sub, ids, how)
+        .queues()
+        .settle_elsewhere(&consumer.filter, sink, sub, ids, how)
     {
         Err(local) => local,
         // A queue on another node of the cluster: sent now, answered
@@ -85,7 +86,8 @@ async fn settle(
     };
     match session
         .broker
-        .queues().settle(&consumer.filter, sink, sub, ids, how)
+        .queues()
+        .settle(&consumer.filter, sink, sub, ids, how)
         .await
     {
         Ok(Some(durable)) => {
