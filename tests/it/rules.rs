@@ -758,6 +758,7 @@ fn an_embedding_app_adds_rules_with_its_own_matcher() {
         );
         let q = wharf
             .broker()
+            .queues()
             .queue_info("urgent-q")
             .await
             .expect("the queue");
