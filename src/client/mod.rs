@@ -44,7 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{
-    ClientFrame, ErrorCode, Headers, Hello, Message, Ping, Priority, Publish, QueueDelivery,
+    ClientFrame, ErrorCode, Headers, Hello, Message, Ping, Priority, PublishFrame, QueueDelivery,
     ServerFrame, Subscribe, Unsubscribe, Welcome,
 };
 
@@ -449,7 +449,7 @@ impl Client {
         confirm: bool,
     ) -> Result<(), ClientError> {
         let rid = confirm.then(|| self.next_id());
-        let frame = ClientFrame::Publish(Publish {
+        let frame = ClientFrame::Publish(PublishFrame {
             topic: topic.to_owned(),
             payload,
             headers,

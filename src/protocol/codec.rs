@@ -46,7 +46,7 @@ const PUBLISH_VARIANT: u32 = 3;
 /// (bincode's derive spent ~9% of a 1 -> 1 broker's samples in it).
 /// `None` for anything else, and for anything it would not decode the
 /// same: [`decode`] then decodes it, or says what is wrong with it.
-fn decode_publish(data: &[u8]) -> Option<super::frame::Publish> {
+fn decode_publish(data: &[u8]) -> Option<super::frame::PublishFrame> {
     let mut r = Bin::frame(data, PUBLISH_VARIANT)?;
     let topic = r.str()?;
     let payload = r.bytes()?;
@@ -66,7 +66,7 @@ fn decode_publish(data: &[u8]) -> Option<super::frame::Publish> {
         }
         _ => return None,
     };
-    Some(super::frame::Publish {
+    Some(super::frame::PublishFrame {
         topic: topic.to_owned(),
         payload: payload.to_vec(),
         headers: Headers::new(),
@@ -597,7 +597,7 @@ mod tests {
         let mut h = Headers::new();
         h.insert("k".into(), "v".into());
         let publishes = [
-            Publish {
+            PublishFrame {
                 topic: "a/b".into(),
                 payload: b"hello".to_vec(),
                 headers: Headers::new(),
@@ -605,7 +605,7 @@ mod tests {
                 priority: Priority::Normal,
                 rid: None,
             },
-            Publish {
+            PublishFrame {
                 topic: "ü/ß".into(),
                 payload: vec![9; 70_000],
                 headers: Headers::new(),
@@ -613,7 +613,7 @@ mod tests {
                 priority: Priority::High,
                 rid: Some(u64::MAX),
             },
-            Publish {
+            PublishFrame {
                 topic: String::new(),
                 payload: Vec::new(),
                 headers: h,

@@ -93,10 +93,10 @@ impl Tagged for ClientFrame {
             "hello" => check::<frame::Hello>(fields),
             "subscribe" => check::<frame::Subscribe>(fields),
             "unsubscribe" => check::<frame::Unsubscribe>(fields),
-            "publish" => check::<frame::Publish>(fields),
+            "publish" => check::<frame::PublishFrame>(fields),
             "ping" => check::<frame::Ping>(fields),
             "close" => check::<frame::Close>(fields),
-            "enqueue" => check::<frame::Enqueue>(fields),
+            "enqueue" => check::<frame::EnqueueFrame>(fields),
             "consume" => check::<frame::Consume>(fields),
             "ack" | "reject" => check::<frame::Settle>(fields),
             "nack" => check::<frame::Nack>(fields),
@@ -357,7 +357,7 @@ pub(crate) fn bincode_error<T: Tagged>(data: &[u8], e: bincode::error::DecodeErr
 mod tests {
     use super::*;
     use crate::protocol::codec::{Format, decode_client, decode_server, encode_client};
-    use crate::protocol::frame::{Ping, Publish};
+    use crate::protocol::frame::{Ping, PublishFrame};
 
     /// The variant names serde knows, read from its "unknown variant"
     /// message (declaration order).
@@ -531,7 +531,7 @@ mod tests {
         assert!(e.message.contains("empty"), "{e}");
         let publish = encode_client(
             Format::Bincode,
-            &ClientFrame::Publish(Publish {
+            &ClientFrame::Publish(PublishFrame {
                 topic: "t".into(),
                 payload: b"x".to_vec(),
                 headers: Default::default(),

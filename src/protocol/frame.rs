@@ -29,13 +29,13 @@ pub enum ClientFrame {
     /// Ends a subscription.
     Unsubscribe(Unsubscribe),
     /// Publishes a message to a topic.
-    Publish(Publish),
+    Publish(PublishFrame),
     /// Asks for a `pong`.
     Ping(Ping),
     /// Closes the session, optionally after what is queued is delivered.
     Close(Close),
     /// Puts a message on a queue.
-    Enqueue(Enqueue),
+    Enqueue(EnqueueFrame),
     /// Consumes a queue: its messages arrive as `delivery` frames.
     Consume(Consume),
     /// Acknowledges deliveries: their messages are done and deleted.
@@ -115,7 +115,7 @@ pub struct Txn {
 /// `enqueued` once the message is durable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 #[serde(try_from = "json::Enqueue", into = "json::Enqueue")]
-pub struct Enqueue {
+pub struct EnqueueFrame {
     /// Queue name (topic-name rules; created on first use).
     pub queue: String,
     /// The payload bytes.
@@ -280,7 +280,7 @@ pub enum Priority {
 /// `publish`: a message to a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 #[serde(try_from = "json::Publish", into = "json::Publish")]
-pub struct Publish {
+pub struct PublishFrame {
     /// Topic name (no wildcards).
     pub topic: String,
     /// The payload bytes.
@@ -623,10 +623,10 @@ pub(crate) mod json {
         *p == 0
     }
 
-    impl TryFrom<Enqueue> for super::Enqueue {
+    impl TryFrom<Enqueue> for super::EnqueueFrame {
         type Error = String;
         fn try_from(e: Enqueue) -> Result<Self, String> {
-            Ok(super::Enqueue {
+            Ok(super::EnqueueFrame {
                 payload: decode_payload(e.payload, e.encoding)?,
                 queue: e.queue,
                 headers: e.headers,
@@ -637,8 +637,8 @@ pub(crate) mod json {
         }
     }
 
-    impl From<super::Enqueue> for Enqueue {
-        fn from(e: super::Enqueue) -> Self {
+    impl From<super::EnqueueFrame> for Enqueue {
+        fn from(e: super::EnqueueFrame) -> Self {
             let (payload, encoding) = payload_to_json(&e.payload);
             Enqueue {
                 payload: payload.into_owned(),
@@ -702,10 +702,10 @@ pub(crate) mod json {
         }
     }
 
-    impl TryFrom<Publish> for super::Publish {
+    impl TryFrom<Publish> for super::PublishFrame {
         type Error = String;
         fn try_from(p: Publish) -> Result<Self, String> {
-            Ok(super::Publish {
+            Ok(super::PublishFrame {
                 payload: decode_payload(p.payload, p.encoding)?,
                 topic: p.topic,
                 headers: p.headers,
@@ -716,8 +716,8 @@ pub(crate) mod json {
         }
     }
 
-    impl From<super::Publish> for Publish {
-        fn from(p: super::Publish) -> Self {
+    impl From<super::PublishFrame> for Publish {
+        fn from(p: super::PublishFrame) -> Self {
             let (payload, encoding) = payload_to_json(&p.payload);
             Publish {
                 payload: payload.into_owned(),

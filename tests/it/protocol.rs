@@ -118,7 +118,7 @@ fn client_frame() -> impl Strategy<Value = ClientFrame> {
             opt_rid.clone()
         )
             .prop_map(|(topic, payload, headers, retain, high, rid)| {
-                ClientFrame::Publish(Publish {
+                ClientFrame::Publish(PublishFrame {
                     topic,
                     payload,
                     headers,

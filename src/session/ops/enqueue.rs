@@ -9,7 +9,7 @@ use crate::session::{Confirm, Session};
 
 /// Enqueues outside a transaction; `enqueued` (once durable, for a
 /// persistent queue) when the frame has a rid.
-pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: frame::Enqueue) {
+pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: frame::EnqueueFrame) {
     if let Some(refusal) = session.refuse_payload(e.payload.len()) {
         session.error(format, ErrorCode::PayloadTooLarge, refusal, e.rid);
         return;
