@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{Client, ClientError};
 use crate::protocol::frame::{ClientFrame, ServerFrame};
 use crate::protocol::jobs::{
-    Enqueued, JobDequeue, JobEnqueue, JobOutcome, JobStatus, JobStatusQuery, JobView, JsonText,
+    JobDequeue, JobEnqueue, JobEnqueued, JobOutcome, JobStatus, JobStatusQuery, JobView, JsonText,
     NewJob, Outcome, OutcomeReply, PingReply, Registered, WorkerPing, WorkerRegister,
 };
 
@@ -62,7 +62,7 @@ impl JobCalls<'_> {
     /// The server refusing (invalid field, too many jobs), a timeout, or a
     /// closed connection.
     pub async fn enqueue_job(self, job: NewJob) -> Result<Uuid, ClientError> {
-        let reply: Enqueued = self
+        let reply: JobEnqueued = self
             .job_call("a job id", |rid| {
                 ClientFrame::JobEnqueue(JobEnqueue {
                     kind: job.kind,

@@ -7,8 +7,8 @@ use tokio::sync::oneshot;
 
 use super::{Client, ClientError, Command, Route, wait};
 use crate::protocol::frame::{
-    ClientFrame, Consume, DeleteQueue, EnqueueFrame, Headers, Nack, QueueDelivery, ServerFrame, Settle,
-    Subscribe, Touch, Txn,
+    ClientFrame, Consume, DeleteQueue, EnqueueFrame, Headers, Nack, QueueDelivery, ServerFrame,
+    Settle, Subscribe, Touch, Txn,
 };
 
 /// What [`Client::delete_queue`] did.

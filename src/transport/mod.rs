@@ -7,7 +7,7 @@
 //! ## The read loop
 //! One WebSocket read side serves every endpoint (`wsloop.rs`): native
 //! (`ws.rs`), MQTT (`mqtt.rs`) and an app's typed sockets (`typed.rs`) are
-//! each a `Handler`. `read_loop` reads from a `Source` (`source.rs`: the
+//! each a `Handler`. `read_loop` reads from a `ByteFeed` (`source.rs`: the
 //! socket itself, or actix-web's request payload), decodes frames with
 //! `wsframe::FrameCodec` (bounded by `session.max_frame`: a frame whose
 //! header announces more is refused before its bytes are buffered),
@@ -125,7 +125,7 @@ mod wsloop;
 
 use std::sync::Arc;
 
-pub use crate::protocol::jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
+pub use crate::protocol::jobs::{JobEnqueued, OutcomeReply, Registered};
 pub use admin::{Overview, SessionCounts, TopicPage, TopicRow};
 pub use body::BodyReader;
 pub(crate) use dashboard::stream_slots;

@@ -145,7 +145,7 @@ impl<R: AsyncRead + Unpin> Stream for ByteSource<R> {
     }
 }
 
-impl<R: AsyncRead + Unpin> super::source::Source for ByteSource<R> {
+impl<R: AsyncRead + Unpin> super::source::ByteFeed for ByteSource<R> {
     fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {
         match self.poll_take(cx, |data| super::source::append(buf, data)) {
             Poll::Pending => Poll::Pending,

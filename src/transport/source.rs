@@ -11,7 +11,7 @@ use futures_core::Stream;
 
 /// Where a read loop's bytes come from: the socket itself (the `wharf`
 /// server's handed-over connections) or actix-web's request payload.
-pub(crate) trait Source: Unpin {
+pub(crate) trait ByteFeed: Unpin {
     /// Whether a burst reads on while bytes are ready. Not for actix-web's
     /// payload: its bytes come from the dispatcher's task, which cannot
     /// run while the read loop's does, so asking again only wakes it.
@@ -21,7 +21,7 @@ pub(crate) trait Source: Unpin {
     fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>>;
 }
 
-impl Source for web::Payload {
+impl ByteFeed for web::Payload {
     const BURSTS: bool = false;
 
     fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {

@@ -18,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::LocalBoxFuture;
 
 use super::raw::{self, ByteSource, Handover, RawUpgrade};
-use super::source::Source;
+use super::source::ByteFeed;
 use crate::wsframe::FrameCodec;
 
 use crate::config::SessionConfig;
@@ -141,7 +141,7 @@ impl<H: Handler> Reader<H> {
     /// bound a fast publisher was read until the runtime's cooperative
     /// budget ran out (megabytes), and what it published piled up in the
     /// subscribers' outbound queues faster than they were written.
-    async fn burst<S: Source>(
+    async fn burst<S: ByteFeed>(
         &mut self,
         buf: &mut BytesMut,
         codec: &mut FrameCodec,
@@ -338,7 +338,7 @@ pub(crate) fn serve<H: Handler + 'static>(
 /// comes boxed: a future keeps its arguments for its whole life, so a
 /// handler passed by value would sit in every connection's read loop
 /// twice (as the argument and as the reader's field).
-pub(crate) async fn read_loop<H: Handler, S: Source>(
+pub(crate) async fn read_loop<H: Handler, S: ByteFeed>(
     mut source: S,
     handler: Box<H>,
     max_frame: usize,
@@ -496,7 +496,7 @@ mod tests {
     /// Bytes that have arrived already, then nothing.
     struct Arrived(Option<Vec<u8>>);
 
-    impl Source for Arrived {
+    impl ByteFeed for Arrived {
         fn poll_append(&mut self, buf: &mut BytesMut, _: &mut Context<'_>) -> Poll<Option<usize>> {
             match self.0.take() {
                 Some(data) => Poll::Ready(Some(append(buf, &data))),
