@@ -15,10 +15,16 @@ use crate::taskq::SchedulerConfig;
 
 pub mod auth;
 mod cluster;
+mod jobs;
 mod queues;
+mod rules;
+mod store;
 
-pub use cluster::ClusterConfig;
+pub use cluster::{ClusterConfig, valid_prefix};
+pub use jobs::{JobKindConfig, JobsConfig};
 pub use queues::{ExpiredPolicy, QueueDecl, QueueOptions};
+pub use rules::RuleDecl;
+pub use store::{FlushMode, StoreConfig};
 
 /// The shipped `config.toml`: every key with its default and a comment.
 pub const DEFAULT_TOML: &str = include_str!("../config.toml");
@@ -54,7 +60,7 @@ pub struct Config {
     pub auth: auth::AuthConfig,
     /// `[[rules]]`: matcher trees and the actions they trigger on
     /// published messages (see [`crate::rules`]).
-    pub rules: Vec<crate::rules::RuleDecl>,
+    pub rules: Vec<RuleDecl>,
     /// `[cluster]`: the NATS servers that join nodes into one broker.
     pub cluster: ClusterConfig,
     /// The file this was read from, which a rules reload (`SIGHUP`,
@@ -300,90 +306,6 @@ fn parse_bind(key: &str, value: &str) -> Result<Option<SocketAddr>, ConfigError>
     })
 }
 
-/// `[jobs]` settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct JobsConfig {
-    /// Milliseconds a worker stays valid after registering, pinging or
-    /// dequeuing (a dequeue adds its `wait_ms`); past it its running jobs
-    /// go back to the queue.
-    pub worker_lease_ms: u64,
-    /// Attempts a job gets (the first included) before it is dead.
-    pub max_attempts: u32,
-    /// Delays before a failed or timed-out job is queued again, by attempt
-    /// (the last repeats); empty = at once.
-    pub backoff_ms: Vec<u64>,
-    /// Execution timeout of jobs that do not set one; 0 = none.
-    pub timeout_ms: u64,
-    /// Whether a timed-out attempt (the worker's `timed_out` outcome, or
-    /// the execution timeout) is retried like a failure. Off by default:
-    /// a timed-out job ends `timed_out`, since work that may still be
-    /// running somewhere should not be started again unasked.
-    pub retry_timed_out: bool,
-    /// Seconds finished (succeeded, dead, timed out or cancelled) jobs
-    /// stay queryable.
-    pub retention_s: u64,
-    /// Most jobs held (finished ones included); past it enqueues are
-    /// refused with `queue_full`.
-    pub max_jobs: usize,
-    /// Most workers registered at once.
-    pub max_workers: usize,
-    /// Longest `wait_ms` a dequeue may ask for.
-    pub max_wait_ms: u64,
-    /// Per-kind policies overriding the above.
-    pub kinds: Vec<JobKindConfig>,
-}
-
-impl Default for JobsConfig {
-    fn default() -> Self {
-        JobsConfig {
-            worker_lease_ms: 30_000,
-            max_attempts: 3,
-            backoff_ms: vec![1_000, 5_000, 30_000],
-            timeout_ms: 0,
-            retry_timed_out: false,
-            retention_s: 86_400,
-            max_jobs: 1_000_000,
-            max_workers: 10_000,
-            max_wait_ms: 60_000,
-            kinds: Vec::new(),
-        }
-    }
-}
-
-/// One `[[jobs.kinds]]` entry: a job kind's own retry policy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JobKindConfig {
-    /// The kind.
-    pub name: String,
-    /// See [`JobsConfig::max_attempts`].
-    #[serde(default)]
-    pub max_attempts: Option<u32>,
-    /// See [`JobsConfig::backoff_ms`].
-    #[serde(default)]
-    pub backoff_ms: Option<Vec<u64>>,
-    /// See [`JobsConfig::timeout_ms`].
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    /// See [`JobsConfig::retry_timed_out`].
-    #[serde(default)]
-    pub retry_timed_out: Option<bool>,
-}
-
-/// When the store makes writes durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FlushMode {
-    /// Flush and fsync every group commit before confirming its writes:
-    /// what was confirmed survives a crash.
-    #[default]
-    Always,
-    /// Confirm writes once applied; flush every `interval_ms`. A crash can
-    /// lose up to one interval of confirmed writes.
-    Interval,
-}
-
 impl ServerConfig {
     /// The number of HTTP workers to start: `http_workers`, or if 0, one per
     /// two cores (at least one). Each delivery between connections on
@@ -398,37 +320,6 @@ impl ServerConfig {
             (cores / 2).max(1)
         } else {
             self.http_workers
-        }
-    }
-}
-
-/// `[store]` settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StoreConfig {
-    /// Directory of the sled database; created if missing.
-    pub data_dir: PathBuf,
-    /// sled page cache in MiB. sled's real memory use can be several times
-    /// this, so it is set explicitly.
-    pub cache_capacity_mb: u64,
-    /// `always` or `interval`.
-    pub flush: FlushMode,
-    /// Milliseconds between flushes with `flush = "interval"`.
-    pub interval_ms: u64,
-    /// Compact the store at start when its files are at least four times
-    /// the size of its live records and 8 MiB more (sled gives the space
-    /// of deleted records back only so; `store/compact.rs`).
-    pub compact_at_start: bool,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            data_dir: PathBuf::from("wharf-data"),
-            cache_capacity_mb: 64,
-            flush: FlushMode::Always,
-            interval_ms: 100,
-            compact_at_start: true,
         }
     }
 }
@@ -745,7 +636,6 @@ impl Config {
                 reason: format!("not a tracing filter: {e}"),
             });
         }
-        crate::rules::compile(&self.rules)?;
         self.cluster.validate()?;
         for (i, q) in self.queues.iter().enumerate() {
             if let Some(home) = &q.home

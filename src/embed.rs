@@ -5,11 +5,13 @@
 //! is on [`Wharf`]'s page.
 
 mod builder;
+mod error;
 mod queues;
 mod running;
 mod workers;
 
 pub use builder::WharfBuilder;
+pub use error::Error;
 pub use queues::{ActorConsumer, QueueMessage, Settler};
 pub use workers::{JobHandler, JobWorkers};
 
@@ -22,7 +24,6 @@ use actix_web::web;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::Error;
 use crate::broker::jobs::{JOBS_DLQ, Jobs};
 use crate::broker::{
     Broker, BrokerError, DeliveryOutcome, Publish, PublishOutcome, Published, Sink, Subscription,
@@ -82,8 +83,23 @@ struct Inner {
     state: web::Data<AppState>,
     health: web::Data<Health>,
     config: Arc<Config>,
+    /// The rules every publish goes through (the broker's publish hook).
+    rules: Arc<crate::rules::Rules>,
     /// Taken by shutdown (or drop).
     running: Mutex<Option<Running>>,
+}
+
+/// Checks `config` as a start does before it binds anything: its own
+/// ranges and relations ([`Config::validate`]) and its rules, compiled
+/// (`[[rules]]`: the rules module knows their forms, the config only
+/// holds them).
+///
+/// # Errors
+/// The first bad key, named (`rules[2] (orders).then[1].republish`).
+pub fn check_config(config: &Config) -> Result<(), crate::config::ConfigError> {
+    config.validate()?;
+    crate::rules::compile(&config.rules)?;
+    Ok(())
 }
 
 impl Wharf {
@@ -96,7 +112,7 @@ impl Wharf {
     /// An invalid config, a store that will not open, or workers that
     /// cannot start.
     pub async fn start(config: Config) -> Result<Wharf, Error> {
-        config.validate()?;
+        check_config(&config)?;
         // Key files are read before the store opens: a bad one fails fast.
         let auth = crate::auth::Auth::new(&config.auth)?;
         let store_config = config.store.clone();
@@ -121,12 +137,17 @@ impl Wharf {
         let writer = store.start_writer(&config.store)?;
         let scheduler = Scheduler::new(&config.scheduler)?;
         let broker = Broker::with_store(scheduler.handle(), writer.handle(), &config.topics);
+        // The rules see every publish first: the broker's publish hook.
+        let rules = Arc::new(crate::rules::Rules::default());
+        let _ = broker.set_publish_hook(rules.clone());
         // Joined before anything subscribes (declared queues' bindings),
         // so every subscription is heard from the other nodes.
         let cluster = if config.cluster.enabled() {
             let cluster =
                 crate::cluster::Cluster::start(&config.cluster, broker.downgrade()).await?;
-            let _ = broker.attach_cluster(cluster.clone());
+            // The other nodes: the broker's remote (publishes forwarded,
+            // calls for queues homed elsewhere sent there).
+            let _ = broker.set_remote(Arc::new(cluster.clone()));
             // Queues and jobs homed on other nodes are called there.
             cluster.set_homes(crate::cluster::home::Homes::new(
                 &config.cluster.members,
@@ -142,9 +163,11 @@ impl Wharf {
         if restored > 0 {
             tracing::info!(restored, "retained messages restored from the store");
         }
-        broker.configure_queues(config.queue_defaults.clone(), &config.queues);
+        broker
+            .queues()
+            .configure_queues(config.queue_defaults.clone(), &config.queues);
         let (queue_count, started) = (queues.queues.len(), std::time::Instant::now());
-        let messages = broker.restore_queues(queues).await?;
+        let messages = broker.queues().restore_queues(queues).await?;
         if queue_count > 0 {
             tracing::info!(
                 queues = queue_count,
@@ -153,10 +176,10 @@ impl Wharf {
                 "queues restored from the store"
             );
         }
-        broker.declare_queues(&config.queues).await?;
+        broker.durable().declare_queues(&config.queues).await?;
         // Messages kept here for a queue that now lives elsewhere (members
         // or a home changed) are not served: say so.
-        for name in broker.queue_names() {
+        for name in broker.queues().queue_names() {
             if let Some((_, home)) = broker.home_elsewhere(&name)
                 && let Some(depth) = broker.local_queue_info(&name).await.map(|i| i.depth)
                 && depth > 0
@@ -170,9 +193,7 @@ impl Wharf {
                 );
             }
         }
-        broker
-            .rules()
-            .set_configured(crate::rules::compile(&config.rules)?, config.file.clone());
+        rules.set_configured(crate::rules::compile(&config.rules)?, config.file.clone());
         let dead_letters = broker.downgrade();
         let jobs = Jobs::new(
             config.jobs.clone(),
@@ -184,7 +205,7 @@ impl Wharf {
                     return;
                 };
                 let payload = serde_json::to_vec(job).unwrap_or_default();
-                broker.enqueue_detached(crate::broker::Enqueue {
+                broker.queues().enqueue_detached(crate::broker::Enqueue {
                     queue: JOBS_DLQ.into(),
                     payload: payload.into(),
                     ..Default::default()
@@ -221,6 +242,8 @@ impl Wharf {
             bodies: crate::transport::BodyReader::new(&config.server),
             auth,
             streams: crate::transport::stream_slots(),
+            rules: rules.clone(),
+            cluster: cluster.clone(),
         });
         // Topics nobody uses any more are swept every idle timeout.
         let idle = Duration::from_secs(config.topics.idle_timeout_s);
@@ -242,7 +265,7 @@ impl Wharf {
             let mut tick = actix_rt::time::interval(crate::broker::QUEUE_TICK);
             loop {
                 tick.tick().await;
-                ticking.tick_queues();
+                ticking.queues().tick_queues();
                 ticking_jobs.tick();
             }
         });
@@ -273,7 +296,7 @@ impl Wharf {
             })
         });
         let stopping = broker.clone();
-        if let Some(cluster) = broker.cluster() {
+        if let Some(cluster) = &cluster {
             // Restored and configured: other nodes' calls may come in.
             cluster.serve_calls();
         }
@@ -285,6 +308,7 @@ impl Wharf {
                 state,
                 health: web::Data::new(Health::new()),
                 config,
+                rules: rules.clone(),
                 running: Mutex::new(Some(Running {
                     broker: stopping,
                     store,
@@ -292,6 +316,7 @@ impl Wharf {
                     scheduler,
                     sweeper,
                     ticker,
+                    rules: rules.clone(),
                     cluster: cluster.zip(reconciler),
                     threads: Vec::new(),
                 })),
@@ -421,7 +446,19 @@ impl Wharf {
     /// # }
     /// ```
     pub fn set_rules(&self, rules: Vec<crate::rules::Rule>) {
-        self.inner.broker.rules().set_code(rules);
+        self.inner.rules.set_code(rules);
+    }
+
+    /// The rules in force (the config file's and the app's): their
+    /// report, a reload of the file.
+    pub fn rules(&self) -> &crate::rules::Rules {
+        &self.inner.rules
+    }
+
+    /// The rules, shared, for work that outlives a borrow (a reload on
+    /// the blocking pool).
+    pub(crate) fn rules_handle(&self) -> Arc<crate::rules::Rules> {
+        self.inner.rules.clone()
     }
 
     /// Subscribes an actor to a topic filter: each message arrives as a

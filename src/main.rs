@@ -265,7 +265,7 @@ fn serve(
     if let Some(addr) = mqtt_bind {
         config.mqtt.tcp_bind = addr;
     }
-    if let Err(e) = config.validate() {
+    if let Err(e) = wharf::check_config(&config) {
         return config_error(&e);
     }
     // Before binding: an open listener is refused without ever listening.

@@ -23,8 +23,8 @@ const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const CLIENT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 use crate::config::Config;
+use crate::embed::{Error, Wharf};
 use crate::transport;
-use crate::{Error, Wharf};
 
 /// Serves the broker on `listener` until `shutdown` completes, then stops
 /// gracefully: stop accepting, let in-flight requests finish (up to
@@ -81,7 +81,7 @@ pub async fn run_with_reload(
     reload: tokio::sync::mpsc::Receiver<()>,
 ) -> Result<(), Error> {
     // A bad config is reported as such before any address is bound.
-    config.validate()?;
+    crate::embed::check_config(&config)?;
     let listeners = Listeners::bind_mqtt(listener, &config)?;
     serve(listeners, config, shutdown, reload).await
 }
@@ -169,8 +169,8 @@ pub async fn serve(
                     tracing::warn!("authentication keys not reloaded, the old ones stay: {e}")
                 }
             }
-            let broker = reloading.broker().clone();
-            match web::block(move || broker.rules().reload()).await {
+            let rules = reloading.rules_handle();
+            match web::block(move || rules.reload()).await {
                 Ok(Ok(rules)) => tracing::info!(rules, "rules reloaded"),
                 Ok(Err(crate::rules::ReloadError::NoFile)) => {}
                 Ok(Err(e)) => tracing::warn!("rules not reloaded, the old ones stay: {e}"),

@@ -9,6 +9,28 @@
 //! the principal's permissions. The session manager finds the sockets by
 //! type and id ([`Sockets`]), so the rest of the app can send to one,
 //! tell it an event, or close it.
+//!
+//! # Design notes
+//!
+//! A typed socket is a third `Handler` of the read loop every WebSocket
+//! endpoint shares (`transport/wsloop.rs`), beside the native and the MQTT
+//! ones (`transport/typed.rs`), so it gets the same frames, fragments,
+//! idle timeout, pings, expiry and outbound writer without a copy of any
+//! of them. The upgrade checks the origin and the credentials (a typed
+//! socket has no `hello` frame: 401 without credentials unless anonymous
+//! clients are let in), then runs `on_open` before the 101, so a refusal
+//! is a plain HTTP error. The socket is then registered in `Sessions`
+//! under its kind and id, with the sender of a bounded event channel
+//! (`EVENT_BUFFER`); `Sessions` keeps an index kind, id, session ids, so
+//! `Sockets::send` and `tell` do not scan every session. The read loop
+//! polls the event channel beside the socket (`Handler::poll_event`), so
+//! `on_message` and `on_event` never run at once and the socket's state
+//! needs no lock. Sends from the app go into the socket's `Outbound`
+//! (lanes, bound, slow-consumer policy). A topic subscription the socket
+//! makes is an ordinary `Subscription` with that outbound queue as its
+//! sink, delivering native `message` frames in JSON; its publishes go
+//! through `Broker::publish_from` with ingress `socket`, after the
+//! principal's `publish` right is checked, like every other way in.
 
 use std::future::Future;
 use std::marker::PhantomData;

@@ -60,17 +60,17 @@ impl Right<'_> {
 /// One list of filters, with the common "everything" case answered
 /// without a walk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Rule {
+struct Grant {
     filters: Vec<String>,
     /// `#` is among the filters: every name is allowed.
     all: bool,
 }
 
-impl Rule {
-    fn new(filters: &[String], name: &str) -> Rule {
+impl Grant {
+    fn new(filters: &[String], name: &str) -> Grant {
         let filters: Vec<String> = filters.iter().map(|f| f.replace("%u", name)).collect();
         let all = filters.iter().any(|f| f == "#");
-        Rule { filters, all }
+        Grant { filters, all }
     }
 
     // Permissions match level by level: `#` grants `$` topics too.
@@ -99,12 +99,12 @@ impl Rule {
 /// (JWT permissions are intersected with `[auth.jwt] ceiling`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
-    publish: Rule,
-    subscribe: Rule,
-    enqueue: Rule,
-    consume: Rule,
-    enqueue_jobs: Rule,
-    work_jobs: Rule,
+    publish: Grant,
+    subscribe: Grant,
+    enqueue: Grant,
+    consume: Grant,
+    enqueue_jobs: Grant,
+    work_jobs: Grant,
     admin: bool,
     ceiling: Option<Box<Grants>>,
 }
@@ -113,12 +113,12 @@ impl Grants {
     /// Compiles `p` for the principal `name` (`%u` becomes the name).
     pub fn new(p: &Permissions, name: &str) -> Grants {
         Grants {
-            publish: Rule::new(&p.publish, name),
-            subscribe: Rule::new(&p.subscribe, name),
-            enqueue: Rule::new(&p.enqueue, name),
-            consume: Rule::new(&p.consume, name),
-            enqueue_jobs: Rule::new(&p.enqueue_jobs, name),
-            work_jobs: Rule::new(&p.work_jobs, name),
+            publish: Grant::new(&p.publish, name),
+            subscribe: Grant::new(&p.subscribe, name),
+            enqueue: Grant::new(&p.enqueue, name),
+            consume: Grant::new(&p.consume, name),
+            enqueue_jobs: Grant::new(&p.enqueue_jobs, name),
+            work_jobs: Grant::new(&p.work_jobs, name),
             admin: p.admin,
             ceiling: None,
         }

@@ -9,6 +9,44 @@
 //! reconnecting device does not pay the hash again), static tokens known
 //! by their SHA-256, and JWTs ([`jwt`]). Failed attempts are counted per
 //! source address ([`Failures`]).
+//!
+//! # Design notes
+//!
+//! Where each endpoint checks: native sessions in `session/ops/permit.rs`,
+//! before the dispatch (and before a transaction stages the frame), with
+//! `hello` and `refresh` authenticating; MQTT at CONNECT (the password,
+//! else the upgrade's credentials, else anonymous), SUBSCRIBE (0x80 per
+//! refused filter), PUBLISH (acknowledged and dropped) and the will's
+//! topic; HTTP in the `Caller` extractor (`transport/credentials.rs`),
+//! before a body is read, each handler naming the right it needs; the
+//! WebSocket upgrades use the same function and also read `?token=`.
+//!
+//! A principal whose `publish` right is `#` is answered from a flag, at no
+//! cost on the hot path; narrower principals keep a per-session cache of
+//! publish verdicts by topic (`verdicts.rs`: at most 1,024 topics, cleared
+//! when full). Subscriptions are checked once, when made
+//! (`routing::covers_levels`: every topic the filter matches, an allowed
+//! filter matches too). Permission filters match level by level without
+//! MQTT's `$` rule, so `#` grants `$` topics too.
+//!
+//! argon2id verification is slow on purpose (about 20 MiB and tens of
+//! milliseconds): it runs on actix's blocking pool, at most two at once (a
+//! third waits up to 5 s, then `Busy`), and a verified user and SHA-256 of
+//! the password are remembered for 5 minutes (at most 4,096). Failed
+//! attempts are counted per source address (`Failures`, a bounded table);
+//! past `max_failures` in the window the address is refused before any
+//! check.
+//!
+//! A JWT's `exp` becomes the session's deadline: the read loop's one timer
+//! is armed at the earlier of the idle deadline and the expiry, so expiry
+//! costs no timer of its own, and `refresh` moves it. Lasting client state
+//! is keyed by `Principal::namespace` (`~via:name~client` for an
+//! authenticated principal), so two principals using one client id never
+//! share durable subscriptions or persistent MQTT sessions, and MQTT
+//! takeover happens only within a principal. The exposure rule (no open
+//! non-loopback listener when nothing was said about authentication) is
+//! `AuthConfig::check_exposure`: the binary calls it before binding,
+//! `wharf::serve` after.
 
 mod failures;
 mod grants;

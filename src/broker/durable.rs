@@ -3,13 +3,61 @@
 //! or made by a durable subscription), and the durable subscriptions
 //! themselves, each a queue `$durable/<client id>/<subscription id>` bound
 //! to one filter, its binding kept in the store with the queue.
+//!
+//! # Design notes
+//!
+//! ## Bindings
+//! A binding is an ordinary topic subscription whose sink is a `BindSink`:
+//! its `deliver` runs inside the topic's task, so it submits the queue's
+//! enqueue with `execute` (priority 0, the `topic` header, and for MQTT
+//! publishes `mqtt-qos`, `mqtt-retain`, `mqtt-origin`) and returns without
+//! waiting for the task or its write; a queue too busy to take it makes
+//! the delivery `Dropped`. The retained copy a new subscription gets is
+//! history, not news, and is not enqueued. The publisher's receipt does
+//! not wait for the bound queues' writes. `declare_queues` creates the
+//! `[[queues]]` and binds their `bind` filters at start, except for queues
+//! homed on another node, whose home does it.
+//!
+//! ## Durable subscriptions
+//! `durable_queue_name` is `$durable/<client id>/<subscription id>`; both
+//! ids are non-empty and free of `/`, `+`, `#` and NUL, so two pairs never
+//! give one name. The queue has no dead-letter queue and no delivery
+//! limit. `subscribe_durable` creates it on first use; when the filter
+//! differs from the one bound it binds the new filter (replacing the old
+//! binding; the backlog stays) and writes the queue's `queues` record again
+//! with `{"bind":[filter]}`, awaiting its `Durable`; then the subscription
+//! consumes the queue with its `prefetch` credit (`DURABLE_PREFETCH` by
+//! default), so deliveries, settling, ack timeouts and redelivery are a
+//! queue's. A native session refuses a durable subscribe (`invalid_field`)
+//! when `hello` named no client, and keys it by the principal's namespace.
+//! A session that ends cancels its consumer only; `unsubscribe_durable`
+//! unbinds, cancels the consumer and deletes the queue with its record and
+//! backlog. At start `restore_queues` binds again the queues whose record
+//! holds filters, before the server accepts connections.
+//!
+//! This is interest tracking by copies: each subscription's queue holds
+//! its own copy of each matching message, deleted when that subscription
+//! acks it or ends, so nothing that no subscription wants stays on disk.
+//! The price is one stored copy, and one write, per durable subscription
+//! and message.
+//!
+//! ## Shared subscriptions
+//! `$share/{group}/{filter}` (MQTT) is a queue `$shared/<group>/<filter,
+//! escaped>` bound like a durable subscription's, but held in memory only
+//! (no store writes, no dead-letter queue), whose members are its
+//! consumers with `SHARED_PREFETCH` credit each (`shared.rs`): round robin
+//! over members with credit gives the balance, and a leaving member's
+//! deliveries go to the next. Joins and leaves of every group go one at a
+//! time through one async mutex, so a leave that finds no member left
+//! deletes the queue and its binding without racing a join; deliveries
+//! never take that mutex.
 
 use std::sync::Arc;
 
+use super::calls::MAX_PREFETCH;
 use super::queue::{Incoming, QueueHandle, now_ms};
-use super::queues::MAX_PREFETCH;
 use super::sink::{DeliveryOutcome, Sink, Subscription, next_sink_id};
-use super::{Broker, BrokerError, Published};
+use super::{Broker, BrokerError, DurableSubs, Published};
 use crate::config::QueueDecl;
 use crate::routing;
 use crate::store::queues as records;
@@ -126,13 +174,13 @@ pub fn durable_queue_name(client: &str, sub: &str) -> Result<String, BrokerError
     Ok(name)
 }
 
-impl Broker {
+impl DurableSubs<'_> {
     /// Creates the declared queues and subscribes each to its bound topic
     /// filters.
     ///
     /// # Errors
     /// A filter that is not valid, or a topic refusing the subscription.
-    pub async fn declare_queues(&self, declared: &[QueueDecl]) -> Result<(), BrokerError> {
+    pub async fn declare_queues(self, declared: &[QueueDecl]) -> Result<(), BrokerError> {
         for d in declared {
             if self.home_elsewhere(&d.name).is_some() {
                 // Its home creates and binds it.
@@ -145,66 +193,6 @@ impl Broker {
         }
         Ok(())
     }
-
-    /// Makes `filters` the topic filters copied into `queue` (replacing
-    /// any it had).
-    pub(super) async fn bind(
-        &self,
-        name: &str,
-        queue: &QueueHandle,
-        filters: &[String],
-    ) -> Result<(), BrokerError> {
-        self.unbind(name).await;
-        let mut subs = Vec::with_capacity(filters.len());
-        for filter in filters {
-            let sink = Arc::new(BindSink {
-                id: next_sink_id(),
-                name: name.into(),
-                queue: queue.clone(),
-            });
-            let sub = Subscription::new(
-                sink,
-                &format!("bind:{name}"),
-                filter,
-                crate::broker::SubTag::None,
-                None,
-            );
-            if let Err(e) = self.subscribe(sub.clone()).await {
-                for s in subs {
-                    self.drop_binding(s).await;
-                }
-                return Err(e);
-            }
-            subs.push(sub);
-        }
-        self.queue_registry().binds.insert(name.to_owned(), subs);
-        Ok(())
-    }
-
-    /// Stops copying topic messages into the queue `name`.
-    pub(super) async fn unbind(&self, name: &str) {
-        let old = self.queue_registry().binds.remove(name).unwrap_or_default();
-        for sub in old {
-            self.drop_binding(sub).await;
-        }
-    }
-
-    async fn drop_binding(&self, sub: Subscription) {
-        sub.cancel();
-        let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
-    }
-
-    /// The filters bound to a queue.
-    pub(super) fn bound_filters(&self, name: &str) -> Vec<String> {
-        self.inner
-            .queues
-            .read()
-            .binds
-            .get(name)
-            .map(|subs| subs.iter().map(|s| s.filter.to_string()).collect())
-            .unwrap_or_default()
-    }
-
     /// Subscribes durably: the queue `$durable/<client>/<consumer.id>`
     /// (see [`durable_queue_name`]; `consumer.filter` must be that name)
     /// collects the messages of `filter` from now on, across disconnects
@@ -215,7 +203,7 @@ impl Broker {
     /// # Errors
     /// An invalid filter or name, or a refused subscription or consumer.
     pub async fn subscribe_durable(
-        &self,
+        self,
         client: &str,
         filter: &str,
         consumer: Subscription,
@@ -253,9 +241,8 @@ impl Broker {
             .submit(move |q| q.consume(consumer, prefetch, now_ms()))
             .await??)
     }
-
     /// The durable subscriptions of `client`: (subscription id, filters).
-    pub fn durable_subscriptions(&self, client: &str) -> Vec<(String, Vec<String>)> {
+    pub fn durable_subscriptions(self, client: &str) -> Vec<(String, Vec<String>)> {
         let prefix = format!("{DURABLE_PREFIX}{client}/");
         let reg = self.inner.queues.read();
         let mut out: Vec<(String, Vec<String>)> = reg
@@ -272,21 +259,78 @@ impl Broker {
         out.sort();
         out
     }
-
     /// Ends a durable subscription for good: the binding, the consumer of
     /// `sink` if attached, and the backlog are deleted.
     ///
     /// # Errors
     /// The queue refusing the tasks, or the store failing the deletes.
     pub async fn unsubscribe_durable(
-        &self,
+        self,
         client: &str,
         sub_id: &str,
         sink: u64,
     ) -> Result<bool, BrokerError> {
         let name = durable_queue_name(client, sub_id)?;
         self.unbind(&name).await;
-        let _ = self.cancel_consumer(&name, sink, sub_id).await;
-        self.delete_queue(&name).await
+        let _ = self.queues().cancel_consumer(&name, sink, sub_id).await;
+        self.queues().delete_queue(&name).await
+    }
+}
+
+impl Broker {
+    /// Makes `filters` the topic filters copied into `queue` (replacing
+    /// any it had).
+    pub(super) async fn bind(
+        &self,
+        name: &str,
+        queue: &QueueHandle,
+        filters: &[String],
+    ) -> Result<(), BrokerError> {
+        self.unbind(name).await;
+        let mut subs = Vec::with_capacity(filters.len());
+        for filter in filters {
+            let sink = Arc::new(BindSink {
+                id: next_sink_id(),
+                name: name.into(),
+                queue: queue.clone(),
+            });
+            let sub = Subscription::new(
+                sink,
+                &format!("bind:{name}"),
+                filter,
+                crate::broker::SubTag::None,
+                None,
+            );
+            if let Err(e) = self.subscribe(sub.clone()).await {
+                for s in subs {
+                    self.drop_binding(s).await;
+                }
+                return Err(e);
+            }
+            subs.push(sub);
+        }
+        self.queue_registry().binds.insert(name.to_owned(), subs);
+        Ok(())
+    }
+    /// Stops copying topic messages into the queue `name`.
+    pub(super) async fn unbind(&self, name: &str) {
+        let old = self.queue_registry().binds.remove(name).unwrap_or_default();
+        for sub in old {
+            self.drop_binding(sub).await;
+        }
+    }
+    async fn drop_binding(&self, sub: Subscription) {
+        sub.cancel();
+        let _ = self.unsubscribe(sub.sink.id(), &sub.id, &sub.filter).await;
+    }
+    /// The filters bound to a queue.
+    pub(super) fn bound_filters(&self, name: &str) -> Vec<String> {
+        self.inner
+            .queues
+            .read()
+            .binds
+            .get(name)
+            .map(|subs| subs.iter().map(|s| s.filter.to_string()).collect())
+            .unwrap_or_default()
     }
 }

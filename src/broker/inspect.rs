@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::queue::{BrowseSnapshot, Incoming, MessageState, Taken, now_ms};
-use super::{Broker, BrokerError};
+use super::{Broker, BrokerError, Queues};
 use crate::store::queues::{self as records, MESSAGES_TREE, StoredMessage, decode_message};
 use crate::store::{CommitError, ReadResult};
 
@@ -44,7 +44,7 @@ pub struct Moved {
     pub id: u64,
 }
 
-impl Broker {
+impl Queues<'_> {
     /// Deletes every message of `queue` that is not in flight (ready,
     /// delayed, and kept on disk) and returns how many went, once the
     /// deletes are durable. Deliveries in flight settle as usual.
@@ -52,10 +52,9 @@ impl Broker {
     /// # Errors
     /// An unknown queue, an overloaded queue or store writer, a failed
     /// commit.
-    pub async fn purge_queue(&self, queue: &str) -> Result<u64, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
-            return cluster
-                .admin_at(&home, queue, crate::cluster::home::AdminOp::Purge)
+    pub async fn purge_queue(self, queue: &str) -> Result<u64, BrokerError> {
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
+            return super::hooks::admin_at(&*remote, &home, queue, super::hooks::AdminOp::Purge)
                 .await;
         }
         let q = self.existing_queue(queue)?;
@@ -65,7 +64,6 @@ impl Broker {
         }
         Ok(purged)
     }
-
     /// Up to `limit` (at most [`MAX_BROWSE`]) messages of `queue` with ids
     /// from `from`, lowest first, in memory or on disk, without consuming
     /// them. Not a transaction: a message settled meanwhile may still
@@ -75,7 +73,7 @@ impl Broker {
     /// An unknown queue, an overloaded queue or store writer, a failed or
     /// late disk read.
     pub async fn browse_queue(
-        &self,
+        self,
         queue: &str,
         from: u64,
         limit: usize,
@@ -115,7 +113,6 @@ impl Broker {
             next,
         })
     }
-
     /// Moves message `id` of `queue` to `to` (created on first use), with
     /// its headers, priority, first enqueue time and remaining time to
     /// live; its delivery count starts again. The delete here and the
@@ -125,7 +122,7 @@ impl Broker {
     /// An unknown queue or message, a message in flight, `to` = `queue`,
     /// an invalid target name, a full target, an overloaded queue or
     /// store writer.
-    pub async fn move_message(&self, queue: &str, id: u64, to: &str) -> Result<Moved, BrokerError> {
+    pub async fn move_message(self, queue: &str, id: u64, to: &str) -> Result<Moved, BrokerError> {
         if queue == to {
             return Err(BrokerError::Invalid(
                 "the target queue is the message's own".into(),
@@ -183,12 +180,13 @@ impl Broker {
         }
         Ok(Moved { id: seq })
     }
+}
 
+impl Broker {
     fn existing_queue(&self, queue: &str) -> Result<super::queue::QueueHandle, BrokerError> {
         self.queue(queue, false)?
             .ok_or_else(|| BrokerError::UnknownQueue(queue.to_owned()))
     }
-
     /// Message `seq` of queue `id` read from disk at one of `priorities`.
     async fn read_one(
         &self,
@@ -205,7 +203,6 @@ impl Broker {
         }
         Ok(None)
     }
-
     /// Reads up to `limit` pairs of the messages tree through the store
     /// writer, waiting at most [`DISK_READ_TIMEOUT`].
     async fn read_disk(

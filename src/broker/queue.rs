@@ -7,6 +7,32 @@
 //! (delivered, waiting for an ack), or on disk only (`spilled`, past the
 //! memory window). Tasks validate first and mutate last, so a refused
 //! request changes nothing.
+//!
+//! # Design notes
+//!
+//! Enqueue writes the message's `qmsg` record through the store writer and
+//! returns its `Durable` (the caller confirms once it completes; consumers
+//! may have the message before). Past `memory_window` ready messages, or
+//! when its priority has messages on disk already (to keep their order), a
+//! new message is written and only counted (`spilled`). Dispatch takes
+//! consumers round robin from the one after the last served, among those
+//! with credit, not blocked and not cancelled; the deliveries' `qdel`
+//! records go to the writer in one detached submission, best effort. A
+//! `Dropped` delivery stays here and blocks its consumer until it settles
+//! something or the tick; a `Closed` sink's consumer goes, and its
+//! deliveries come back. `ack` is all or nothing, deletes the records in
+//! one submission and returns its `Durable`. Dead-lettering hands the
+//! message, with the deletes of its records here, to the dead-letter
+//! queue's enqueue task, whose put joins them in one `qmsg` batch; if that
+//! queue refuses, nothing is written and the message is back here at the
+//! next start. A priority with messages on disk that runs low in memory
+//! (under a quarter of the window) is refilled by one `WriterHandle::read`
+//! at a time, answered by a high-lane task through a `WeakTaskQueue` (a
+//! strong handle would keep the queue alive); a purge raises the refill
+//! epoch, so a read asked before it is dropped. `pop_ready` stops at a
+//! priority whose messages wait on disk, so no lower one overtakes them.
+//! `after` sets `needs_tick` while anything has a deadline; the tick also
+//! scans for expiry, at most once a second.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;

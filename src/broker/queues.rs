@@ -13,15 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
-
+use super::calls::{Enqueue, MAX_PREFETCH, Settlement};
 use super::durable::{DURABLE_PREFIX, StoredMeta};
+use super::hooks::{AdminOp, Answering, Remote, admin_at};
 use super::queue::{Incoming, QueueError, QueueHandle, QueueInfo, QueueShared, QueueState, now_ms};
 use super::sink::Subscription;
-use super::{Broker, BrokerError};
-use crate::cluster::home::AdminOp;
+use super::{Broker, BrokerError, Queues};
 use crate::config::{QueueDecl, QueueOptions};
-use crate::protocol::frame::Headers;
 use crate::routing;
 use crate::store::queues::{self as records, LoadedQueues};
 use crate::store::{Durable, SubmitError};
@@ -29,9 +27,6 @@ use crate::taskq::{Lane, TaskQueue};
 
 /// Suffix of dead-letter queues' default names.
 pub const DLQ_SUFFIX: &str = ".dlq";
-
-/// Largest prefetch a consumer may ask for.
-pub const MAX_PREFETCH: u32 = 10_000;
 
 /// Most delivery ids in one ack, nack, reject or touch.
 pub const MAX_IDS: usize = 10_000;
@@ -50,26 +45,11 @@ pub(crate) struct QueueRegistry {
     pub(super) binds: HashMap<String, Vec<Subscription>>,
 }
 
-/// A message to put on a queue.
-#[derive(Debug, Clone, Default)]
-pub struct Enqueue {
-    /// The queue's name (topic-name rules: no wildcards).
-    pub queue: String,
-    /// Payload bytes.
-    pub payload: Bytes,
-    /// Headers.
-    pub headers: Headers,
-    /// 0 (lowest, default) to 9.
-    pub priority: u8,
-    /// Time to live in ms (the queue's `ttl_ms` caps it).
-    pub ttl_ms: Option<u64>,
-}
-
 /// Longest a draining delete may hold its request (HTTP or native)
 /// before it answers with what is left.
 pub const MAX_DRAIN_WAIT_MS: u64 = 60_000;
 
-/// What [`Broker::drain_queue`] did.
+/// What [`Queues::drain_queue`](crate::broker::Queues::drain_queue) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Drain {
     /// The queue was empty, or emptied in time, and is removed.
@@ -83,23 +63,6 @@ pub enum Drain {
     },
     /// No such queue.
     NotFound,
-}
-
-/// What the consumer of a delivery decided (as JSON between cluster
-/// nodes: `"ack"`, `{"nack": ms}`, `"reject"`, `{"touch": ms}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Settlement {
-    /// Done: delete the message.
-    Ack,
-    /// Give it back: redelivered after the delay (ms), or after the
-    /// queue's backoff schedule when `None`.
-    Nack(Option<u64>),
-    /// Send it to the dead-letter queue.
-    Reject,
-    /// Still working: extend the ack deadline by this much (ms), or by
-    /// the ack timeout when `None`.
-    Touch(Option<u64>),
 }
 
 impl From<QueueError> for BrokerError {
@@ -137,14 +100,10 @@ fn dead_letter_name(reg: &QueueRegistry, name: &str) -> Option<String> {
     })
 }
 
-impl Broker {
-    pub(super) fn queue_registry(&self) -> parking_lot::RwLockWriteGuard<'_, QueueRegistry> {
-        self.inner.queues.write()
-    }
-
+impl Queues<'_> {
     /// Sets the options of queues: `defaults` for queues created on first
     /// use, and each declaration's own. Call before queues are created.
-    pub fn configure_queues(&self, defaults: QueueOptions, declared: &[QueueDecl]) {
+    pub fn configure_queues(self, defaults: QueueOptions, declared: &[QueueDecl]) {
         let mut reg = self.queue_registry();
         reg.declared = declared
             .iter()
@@ -152,96 +111,12 @@ impl Broker {
             .collect();
         reg.defaults = defaults;
     }
-
-    /// The options a queue named `name` gets.
-    fn options_for(reg: &QueueRegistry, name: &str) -> QueueOptions {
-        match reg.declared.get(name) {
-            Some(o) => o.clone(),
-            None => reg.defaults.clone(),
-        }
-    }
-
-    /// The queue `name`, created with its dead-letter queue if `create`.
-    pub(super) fn queue(
-        &self,
-        name: &str,
-        create: bool,
-    ) -> Result<Option<QueueHandle>, BrokerError> {
-        if let Some(q) = self.inner.queues.read().queues.get(name) {
-            return Ok(Some(q.clone()));
-        }
-        if !create {
-            return Ok(None);
-        }
-        self.check_topic(name)?;
-        let mut reg = self.queue_registry();
-        Ok(Some(self.create_queue(&mut reg, name, None)))
-    }
-
-    /// Creates `name` (and its dead-letter queue) under the registry lock,
-    /// or returns the existing one. `id` is the stored id when restoring.
-    fn create_queue(&self, reg: &mut QueueRegistry, name: &str, id: Option<u32>) -> QueueHandle {
-        if let Some(q) = reg.queues.get(name) {
-            return q.clone();
-        }
-        let mut opts = Self::options_for(reg, name);
-        let dlq = match dead_letter_name(reg, name) {
-            Some(dlq_name) if dlq_name != name => Some(self.create_queue(reg, &dlq_name, None)),
-            Some(_) => None,
-            None => {
-                // A dead-letter queue keeps what it is given; a durable or
-                // shared subscription redelivers until a subscriber acks.
-                opts.max_deliveries = 0;
-                None
-            }
-        };
-        // A shared subscription's group lives in memory only: it ends
-        // with its last member, and a restart ends every member.
-        let writer = if super::shared::is_shared(name) {
-            None
-        } else {
-            self.inner.writer.clone()
-        };
-        let id = match id {
-            Some(id) => id,
-            None => {
-                let id = reg.next_id;
-                reg.next_id = reg.next_id.saturating_add(1);
-                if let Some(w) = &writer {
-                    // Ordered before any of its messages by the writer.
-                    if let Err(e) = w.submit(vec![records::put_queue(name, id, b"")]) {
-                        tracing::error!(queue = name, "recording the new queue failed: {e}");
-                    }
-                }
-                id
-            }
-        };
-        reg.next_id = reg.next_id.max(id.saturating_add(1));
-        let shared = Arc::new(QueueShared::default());
-        let name: Arc<str> = name.into();
-        let tq = TaskQueue::new(
-            QueueState::new(name.clone(), id, opts, writer, dlq, shared.clone()),
-            &self.inner.scheduler,
-        );
-        let handle = QueueHandle { tq, shared, id };
-        let me = handle.clone();
-        if handle
-            .tq
-            .execute(Lane::High, move |q| q.set_handle(&me))
-            .is_err()
-        {
-            tracing::error!(queue = %name, "a new queue could not take its own handle");
-        }
-        reg.queues.insert(name, handle.clone());
-        handle
-    }
-
     /// Re-creates the queues the store holds, with their windows of
     /// messages, and deletes orphaned records. Call before serving.
     ///
     /// # Errors
     /// A queue refusing the restore task.
-    pub async fn restore_queues(&self, loaded: LoadedQueues) -> Result<usize, BrokerError> {
+    pub async fn restore_queues(self, loaded: LoadedQueues) -> Result<usize, BrokerError> {
         if !loaded.orphans.is_empty() {
             if let Some(w) = &self.inner.writer {
                 let _ = w.submit_detached(loaded.orphans);
@@ -298,20 +173,12 @@ impl Broker {
         }
         Ok(messages as usize)
     }
-
     /// Settles deliveries without waiting (not even for the task): for
     /// sinks, which run inside queue tasks and must not block. A refusal
     /// is logged; an unacknowledged delivery then times out as usual.
-    pub fn settle_detached(
-        &self,
-        queue: &str,
-        sink: u64,
-        id: &str,
-        ids: Vec<u64>,
-        how: Settlement,
-    ) {
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
-            cluster.settle_detached_at(&home, queue, sink, id, ids, how);
+    pub fn settle_detached(self, queue: &str, sink: u64, id: &str, ids: Vec<u64>, how: Settlement) {
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
+            remote.settle_detached(&home, queue, sink, id, ids, how);
             return;
         }
         let Ok(Some(q)) = self.queue(queue, false) else {
@@ -334,7 +201,6 @@ impl Broker {
             tracing::warn!("detached settle not queued: {e}");
         }
     }
-
     /// Puts a message on a queue (created on first use). Returns its seq
     /// once the task has run, and with a store the [`Durable`] that
     /// completes when it is on disk: a publisher is told the message is
@@ -343,7 +209,7 @@ impl Broker {
     /// # Errors
     /// An invalid name or priority, a full queue, an overloaded queue or
     /// store writer.
-    pub async fn enqueue(&self, msg: Enqueue) -> Result<(u64, Option<Durable>), BrokerError> {
+    pub async fn enqueue(self, msg: Enqueue) -> Result<(u64, Option<Durable>), BrokerError> {
         let msg = match self.enqueue_elsewhere(msg) {
             Err(local) => local,
             // Answered once durable there.
@@ -361,19 +227,18 @@ impl Broker {
             .submit(move |q| q.enqueue(incoming, now_ms()))
             .await??)
     }
-
     /// For a queue homed on another node: sends the enqueue there now, in
     /// order with this node's other calls, and gives what answers with its
     /// seq once durable there, so a session can go on to its next frame;
     /// gives the message back for a queue of this node's.
     ///
     /// # Errors
-    /// As [`Broker::enqueue`] (inside: what the home says).
+    /// As [`Queues::enqueue`](crate::broker::Queues::enqueue) (inside: what the home says).
     pub fn enqueue_elsewhere(
-        &self,
+        self,
         msg: Enqueue,
-    ) -> Result<Result<crate::cluster::Answering<u64>, BrokerError>, Enqueue> {
-        let Some((cluster, home)) = self.home_elsewhere(&msg.queue) else {
+    ) -> Result<Result<Answering<u64>, BrokerError>, Enqueue> {
+        let Some((remote, home)) = self.home_elsewhere(&msg.queue) else {
             return Err(msg);
         };
         if msg.priority > 9 {
@@ -382,38 +247,36 @@ impl Broker {
         if let Err(e) = self.check_topic(&msg.queue) {
             return Ok(Err(e));
         }
-        Ok(cluster.enqueue_sent(&home, msg))
+        Ok(remote.enqueue_sent(&home, msg))
     }
-
     /// For a queue homed on another node: sends the settle there now and
     /// gives what answers once it is done there; gives `ids` back for a
     /// queue of this node's.
     ///
     /// # Errors
-    /// As [`Broker::settle`] (inside).
+    /// As [`Queues::settle`](crate::broker::Queues::settle) (inside).
     pub fn settle_elsewhere(
-        &self,
+        self,
         queue: &str,
         sink: u64,
         id: &str,
         ids: Vec<u64>,
         how: Settlement,
-    ) -> Result<Result<crate::cluster::Answering<()>, BrokerError>, Vec<u64>> {
-        let Some((cluster, home)) = self.home_elsewhere(queue) else {
+    ) -> Result<Result<Answering<()>, BrokerError>, Vec<u64>> {
+        let Some((remote, home)) = self.home_elsewhere(queue) else {
             return Err(ids);
         };
         if ids.is_empty() || ids.len() > MAX_IDS {
             return Ok(Err(BrokerError::InvalidIds(ids.len())));
         }
-        Ok(cluster.settle_sent(&home, queue, sink, id, ids, how))
+        Ok(remote.settle_sent(&home, queue, sink, id, ids, how))
     }
-
     /// Puts a message on a queue without waiting for anything (not even
     /// the task): for callers inside other resources' tasks, which must
     /// not block. Failures are logged.
-    pub fn enqueue_detached(&self, msg: Enqueue) {
-        if let Some((cluster, home)) = self.home_elsewhere(&msg.queue) {
-            cluster.enqueue_detached_at(&home, msg);
+    pub fn enqueue_detached(self, msg: Enqueue) {
+        if let Some((remote, home)) = self.home_elsewhere(&msg.queue) {
+            remote.enqueue_detached(&home, msg);
             return;
         }
         let queue = match self.queue(&msg.queue, true) {
@@ -435,19 +298,17 @@ impl Broker {
             tracing::error!("enqueue refused: {e}");
         }
     }
-
-    /// [`Broker::enqueue`], then waits until the message is durable.
+    /// [`Queues::enqueue`](crate::broker::Queues::enqueue), then waits until the message is durable.
     ///
     /// # Errors
-    /// As [`Broker::enqueue`], or the store failing the write.
-    pub async fn enqueue_durable(&self, msg: Enqueue) -> Result<u64, BrokerError> {
+    /// As [`Queues::enqueue`](crate::broker::Queues::enqueue), or the store failing the write.
+    pub async fn enqueue_durable(self, msg: Enqueue) -> Result<u64, BrokerError> {
         let (seq, durable) = self.enqueue(msg).await?;
         if let Some(d) = durable {
             d.await.map_err(BrokerError::Store)?;
         }
         Ok(seq)
     }
-
     /// Attaches `sub` (its `filter` is ignored) as a consumer of `queue`
     /// (created on first use) with `prefetch` credit.
     ///
@@ -455,7 +316,7 @@ impl Broker {
     /// An invalid name or prefetch, a duplicate consumer, an overloaded
     /// queue.
     pub async fn consume(
-        &self,
+        self,
         queue: &str,
         sub: Subscription,
         prefetch: u32,
@@ -463,29 +324,28 @@ impl Broker {
         if prefetch == 0 || prefetch > MAX_PREFETCH {
             return Err(BrokerError::InvalidPrefetch(prefetch));
         }
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
             self.check_topic(queue)?;
-            return cluster.consume_at(&home, queue, sub, prefetch).await;
+            return remote.consume(&home, queue, sub, prefetch).await;
         }
         let q = self.queue(queue, true)?.ok_or(BrokerError::Contended)?;
         Ok(q.tq
             .submit(move |q| q.consume(sub, prefetch, now_ms()))
             .await??)
     }
-
     /// Detaches a consumer; its unacknowledged deliveries go back to the
     /// queue at once.
     ///
     /// # Errors
     /// An unknown queue or consumer, an overloaded queue.
     pub async fn cancel_consumer(
-        &self,
+        self,
         queue: &str,
         sink: u64,
         id: &str,
     ) -> Result<(), BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(queue) {
-            return cluster.cancel_at(&home, queue, sink, id).await;
+        if let Some((remote, home)) = self.home_elsewhere(queue) {
+            return remote.cancel(&home, queue, sink, id).await;
         }
         let q = self
             .queue(queue, false)?
@@ -496,14 +356,13 @@ impl Broker {
             .submit_high(move |q| q.cancel(sink, &id, now_ms()))
             .await??)
     }
-
     /// Settles deliveries of consumer `id` of `sink` on `queue`: all of
     /// `ids` or none. An ack returns the [`Durable`] of the deletes.
     ///
     /// # Errors
     /// An unknown queue, consumer or delivery, or an overloaded queue.
     pub async fn settle(
-        &self,
+        self,
         queue: &str,
         sink: u64,
         id: &str,
@@ -534,57 +393,27 @@ impl Broker {
             })
             .await??)
     }
-
-    /// The cluster and the node `queue` lives on, when that is another
-    /// node: queue calls are then sent there.
-    pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<(crate::cluster::Cluster, String)> {
-        let cluster = self.cluster()?;
-        let home = cluster.home_elsewhere(queue)?;
-        Some((cluster.clone(), home))
-    }
-
     /// A queue's numbers (with its dead-letter queue's depth), if it
     /// exists.
-    pub async fn queue_info(&self, name: &str) -> Option<QueueInfo> {
+    pub async fn queue_info(self, name: &str) -> Option<QueueInfo> {
         self.queue_info_or_why(name).await.unwrap_or_else(|e| {
             tracing::warn!(queue = name, "cluster: {e}");
             None
         })
     }
-
-    /// [`Broker::queue_info`], saying why when the queue's home (another
+    /// [`Queues::queue_info`](crate::broker::Queues::queue_info), saying why when the queue's home (another
     /// node) did not answer, so an API can tell "busy" from "no queue".
     ///
     /// # Errors
     /// The home's refusal, or its silence.
-    pub async fn queue_info_or_why(&self, name: &str) -> Result<Option<QueueInfo>, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(name) {
-            return cluster
-                .admin_at::<Option<QueueInfo>>(&home, name, AdminOp::Info)
-                .await;
+    pub async fn queue_info_or_why(self, name: &str) -> Result<Option<QueueInfo>, BrokerError> {
+        if let Some((remote, home)) = self.home_elsewhere(name) {
+            return admin_at::<Option<QueueInfo>>(&*remote, &home, name, AdminOp::Info).await;
         }
         Ok(self.local_queue_info(name).await)
     }
-
-    /// This node's own queue `name`'s numbers (whatever its home).
-    pub(crate) async fn local_queue_info(&self, name: &str) -> Option<QueueInfo> {
-        let q = self.queue(name, false).ok()??;
-        let mut info = q.tq.submit(|q| q.info()).await.ok()?;
-        let dlq_name = {
-            let reg = self.inner.queues.read();
-            dead_letter_name(&reg, name)
-        };
-        if let Some(dlq_name) = dlq_name {
-            if let Some(dlq) = self.queue(&dlq_name, false).ok().flatten() {
-                info.dead_letter_depth = dlq.tq.submit(|q| q.info().depth).await.ok();
-            }
-            info.dead_letter = Some(dlq_name);
-        }
-        Some(info)
-    }
-
     /// Names of the queues that exist.
-    pub fn queue_names(&self) -> Vec<String> {
+    pub fn queue_names(self) -> Vec<String> {
         let mut names: Vec<String> = self
             .inner
             .queues
@@ -596,7 +425,6 @@ impl Broker {
         names.sort();
         names
     }
-
     /// Moves the ready messages of a dead-letter queue back to the queues
     /// they came from (their `dead-letter-from` header), or to `to` if
     /// given, with their delivery count reset. Each move is one store
@@ -605,7 +433,7 @@ impl Broker {
     ///
     /// # Errors
     /// An unknown queue, or a target refusing messages (those stay).
-    pub async fn redrive(&self, dlq: &str, to: Option<&str>) -> Result<u64, BrokerError> {
+    pub async fn redrive(self, dlq: &str, to: Option<&str>) -> Result<u64, BrokerError> {
         if let Some(target) = to
             && self.home_elsewhere(dlq).map(|(_, h)| h)
                 != self.home_elsewhere(target).map(|(_, h)| h)
@@ -614,11 +442,11 @@ impl Broker {
                 "{target:?} lives on another node than {dlq:?}: redrive moves messages within one node"
             )));
         }
-        if let Some((cluster, home)) = self.home_elsewhere(dlq) {
+        if let Some((remote, home)) = self.home_elsewhere(dlq) {
             let op = AdminOp::Redrive {
                 to: to.map(str::to_owned),
             };
-            return cluster.admin_at(&home, dlq, op).await;
+            return admin_at(&*remote, &home, dlq, op).await;
         }
         let source = self
             .queue(dlq, false)?
@@ -695,15 +523,14 @@ impl Broker {
             }
         }
     }
-
     /// Deletes a queue and every message it holds (not its dead-letter
     /// queue). Returns whether it existed.
     ///
     /// # Errors
     /// The queue refusing the task, or the store failing the deletes.
-    pub async fn delete_queue(&self, name: &str) -> Result<bool, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(name) {
-            return cluster.admin_at(&home, name, AdminOp::Delete).await;
+    pub async fn delete_queue(self, name: &str) -> Result<bool, BrokerError> {
+        if let Some((remote, home)) = self.home_elsewhere(name) {
+            return admin_at(&*remote, &home, name, AdminOp::Delete).await;
         }
         let Some(q) = self.queue(name, false)? else {
             return Ok(false);
@@ -730,23 +557,22 @@ impl Broker {
         }
         Ok(true)
     }
-
     /// Removes a queue once its consumers have taken and settled what it
     /// holds: from now on it refuses enqueues (and topic messages stop
     /// being copied into it), consumers carry on (a nacked message comes
     /// back to them), and once nothing is waiting or in flight it is
     /// deleted, by this call if that happens within `wait`, else by the
-    /// ticker ([`Broker::tick_queues`]) when it does. Draining is not
+    /// ticker ([`Queues::tick_queues`](crate::broker::Queues::tick_queues)) when it does. Draining is not
     /// persisted: after a restart the queue is an ordinary queue again.
     ///
     /// # Errors
     /// The queue refusing the task, or the store failing the deletes.
-    pub async fn drain_queue(&self, name: &str, wait: Duration) -> Result<Drain, BrokerError> {
-        if let Some((cluster, home)) = self.home_elsewhere(name) {
+    pub async fn drain_queue(self, name: &str, wait: Duration) -> Result<Drain, BrokerError> {
+        if let Some((remote, home)) = self.home_elsewhere(name) {
             let op = AdminOp::Drain {
                 wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
             };
-            return cluster.admin_at(&home, name, op).await;
+            return admin_at(&*remote, &home, name, op).await;
         }
         let Some(q) = self.queue(name, false)? else {
             return Ok(Drain::NotFound);
@@ -769,12 +595,11 @@ impl Broker {
             in_flight: left.in_flight,
         })
     }
-
     /// Runs the deadline task of every queue that has deadlines to watch,
     /// and removes draining queues that have emptied (on the caller's
     /// actix system). The server calls it every
     /// [`QUEUE_TICK`](super::QUEUE_TICK).
-    pub fn tick_queues(&self) {
+    pub fn tick_queues(self) {
         let (busy, drained): (Vec<QueueHandle>, Vec<String>) = {
             let reg = self.inner.queues.read();
             let busy = reg
@@ -792,9 +617,9 @@ impl Broker {
             (busy, drained)
         };
         for name in drained {
-            let broker = self.clone();
+            let broker = Broker::clone(&self);
             actix_rt::spawn(async move {
-                match broker.delete_queue(&name).await {
+                match broker.queues().delete_queue(&name).await {
                     Ok(_) => tracing::info!(queue = %name, "drained queue removed"),
                     Err(e) => {
                         tracing::warn!(queue = %name, "a drained queue could not be removed: {e}")
@@ -807,6 +632,115 @@ impl Broker {
                 tracing::debug!("queue tick postponed: {e}");
             }
         }
+    }
+}
+
+impl Broker {
+    pub(super) fn queue_registry(&self) -> parking_lot::RwLockWriteGuard<'_, QueueRegistry> {
+        self.inner.queues.write()
+    }
+    /// The options a queue named `name` gets.
+    fn options_for(reg: &QueueRegistry, name: &str) -> QueueOptions {
+        match reg.declared.get(name) {
+            Some(o) => o.clone(),
+            None => reg.defaults.clone(),
+        }
+    }
+    /// The queue `name`, created with its dead-letter queue if `create`.
+    pub(super) fn queue(
+        &self,
+        name: &str,
+        create: bool,
+    ) -> Result<Option<QueueHandle>, BrokerError> {
+        if let Some(q) = self.inner.queues.read().queues.get(name) {
+            return Ok(Some(q.clone()));
+        }
+        if !create {
+            return Ok(None);
+        }
+        self.check_topic(name)?;
+        let mut reg = self.queue_registry();
+        Ok(Some(self.create_queue(&mut reg, name, None)))
+    }
+    /// Creates `name` (and its dead-letter queue) under the registry lock,
+    /// or returns the existing one. `id` is the stored id when restoring.
+    fn create_queue(&self, reg: &mut QueueRegistry, name: &str, id: Option<u32>) -> QueueHandle {
+        if let Some(q) = reg.queues.get(name) {
+            return q.clone();
+        }
+        let mut opts = Self::options_for(reg, name);
+        let dlq = match dead_letter_name(reg, name) {
+            Some(dlq_name) if dlq_name != name => Some(self.create_queue(reg, &dlq_name, None)),
+            Some(_) => None,
+            None => {
+                // A dead-letter queue keeps what it is given; a durable or
+                // shared subscription redelivers until a subscriber acks.
+                opts.max_deliveries = 0;
+                None
+            }
+        };
+        // A shared subscription's group lives in memory only: it ends
+        // with its last member, and a restart ends every member.
+        let writer = if super::shared::is_shared(name) {
+            None
+        } else {
+            self.inner.writer.clone()
+        };
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let id = reg.next_id;
+                reg.next_id = reg.next_id.saturating_add(1);
+                if let Some(w) = &writer {
+                    // Ordered before any of its messages by the writer.
+                    if let Err(e) = w.submit(vec![records::put_queue(name, id, b"")]) {
+                        tracing::error!(queue = name, "recording the new queue failed: {e}");
+                    }
+                }
+                id
+            }
+        };
+        reg.next_id = reg.next_id.max(id.saturating_add(1));
+        let shared = Arc::new(QueueShared::default());
+        let name: Arc<str> = name.into();
+        let tq = TaskQueue::new(
+            QueueState::new(name.clone(), id, opts, writer, dlq, shared.clone()),
+            &self.inner.scheduler,
+        );
+        let handle = QueueHandle { tq, shared, id };
+        let me = handle.clone();
+        if handle
+            .tq
+            .execute(Lane::High, move |q| q.set_handle(&me))
+            .is_err()
+        {
+            tracing::error!(queue = %name, "a new queue could not take its own handle");
+        }
+        reg.queues.insert(name, handle.clone());
+        handle
+    }
+    /// The cluster and the node `queue` lives on, when that is another
+    /// node: queue calls are then sent there.
+    pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<(Arc<dyn Remote>, String)> {
+        let remote = self.remote()?;
+        let home = remote.home_elsewhere(queue)?;
+        Some((remote.clone(), home))
+    }
+    /// This node's own queue `name`'s numbers (whatever its home).
+    pub(crate) async fn local_queue_info(&self, name: &str) -> Option<QueueInfo> {
+        let q = self.queue(name, false).ok()??;
+        let mut info = q.tq.submit(|q| q.info()).await.ok()?;
+        let dlq_name = {
+            let reg = self.inner.queues.read();
+            dead_letter_name(&reg, name)
+        };
+        if let Some(dlq_name) = dlq_name {
+            if let Some(dlq) = self.queue(&dlq_name, false).ok().flatten() {
+                info.dead_letter_depth = dlq.tq.submit(|q| q.info().depth).await.ok();
+            }
+            info.dead_letter = Some(dlq_name);
+        }
+        Some(info)
     }
 }
 

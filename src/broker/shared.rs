@@ -6,10 +6,10 @@
 //! gives its unacknowledged deliveries back to the others, and the last
 //! member's leaving ends the group (the queue and its binding go).
 
+use super::calls::MAX_PREFETCH;
 use super::queue::now_ms;
-use super::queues::MAX_PREFETCH;
 use super::sink::Subscription;
-use super::{Broker, BrokerError};
+use super::{BrokerError, DurableSubs};
 use crate::routing;
 
 /// Prefix of the queues that carry shared subscription groups.
@@ -55,7 +55,7 @@ pub(super) fn is_shared(name: &str) -> bool {
     name.starts_with(SHARED_PREFIX)
 }
 
-impl Broker {
+impl DurableSubs<'_> {
     /// Adds `member` (its `filter` must be the group's queue name, see
     /// [`shared_queue_name`]) to group `group`'s shared subscription to
     /// `filter`, creating the group if it has no members.
@@ -64,7 +64,7 @@ impl Broker {
     /// An invalid group, filter or prefetch; a duplicate member; an
     /// overloaded queue.
     pub async fn join_shared(
-        &self,
+        self,
         group: &str,
         filter: &str,
         member: Subscription,
@@ -92,7 +92,6 @@ impl Broker {
             .submit(move |q| q.consume(member, prefetch, now_ms()))
             .await??)
     }
-
     /// Takes member `id` of `sink` out of group `group`'s shared
     /// subscription to `filter`; its unacknowledged deliveries go to the
     /// other members. The last member's leaving ends the group.
@@ -100,7 +99,7 @@ impl Broker {
     /// # Errors
     /// An invalid group, or the queue refusing the tasks.
     pub async fn leave_shared(
-        &self,
+        self,
         group: &str,
         filter: &str,
         sink: u64,
@@ -121,7 +120,7 @@ impl Broker {
             .await?;
         if left == 0 {
             self.unbind(&name).await;
-            self.delete_queue(&name).await?;
+            self.queues().delete_queue(&name).await?;
         }
         Ok(())
     }

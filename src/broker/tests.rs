@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::*;
 use crate::taskq::{Scheduler, SchedulerConfig};
+use bytes::Bytes;
 
 static NEXT_SINK: AtomicU64 = AtomicU64::new(1);
 

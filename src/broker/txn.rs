@@ -6,6 +6,66 @@
 //! batch is durable leaves nothing; after it, everything. Topic publishes
 //! (not persisted) go out after the apply. A failure before the batch is
 //! durable aborts every prepared queue and changes nothing.
+//!
+//! # Design notes
+//!
+//! ## Staging
+//! The session stages (`session/txn.rs`). While a transaction (`OpenTxn`)
+//! is open, `publish`, `enqueue`, `ack` and `nack` are checked as far as
+//! that needs no queue (sizes, names, priority, id counts, that the
+//! consumer exists), answered by a `receipt`, and kept: publishes, enqueues
+//! and acks in a `TxnOps` (one `TxnAck` per delivery id), nacks beside it.
+//! Every other frame takes effect at once (`reject` and `touch` included).
+//! Staging submits no task and writes nothing: the broker sees the
+//! transaction only at the commit. `session.max_transaction_ops` bounds
+//! what one transaction holds, and the end of a session rolls back an open
+//! one.
+//!
+//! ## The commit
+//! `commit` groups the enqueues and acks by queue in a `BTreeMap`, so that
+//! queues are visited in name order, refuses queues homed on another node,
+//! and takes a transaction number. Then:
+//!
+//! 1. Prepare, a task on each queue in turn (`QueueState::prepare`,
+//!    `broker/queue/txn.rs`). It refuses, changing nothing, if the queue was
+//!    deleted, if its messages plus those prepared by other commits plus
+//!    these would pass `max_length`, or if an acked id is not in flight to
+//!    its consumer or is locked by another commit. Otherwise it locks each
+//!    acked delivery (the ack timeout, a consumer's cancel and ordinary
+//!    settles skip or refuse a locked delivery), stamps each enqueue with
+//!    the queue's next seq and keeps it in `prepared`, invisible (a refill
+//!    that meets it on disk leaves it alone), and returns the writes: the
+//!    `qmsg` puts and, per acked message, its `qmsg` and `qdel` deletes.
+//! 2. One store writer submission with every queue's writes, awaited.
+//! 3. Apply, a high-lane task on each prepared queue: the prepared messages
+//!    are admitted (held, or counted as on disk past `memory_window`), the
+//!    locked deliveries removed as acked, and the queue dispatches.
+//!
+//! Then the staged publishes go through `publish_from` with the session's
+//! source (rules included), one after the other, and the session applies
+//! the staged nacks and sends the `receipt`. A failure in step 1 or 2 runs
+//! `abort` (high lane) on every queue prepared so far: the prepared
+//! messages are dropped, their seqs left unused, the locked deliveries
+//! unlocked (one whose consumer left meanwhile goes back to the queue). The
+//! session then gives the transaction's acked and nacked deliveries back,
+//! as a `rollback` does.
+//!
+//! ## Why a crash leaves all or nothing
+//! Nothing visible changes before the batch is durable: prepared messages
+//! are not ready, and locked deliveries stay in flight. The writer applies
+//! a group as one sled batch per tree, and every queue's messages live in
+//! one tree, `qmsg`, so all of a transaction's enqueues and ack deletes
+//! there are one `sled::Batch`, applied atomically. A crash before it is
+//! durable leaves the store as it was (the locked deliveries come back
+//! ready at the start, like any delivery in flight at a crash); after it,
+//! the start finds every write. The `qdel` deletes are a second batch; a
+//! crash between the two leaves `qdel` records without a message, which
+//! the start deletes as orphans. If a queue refuses its apply task after
+//! the batch is durable, the failure is logged: the writes are on disk and
+//! the queue shows them at the next start. If the writer reports a failure
+//! after sled applied the batch (a failed flush), the commit is aborted in
+//! memory while its writes may be on disk. Topic publishes are not
+//! persisted: a crash after the batch and before they go out loses them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,6 +2,25 @@
 //! a TCP stream with TCP_NODELAY set (`ws://`), or TLS over it (`wss://`,
 //! rustls), and the framed connection it yields. Hand-written because awc offers no way to set TCP_NODELAY, and
 //! Nagle's algorithm with delayed ACKs stalls small writes by up to 40 ms.
+//!
+//! # Design notes
+//!
+//! The handshake yields a `Framed` socket with `wsframe::FrameCodec` in
+//! client mode: the common unmasked data frame is read by hand, everything
+//! else by actix-http's codec. The connection's task (`conn.rs`), spawned
+//! on the actix thread, owns it: it writes every command already queued,
+//! then flushes once; it reads up to `DISPATCH_BURST` (64) frames per wake,
+//! decodes bincode `message` frames borrowed (`codec::decode_message`, the
+//! mirror of the server's prefix and body) and copies one only for a live
+//! subscription; it gathers each subscription's frames into a batch and
+//! hands the batch to the subscription's stream (`stream.rs`) when the
+//! burst ends, the subscription changes or another kind of frame comes.
+//! Answers go to the waiting request by `rid`. A stream is bounded in
+//! items: the receiver publishes how many it has taken, the sender sends
+//! what fits and waits for the rest, so a full stream stops the task
+//! reading the socket and the server's slow-consumer policy, not the
+//! client's memory, takes the strain. `unsubscribe` and `cancel` drop
+//! their stream before they wait for the receipt.
 
 use actix_codec::{Framed, FramedParts};
 use actix_http::ws::hash_key;
@@ -12,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::ClientError;
-use crate::transport::wsread::FrameCodec;
+use crate::wsframe::FrameCodec;
 
 /// Longest handshake response accepted.
 const MAX_RESPONSE: usize = 16 * 1024;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{Client, ClientError};
 use crate::protocol::frame::{ClientFrame, ServerFrame};
 use crate::protocol::jobs::{
-    Enqueued, JobDequeue, JobEnqueue, JobOutcome, JobStatus, JobStatusQuery, JobView, JsonText,
+    JobDequeue, JobEnqueue, JobEnqueued, JobOutcome, JobStatus, JobStatusQuery, JobView, JsonText,
     NewJob, Outcome, OutcomeReply, PingReply, Registered, WorkerPing, WorkerRegister,
 };
 
@@ -17,7 +17,27 @@ fn unexpected(what: &str, got: impl std::fmt::Debug) -> ClientError {
     ClientError::Connect(format!("expected {what}, got {got:?}"))
 }
 
+/// The jobs and workers calls of a [`Client`] ([`Client::jobs`]): enqueue
+/// a job, read its status, and a worker's register, ping, dequeue and
+/// outcome. A view that borrows the client, made afresh at each use
+/// (`client.jobs().enqueue_job(..)`); it derefs to the client.
+#[derive(Clone, Copy)]
+pub struct JobCalls<'a>(&'a Client);
+
+impl std::ops::Deref for JobCalls<'_> {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        self.0
+    }
+}
+
 impl Client {
+    /// The jobs and workers calls.
+    pub fn jobs(&self) -> JobCalls<'_> {
+        JobCalls(self)
+    }
+
     /// Sends a job frame; its `job_reply` body as `T` (`what` names it in
     /// the error).
     async fn job_call<T: serde::de::DeserializeOwned>(
@@ -33,14 +53,16 @@ impl Client {
             other => Err(unexpected("job_reply", other)),
         }
     }
+}
 
+impl JobCalls<'_> {
     /// Enqueues a job; returns its id once it is durable.
     ///
     /// # Errors
     /// The server refusing (invalid field, too many jobs), a timeout, or a
     /// closed connection.
-    pub async fn enqueue_job(&self, job: NewJob) -> Result<Uuid, ClientError> {
-        let reply: Enqueued = self
+    pub async fn enqueue_job(self, job: NewJob) -> Result<Uuid, ClientError> {
+        let reply: JobEnqueued = self
             .job_call("a job id", |rid| {
                 ClientFrame::JobEnqueue(JobEnqueue {
                     kind: job.kind,
@@ -54,12 +76,11 @@ impl Client {
             .await?;
         Ok(reply.id)
     }
-
     /// A job's record.
     ///
     /// # Errors
     /// `unknown_job`, a timeout, or a closed connection.
-    pub async fn job_status(&self, id: Uuid) -> Result<JobView, ClientError> {
+    pub async fn job_status(self, id: Uuid) -> Result<JobView, ClientError> {
         self.job_call("a job", |rid| {
             ClientFrame::JobStatus(JobStatusQuery {
                 id: id.to_string(),
@@ -68,13 +89,12 @@ impl Client {
         })
         .await
     }
-
     /// Registers a worker for `kinds` (empty: all); returns its id and
     /// lease (ms).
     ///
     /// # Errors
     /// The server refusing, a timeout, or a closed connection.
-    pub async fn register_worker(&self, kinds: &[&str]) -> Result<(Uuid, u64), ClientError> {
+    pub async fn register_worker(self, kinds: &[&str]) -> Result<(Uuid, u64), ClientError> {
         let kinds = kinds.iter().map(|k| (*k).to_owned()).collect();
         let r: Registered = self
             .job_call("a registration", |rid| {
@@ -83,12 +103,11 @@ impl Client {
             .await?;
         Ok((r.worker_id, r.lease_ms))
     }
-
     /// Extends a worker's lease; `false`: register again.
     ///
     /// # Errors
     /// A timeout or a closed connection.
-    pub async fn ping_worker(&self, worker: Uuid) -> Result<bool, ClientError> {
+    pub async fn ping_worker(self, worker: Uuid) -> Result<bool, ClientError> {
         let r: PingReply = self
             .job_call("a ping reply", |rid| {
                 ClientFrame::WorkerPing(WorkerPing {
@@ -99,14 +118,13 @@ impl Client {
             .await?;
         Ok(r.valid)
     }
-
     /// The worker's next job, waiting up to `wait` (keep it under the
     /// client's request timeout); `None` if none arrived.
     ///
     /// # Errors
     /// `worker_expired`, a timeout, or a closed connection.
     pub async fn dequeue_job(
-        &self,
+        self,
         worker: Uuid,
         wait: Duration,
     ) -> Result<Option<JobView>, ClientError> {
@@ -119,7 +137,6 @@ impl Client {
         })
         .await
     }
-
     /// Reports a job's outcome with the token it was handed out with;
     /// returns the job's new status.
     ///
@@ -127,7 +144,7 @@ impl Client {
     /// `stale_token` or `worker_expired` (nothing changed), a timeout, or
     /// a closed connection.
     pub async fn job_outcome(
-        &self,
+        self,
         job: Uuid,
         worker: Uuid,
         token: u32,

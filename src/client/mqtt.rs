@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::ClientError;
 use super::handshake::{self, Connection};
-use crate::protocol::mqtt::{self, ConnAck, Connect, Packet, Publish, Will};
+use crate::protocol::mqtt::{self, ConnAck, Connect, Packet, PublishPacket, Will};
 
 /// The client speaks MQTT 3.1.1 after CONNECT (3.1 is the same there).
 const LEVEL: u8 = mqtt::LEVEL_3_1_1;
@@ -34,7 +34,7 @@ pub struct MqttClient {
     buf: BytesMut,
     next_pid: u16,
     /// Deliveries read while waiting for something else.
-    inbox: VecDeque<Publish>,
+    inbox: VecDeque<PublishPacket>,
     timeout: Duration,
     /// CONNACK's session-present flag.
     pub session_present: bool,
@@ -240,7 +240,7 @@ impl MqttClient {
         }
     }
 
-    async fn take_delivery(&mut self, p: Publish) -> Result<(), ClientError> {
+    async fn take_delivery(&mut self, p: PublishPacket) -> Result<(), ClientError> {
         // Fed, not flushed: the next read flushes them all at once.
         match (p.qos, p.pid) {
             (1, Some(pid)) => self.feed(&Packet::puback(pid)).await?,
@@ -263,7 +263,7 @@ impl MqttClient {
         retain: bool,
     ) -> Result<(), ClientError> {
         let pid = (qos > 0).then(|| self.pid());
-        self.send(&Packet::Publish(Publish {
+        self.send(&Packet::Publish(PublishPacket {
             dup: false,
             qos,
             retain,
@@ -298,7 +298,7 @@ impl MqttClient {
         payloads: &[Bytes],
     ) -> Result<(), ClientError> {
         for p in payloads {
-            self.feed(&Packet::Publish(Publish {
+            self.feed(&Packet::Publish(PublishPacket {
                 dup: false,
                 qos: 0,
                 retain: false,
@@ -328,7 +328,7 @@ impl MqttClient {
         while next < payloads.len() || !waiting.is_empty() {
             while next < payloads.len() && waiting.len() < window.max(1) {
                 let pid = self.pid();
-                self.feed(&Packet::Publish(Publish {
+                self.feed(&Packet::Publish(PublishPacket {
                     dup: false,
                     qos: 1,
                     retain: false,
@@ -369,7 +369,7 @@ impl MqttClient {
     ///
     /// # Errors
     /// A closed connection or a timeout.
-    pub async fn recv(&mut self) -> Result<Publish, ClientError> {
+    pub async fn recv(&mut self) -> Result<PublishPacket, ClientError> {
         loop {
             if let Some(p) = self.inbox.pop_front() {
                 return Ok(p);

@@ -7,8 +7,8 @@ use tokio::sync::oneshot;
 
 use super::{Client, ClientError, Command, Route, wait};
 use crate::protocol::frame::{
-    ClientFrame, Consume, DeleteQueue, Enqueue, Headers, Nack, QueueDelivery, ServerFrame, Settle,
-    Subscribe, Touch, Txn,
+    ClientFrame, Consume, DeleteQueue, EnqueueFrame, Headers, Nack, QueueDelivery, ServerFrame,
+    Settle, Subscribe, Touch, Txn,
 };
 
 /// What [`Client::delete_queue`] did.
@@ -101,7 +101,7 @@ impl Client {
         options: EnqueueOptions,
     ) -> Result<u64, ClientError> {
         let rid = self.next_id();
-        let frame = ClientFrame::Enqueue(Enqueue {
+        let frame = ClientFrame::Enqueue(EnqueueFrame {
             queue: queue.to_owned(),
             payload,
             headers: options.headers,
@@ -203,7 +203,7 @@ impl Client {
     ) -> Result<impl std::future::Future<Output = Result<u64, ClientError>> + use<>, ClientError>
     {
         let rid = self.next_id();
-        let frame = ClientFrame::Enqueue(Enqueue {
+        let frame = ClientFrame::Enqueue(EnqueueFrame {
             queue: queue.to_owned(),
             payload,
             headers: options.headers,

@@ -18,9 +18,10 @@ use std::collections::HashMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
-use crate::broker::jobs::{JobStatus, NewJob, Outcome};
+use super::FrameError;
+pub use crate::broker::hooks::AdminOp;
+pub use crate::broker::jobs::JobCall;
 use crate::broker::{DLQ_SUFFIX, Settlement};
 use crate::config::{QueueDecl, QueueOptions};
 use crate::protocol::frame::{ErrorCode, Headers};
@@ -183,28 +184,6 @@ pub enum Call {
     },
 }
 
-/// An operator's operation on a queue homed on another node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "admin", rename_all = "snake_case")]
-pub enum AdminOp {
-    /// `Broker::queue_info`.
-    Info,
-    /// `Broker::purge_queue`.
-    Purge,
-    /// `Broker::delete_queue`.
-    Delete,
-    /// `Broker::drain_queue`.
-    Drain {
-        /// How long to wait for the drain.
-        wait_ms: u64,
-    },
-    /// `Broker::redrive` (the queue is the dead-letter queue).
-    Redrive {
-        /// Where to, if not back where they came from.
-        to: Option<String>,
-    },
-}
-
 impl Call {
     /// The queue the call is about (`jobs` for the jobs resource; none
     /// for a call about the node itself).
@@ -219,75 +198,6 @@ impl Call {
             Call::Known { .. } => None,
         }
     }
-}
-
-/// A jobs operation sent to the jobs resource's home.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "job", rename_all = "snake_case")]
-pub enum JobCall {
-    /// `Jobs::enqueue`.
-    Enqueue {
-        /// The job.
-        new: NewJob,
-    },
-    /// `Jobs::status`.
-    Status {
-        /// The job.
-        id: Uuid,
-    },
-    /// `Jobs::list`.
-    List {
-        /// Only this status.
-        status: Option<JobStatus>,
-        /// Only this kind.
-        kind: Option<String>,
-        /// After this id.
-        after: Option<Uuid>,
-        /// At most this many.
-        limit: usize,
-    },
-    /// `Jobs::retry`.
-    Retry {
-        /// The job.
-        id: Uuid,
-    },
-    /// `Jobs::cancel`.
-    Cancel {
-        /// The job.
-        id: Uuid,
-    },
-    /// `Jobs::register`.
-    Register {
-        /// The kinds taken.
-        kinds: Vec<String>,
-    },
-    /// `Jobs::ping`.
-    Ping {
-        /// The worker.
-        worker: Uuid,
-    },
-    /// `Jobs::dequeue`.
-    Dequeue {
-        /// The worker.
-        worker: Uuid,
-        /// How long to wait for a job.
-        wait_ms: u64,
-    },
-    /// `Jobs::outcome`.
-    Outcome {
-        /// The job.
-        id: Uuid,
-        /// The worker.
-        worker: Uuid,
-        /// The attempt.
-        token: u32,
-        /// How it went.
-        outcome: Outcome,
-        /// Why it failed.
-        error: Option<String>,
-    },
-    /// `Jobs::info`.
-    Info,
 }
 
 /// A home's answer to a [`Call`].
@@ -356,15 +266,16 @@ pub fn frame<T: Serialize>(head: &T, payload: &[u8]) -> Bytes {
 }
 
 /// A framed head and its payload, or why it is not one.
-pub fn unframe<T: for<'de> Deserialize<'de>>(msg: &Bytes) -> Result<(T, Bytes), String> {
+pub fn unframe<T: for<'de> Deserialize<'de>>(msg: &Bytes) -> Result<(T, Bytes), FrameError> {
     let Some(len) = msg.get(..4) else {
-        return Err("shorter than its length".into());
+        return Err(FrameError::Short);
     };
     let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
     if len > MAX_HEAD || msg.len() < 4 + len {
-        return Err(format!("head of {len} bytes does not fit"));
+        return Err(FrameError::Oversized(len));
     }
-    let head = serde_json::from_slice(&msg[4..4 + len]).map_err(|e| e.to_string())?;
+    let head =
+        serde_json::from_slice(&msg[4..4 + len]).map_err(|e| FrameError::Head(e.to_string()))?;
     Ok((head, msg.slice(4 + len..)))
 }
 

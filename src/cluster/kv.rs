@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::{Synced, subject, wire};
+use super::{NatsError, Synced, subject, wire};
 
 /// Most entries one filter's read takes.
 pub const MAX_SYNC: u64 = 100_000;
@@ -20,18 +20,22 @@ fn stream(bucket: &str) -> String {
 }
 
 /// A JetStream API request; its JSON reply, or the error it carries.
-async fn api(client: &async_nats::Client, subject: String, body: Value) -> Result<Value, String> {
+async fn api(
+    client: &async_nats::Client,
+    subject: String,
+    body: Value,
+) -> Result<Value, NatsError> {
     let reply = client
         .request(subject, body.to_string().into())
         .await
-        .map_err(|e| e.to_string())?;
-    let v: Value = serde_json::from_slice(&reply.payload).map_err(|e| e.to_string())?;
+        .map_err(|e| NatsError::Request(e.to_string()))?;
+    let v: Value =
+        serde_json::from_slice(&reply.payload).map_err(|e| NatsError::Unreadable(e.to_string()))?;
     match v.get("error") {
-        Some(e) => Err(format!(
-            "{} ({})",
-            e["description"].as_str().unwrap_or("error"),
-            e["err_code"]
-        )),
+        Some(e) => Err(NatsError::Refused {
+            description: e["description"].as_str().unwrap_or("error").to_owned(),
+            code: e["err_code"].to_string(),
+        }),
         None => Ok(v),
     }
 }
@@ -41,7 +45,7 @@ async fn api(client: &async_nats::Client, subject: String, body: Value) -> Resul
 ///
 /// # Errors
 /// No JetStream on the server, or a refusal.
-pub async fn ensure(client: &async_nats::Client, bucket: &str) -> Result<(), String> {
+pub async fn ensure(client: &async_nats::Client, bucket: &str) -> Result<(), NatsError> {
     let name = stream(bucket);
     if api(client, format!("$JS.API.STREAM.INFO.{name}"), json!({}))
         .await
@@ -87,7 +91,7 @@ pub async fn read(
     bucket: &str,
     patterns: &[String],
     wait: Duration,
-) -> Result<Synced, String> {
+) -> Result<Synced, NatsError> {
     let name = stream(bucket);
     let prefix = format!("$KV.{bucket}.");
     let mut out = Vec::new();
@@ -96,7 +100,7 @@ pub async fn read(
         let mut sub = client
             .subscribe(inbox.clone())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| NatsError::Request(e.to_string()))?;
         let created = api(
             client,
             format!("$JS.API.CONSUMER.CREATE.{name}"),
@@ -121,7 +125,7 @@ pub async fn read(
         }
         for _ in 0..pending.min(MAX_SYNC) {
             let Ok(Some(m)) = tokio::time::timeout(wait, sub.next()).await else {
-                return Err("the retained bucket stopped sending".into());
+                return Err(NatsError::Stopped("the retained bucket"));
             };
             let Some(key) = m.subject.as_str().strip_prefix(&prefix) else {
                 continue;

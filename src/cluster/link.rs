@@ -16,8 +16,8 @@ use futures_util::stream::{SelectAll, Stream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, Outbound, Shared, kv,
-    subject, wire,
+    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, NatsError, Outbound, Shared,
+    kv, subject, wire,
 };
 use crate::broker::{Publish, WeakBroker};
 use crate::config::ClusterConfig;
@@ -28,100 +28,6 @@ use crate::routing::{self, FilterTrie};
 const CONTROL_DEPTH: usize = 1024;
 /// Longest the link spends sending what is buffered when it stops.
 const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
-
-/// The node's name: configured, or the host's with a random suffix.
-fn node_name(config: &ClusterConfig) -> String {
-    if !config.node.is_empty() {
-        return config.node.clone();
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| {
-            h.trim()
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' {
-                        c
-                    } else {
-                        '-'
-                    }
-                })
-                .collect::<String>()
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "wharf".into());
-    let random = uuid::Uuid::now_v7().simple().to_string();
-    format!("{host}-{}", &random[random.len() - 6..])
-}
-
-async fn options(
-    config: &ClusterConfig,
-    node: &str,
-    lost: Arc<AtomicU64>,
-) -> Result<async_nats::ConnectOptions, ClusterError> {
-    let mut o = if !config.creds.as_os_str().is_empty() {
-        async_nats::ConnectOptions::with_credentials_file(&config.creds)
-            .await
-            .map_err(|e| ClusterError::Setup {
-                key: "creds",
-                reason: format!("{}: {e}", config.creds.display()),
-            })?
-    } else {
-        async_nats::ConnectOptions::new()
-    };
-    if !config.user.is_empty() {
-        o = o.user_and_password(config.user.clone(), config.password.clone());
-    }
-    if !config.token.is_empty() {
-        o = o.token(config.token.clone());
-    }
-    if !config.tls_ca.as_os_str().is_empty() {
-        o = o.add_root_certificates(config.tls_ca.clone());
-    }
-    if !config.tls_cert.as_os_str().is_empty() {
-        o = o.add_client_certificate(config.tls_cert.clone(), config.tls_key.clone());
-    }
-    let timeout = Duration::from_millis(config.connect_timeout_ms);
-    o = o
-        .require_tls(config.tls_required)
-        .name(format!("wharf:{node}"))
-        // A node's own publishes never come back to it.
-        .no_echo()
-        .connection_timeout(timeout)
-        .subscription_capacity(config.inbound_buffer)
-        .max_reconnects(None)
-        .reconnect_delay_callback(|attempts| {
-            Duration::from_millis((100u64 << attempts.min(5) as u32).min(2_000))
-        })
-        .event_callback(move |event| {
-            let lost = lost.clone();
-            async move {
-                match event {
-                    async_nats::Event::Connected => tracing::info!("cluster: connected to NATS"),
-                    async_nats::Event::Disconnected => {
-                        tracing::warn!("cluster: NATS connection lost; local delivery carries on")
-                    }
-                    // One event per message the client dropped: counted,
-                    // and said once per power of two.
-                    async_nats::Event::SlowConsumer(_) => {
-                        let n = lost.fetch_add(1, Ordering::Relaxed) + 1;
-                        if n.is_power_of_two() {
-                            tracing::warn!(
-                                lost = n,
-                                "cluster: this node fell behind the messages of other nodes \
-                                 ([cluster] inbound_buffer is full); messages were lost"
-                            );
-                        }
-                    }
-                    other => tracing::info!("cluster: NATS: {other}"),
-                }
-            }
-        });
-    if !config.required {
-        o = o.retry_on_initial_connect();
-    }
-    Ok(o)
-}
 
 /// Starts the link's thread and waits for it to connect (or, without
 /// `required`, to begin trying).
@@ -158,9 +64,9 @@ async fn run(
     broker: WeakBroker,
     started: oneshot::Sender<Result<Cluster, ClusterError>>,
 ) {
-    let node = node_name(&config);
+    let node = super::connect::node_name(&config);
     let lost = Arc::new(AtomicU64::new(0));
-    let options = match options(&config, &node, lost.clone()).await {
+    let options = match super::connect::options(&config, &node, lost.clone()).await {
         Ok(o) => o,
         Err(e) => {
             let _ = started.send(Err(e));
@@ -251,7 +157,7 @@ async fn run(
     let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
     // Calls to this node's queues and jobs, and deliveries to its
     // consumers of other nodes' queues (ends with the runtime).
-    tokio::spawn(super::remote::serve(
+    tokio::spawn(super::serve::serve(
         shared.clone(),
         broker.clone(),
         calls,
@@ -423,13 +329,13 @@ struct Link {
 struct Syncing {
     filter: String,
     live: std::collections::HashSet<String>,
-    waiting: Vec<oneshot::Sender<Result<Arc<AtomicBool>, String>>>,
+    waiting: Vec<oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>>,
 }
 
 /// A subscribe's answer: now, or once the filter's retained messages are
 /// in.
 enum Wanted {
-    Now(Result<Arc<AtomicBool>, String>),
+    Now(Result<Arc<AtomicBool>, NatsError>),
     /// A new filter: read its retained messages (these key patterns),
     /// then answer.
     Sync(u64, Vec<String>),
@@ -442,7 +348,7 @@ impl Link {
         &mut self,
         client: &async_nats::Client,
         filter: String,
-        reply: &mut Option<oneshot::Sender<Result<Arc<AtomicBool>, String>>>,
+        reply: &mut Option<oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>>,
         retained: bool,
     ) -> Wanted {
         self.generation += 1;
@@ -452,7 +358,7 @@ impl Link {
                 return Wanted::Later;
             }
             let Some(l) = self.filters.get_mut(id) else {
-                return Wanted::Now(Err("cluster state lost a filter".to_owned()));
+                return Wanted::Now(Err(NatsError::LostFilter));
             };
             l.generation = self.generation;
             l.wanted_at = Instant::now();
@@ -465,7 +371,7 @@ impl Link {
         for s in &subjects {
             match client.subscribe(s.clone()).await {
                 Ok(sub) => subs.push(sub),
-                Err(e) => return Wanted::Now(Err(e.to_string())),
+                Err(e) => return Wanted::Now(Err(NatsError::Request(e.to_string()))),
             }
         }
         for sub in subs {
@@ -550,7 +456,7 @@ impl Link {
         &mut self,
         broker: &crate::broker::Broker,
         id: u64,
-        result: Result<super::Synced, String>,
+        result: Result<super::Synced, NatsError>,
     ) {
         let Some(s) = self.syncing.remove(&id) else {
             return;
@@ -590,11 +496,7 @@ impl Link {
         }
         let confirmed = self.filters.get(&id).map(|l| l.confirmed.clone());
         for w in s.waiting {
-            let _ = w.send(
-                confirmed
-                    .clone()
-                    .ok_or_else(|| "filter released".to_owned()),
-            );
+            let _ = w.send(confirmed.clone().ok_or(NatsError::Released));
         }
     }
 
@@ -718,7 +620,7 @@ async fn serve(
                                         let read = kv::read(&client, &bucket, &keys, limit);
                                         let result = tokio::time::timeout(limit, read)
                                             .await
-                                            .unwrap_or_else(|_| Err("timed out".into()));
+                                            .unwrap_or_else(|_| Err(NatsError::Timeout));
                                         let _ = back.send(Control::Synced { id, result }).await;
                                     });
                                 }

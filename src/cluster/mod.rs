@@ -21,11 +21,16 @@
 //! publishes through a bounded buffer and never waits for NATS on the
 //! publish path.
 
+mod connect;
+mod error;
 pub mod home;
+mod hooks;
 mod kv;
 mod link;
 mod remote;
+mod serve;
 
+pub use error::{CallError, ClusterError, FrameError, NatsError};
 pub use remote::{Answering, CALL_TIMEOUT};
 pub mod subject;
 pub mod wire;
@@ -43,33 +48,6 @@ use tokio::sync::{mpsc, oneshot};
 use crate::broker::{Broker, WeakBroker};
 use crate::config::ClusterConfig;
 use crate::protocol::frame::Headers;
-
-/// Why a node could not join its cluster.
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    /// NATS did not answer within `connect_timeout_ms` (and
-    /// `cluster.required` is set).
-    #[error(
-        "cluster.nats: cannot reach NATS at {urls}: {reason} (set cluster.required = false to start without it)"
-    )]
-    Unreachable {
-        /// The servers tried.
-        urls: String,
-        /// What the client said.
-        reason: String,
-    },
-    /// A credentials or TLS file could not be read.
-    #[error("cluster.{key}: {reason}")]
-    Setup {
-        /// The key at fault.
-        key: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// The link's thread could not start.
-    #[error("cluster: cannot start the NATS link thread: {0}")]
-    Thread(#[from] std::io::Error),
-}
 
 /// What the link counts (`GET /admin/cluster`, `/metrics`).
 #[derive(Debug, Default)]
@@ -102,7 +80,7 @@ enum Control {
     /// flag that says NATS has confirmed it.
     Want {
         filter: String,
-        reply: oneshot::Sender<Result<Arc<AtomicBool>, String>>,
+        reply: oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>,
     },
     /// The filters subscribed, with the generation of their last want.
     List { reply: oneshot::Sender<Listed> },
@@ -110,7 +88,7 @@ enum Control {
     /// retained bucket by a task of the link's.
     Synced {
         id: u64,
-        result: Result<Synced, String>,
+        result: Result<Synced, NatsError>,
     },
     /// Drop these filters' NATS subscriptions unless wanted again since
     /// the listing (or overlapped by a newer filter); answers how many
@@ -197,7 +175,7 @@ async fn round_trip(
     prefix: &str,
     node: &str,
     limit: Duration,
-) -> Result<(), String> {
+) -> Result<(), NatsError> {
     let probe = async_nats::Request::new().timeout(Some(limit));
     match client
         .send_request(format!("{prefix}.sys.probe.{node}"), probe)
@@ -205,7 +183,7 @@ async fn round_trip(
     {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(NatsError::Request(e.to_string())),
     }
 }
 

@@ -1,8 +1,9 @@
-//! Queues and jobs homed on other nodes ([`home`](super::home)): calls
-//! to a home (`{prefix}.home.{node}`, answered on
-//! `{prefix}.reply.{caller}.{n}`), the home
-//! serving them, and deliveries flowing back to consumers on the calling
-//! node (`{prefix}.deliver.{node}`).
+//! Queues and jobs homed on other nodes ([`home`](super::home)), the
+//! caller's side: calls to a home (`{prefix}.home.{node}`, answered on
+//! `{prefix}.reply.{caller}.{n}`) and the consumers this node has at
+//! other homes. The home's side (serving the calls, and deliveries
+//! flowing back to consumers on the calling node, `{prefix}.deliver.{node}`)
+//! is `serve.rs`.
 //!
 //! A consumer on node C of a queue homed on B is, on B, an ordinary
 //! consumer whose sink ([`RemoteSink`]) sends each delivery to C through
@@ -18,86 +19,80 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures_util::StreamExt;
 use parking_lot::Mutex;
-use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::home::{
-    AdminOp, Answer, Call, Delivered, Homes, JOBS_HOME_KEY, JobCall, frame, unframe,
-};
-use super::{Cluster, Outbound, Shared};
-use crate::broker::jobs::{JobError, JobFilter, Jobs};
+use super::home::{AdminOp, Answer, Call, Delivered, Homes, JOBS_HOME_KEY, JobCall, frame};
+use super::{CallError, Cluster, Outbound, Shared};
+use crate::broker::jobs::{JobError, Jobs};
 use crate::broker::{
     Broker, BrokerError, DeliveryOutcome, Enqueue, Published, QueuedDelivery, Settlement, Sink,
-    SubTag, Subscription, WeakBroker, next_sink_id,
+    Subscription,
 };
 use crate::protocol::frame::ErrorCode;
-use crate::store::queues::StoredMessage;
 
 /// How long a call waits for its home's answer (a dequeue waits this
 /// much longer than its own wait).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// Calls a home serves at once; past it, callers are told it is
 /// overloaded.
-const MAX_CALLS: usize = 4096;
+pub(super) const MAX_CALLS: usize = 4096;
 /// Consumers a node asks a home about in one `known` call at most.
-const MAX_KNOWN: usize = 10_000;
+pub(super) const MAX_KNOWN: usize = 10_000;
 /// Consumers on other nodes a home keeps at most.
-const MAX_REMOTE_CONSUMERS: usize = 100_000;
+pub(super) const MAX_REMOTE_CONSUMERS: usize = 100_000;
 
 /// The home side's record of a consumer on another node.
-struct RemoteConsumer {
-    queue: String,
-    sink: Arc<RemoteSink>,
-    id: String,
-    since: Instant,
+pub(super) struct RemoteConsumer {
+    pub(super) queue: String,
+    pub(super) sink: Arc<RemoteSink>,
+    pub(super) id: String,
+    pub(super) since: Instant,
 }
 
 /// This node's consumer of a queue homed elsewhere.
-struct Local {
-    sub: Subscription,
-    queue: String,
+pub(super) struct Local {
+    pub(super) sub: Subscription,
+    pub(super) queue: String,
     /// The queue's home, its credit, and when it was attached (to check
     /// later that the home still has it).
-    home: String,
-    prefetch: u32,
-    since: Instant,
+    pub(super) home: String,
+    pub(super) prefetch: u32,
+    pub(super) since: Instant,
 }
 
 /// This node's consumers of queues homed elsewhere, by token and by what
 /// the session knows them as (queue, sink, consumer id).
 #[derive(Default)]
-struct LocalConsumers {
-    by_token: HashMap<u64, Local>,
-    by_sub: HashMap<(String, u64, String), u64>,
+pub(super) struct LocalConsumers {
+    pub(super) by_token: HashMap<u64, Local>,
+    pub(super) by_sub: HashMap<(String, u64, String), u64>,
 }
 
 /// What the link keeps for queues and jobs homed anywhere.
 pub(super) struct Remotes {
     /// Where queues live; set once the embedding broker read its config.
-    homes: OnceLock<Homes>,
+    pub(super) homes: OnceLock<Homes>,
     /// The jobs resource this node serves when it is its home.
-    jobs: OnceLock<Jobs>,
+    pub(super) jobs: OnceLock<Jobs>,
     /// Consumers on other nodes of this node's queues, by (node, token).
-    remote: Mutex<HashMap<(String, u64), RemoteConsumer>>,
+    pub(super) remote: Mutex<HashMap<(String, u64), RemoteConsumer>>,
     /// This node's consumers of other nodes' queues.
-    local: Mutex<LocalConsumers>,
+    pub(super) local: Mutex<LocalConsumers>,
     /// Calls being served.
-    calls: Arc<Semaphore>,
+    pub(super) calls: Arc<Semaphore>,
     /// Calls being served that may wait long (long polls, drains).
-    waits: Arc<Semaphore>,
+    pub(super) waits: Arc<Semaphore>,
     /// Set once the node's store is restored: calls are refused before.
-    ready: AtomicBool,
+    pub(super) ready: AtomicBool,
     /// The next consumer token: starts from the clock so a node that
     /// restarts under the same name never reuses one a home still holds.
-    next_token: AtomicU64,
+    pub(super) next_token: AtomicU64,
     /// Calls sent, by number, waiting for their answers.
-    waiting: Mutex<HashMap<u64, oneshot::Sender<async_nats::Message>>>,
+    pub(super) waiting: Mutex<HashMap<u64, oneshot::Sender<async_nats::Message>>>,
     /// The next call's number.
-    next_call: AtomicU64,
+    pub(super) next_call: AtomicU64,
 }
 
 impl Remotes {
@@ -134,13 +129,13 @@ impl Remotes {
 
 /// A consumer on another node, as its queue here sees it: each delivery
 /// goes to that node through the link's bounded publish buffer.
-struct RemoteSink {
-    id: u64,
+pub(super) struct RemoteSink {
+    pub(super) id: u64,
     /// `{prefix}.deliver.{node}`.
-    subject: String,
-    token: u64,
-    shared: Weak<Shared>,
-    closed: AtomicBool,
+    pub(super) subject: String,
+    pub(super) token: u64,
+    pub(super) shared: Weak<Shared>,
+    pub(super) closed: AtomicBool,
 }
 
 impl Sink for RemoteSink {
@@ -192,9 +187,7 @@ impl Sink for RemoteSink {
     }
 }
 
-/// A call's answer to come, already sent.
-pub type Answering<T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BrokerError>> + Send>>;
+pub use crate::broker::hooks::Answering;
 
 /// Calls waiting for answers at most (then calls are refused as
 /// overloaded).
@@ -209,16 +202,16 @@ pub(crate) struct Sent {
 
 impl Sent {
     /// The answer, or why there is none within `limit`.
-    async fn answer(mut self, limit: Duration) -> Result<Answer, String> {
+    async fn answer(mut self, limit: Duration) -> Result<Answer, CallError> {
         let msg = match tokio::time::timeout(limit, &mut self.rx).await {
             Ok(Ok(msg)) => msg,
-            Ok(Err(_)) => return Err("the link stopped".into()),
-            Err(_) => return Err(format!("no answer within {} ms", limit.as_millis())),
+            Ok(Err(_)) => return Err(CallError::LinkStopped),
+            Err(_) => return Err(CallError::Timeout(limit.as_millis())),
         };
         if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-            return Err("no responders (the node is down, or not yet up)".into());
+            return Err(CallError::NoResponders);
         }
-        serde_json::from_slice(&msg.payload).map_err(|e| format!("an unreadable answer: {e}"))
+        serde_json::from_slice(&msg.payload).map_err(|e| CallError::Unreadable(e.to_string()))
     }
 }
 
@@ -232,11 +225,11 @@ impl Drop for Sent {
 
 /// A home's answer as the broker's error, naming the home when it did
 /// not answer.
-fn answered(home: &str, r: Result<Answer, String>) -> Result<Answer, BrokerError> {
+fn answered(home: &str, r: Result<Answer, CallError>) -> Result<Answer, BrokerError> {
     match r {
-        Err(reason) => Err(BrokerError::HomeUnreachable {
+        Err(e) => Err(BrokerError::HomeUnreachable {
             home: home.to_owned(),
-            reason,
+            reason: e.to_string(),
         }),
         Ok(Answer::Error { code, message }) => Err(BrokerError::Remote { code, message }),
         Ok(a) => Ok(a),
@@ -255,7 +248,7 @@ impl Cluster {
     pub fn serve_jobs(&self, jobs: &Jobs) {
         let _ = self.shared.remotes.jobs.set(jobs.clone());
         if let Some(home) = self.home_elsewhere(JOBS_HOME_KEY) {
-            jobs.set_home(self.clone(), home);
+            jobs.set_home(std::sync::Arc::new(self.clone()), home);
         }
     }
 
@@ -284,14 +277,14 @@ impl Cluster {
         call: &Call,
         payload: &[u8],
         limit: Duration,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, CallError> {
         self.send(home, call, payload)?.answer(limit).await
     }
 
     /// Sends `call` to `home` now, through the link's publish buffer (so
     /// in order with everything else this node sends), and returns what
     /// waits for the answer.
-    fn send(&self, home: &str, call: &Call, payload: &[u8]) -> Result<Sent, String> {
+    fn send(&self, home: &str, call: &Call, payload: &[u8]) -> Result<Sent, CallError> {
         let s = &self.shared;
         let r = &s.remotes;
         let id = r.next_call.fetch_add(1, Ordering::Relaxed);
@@ -299,9 +292,7 @@ impl Cluster {
         {
             let mut waiting = r.waiting.lock();
             if waiting.len() >= MAX_WAITING {
-                return Err(format!(
-                    "{MAX_WAITING} calls are waiting for answers already"
-                ));
+                return Err(CallError::TooManyWaiting(MAX_WAITING));
             }
             waiting.insert(id, tx);
         }
@@ -318,14 +309,14 @@ impl Cluster {
         };
         if s.outbound.try_send(out).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return Err("the link's buffer is full (NATS slow or away)".into());
+            return Err(CallError::BufferFull);
         }
         Ok(sent)
     }
 
     /// Sends `call` to `home` without waiting for anything (through the
     /// bounded publish buffer: dropped and counted when it is full).
-    fn tell(&self, home: &str, call: &Call, payload: &[u8]) {
+    pub(super) fn tell(&self, home: &str, call: &Call, payload: &[u8]) {
         let s = &self.shared;
         let out = Outbound {
             subject: format!("{}.home.{home}", s.prefix),
@@ -351,9 +342,9 @@ impl Cluster {
             headers: msg.headers,
             ttl_ms: msg.ttl_ms,
         };
-        let unreachable = |reason| BrokerError::HomeUnreachable {
+        let unreachable = |e: CallError| BrokerError::HomeUnreachable {
             home: home.to_owned(),
-            reason,
+            reason: e.to_string(),
         };
         let sent = self.send(home, &call, &msg.payload).map_err(unreachable)?;
         let home = home.to_owned();
@@ -383,9 +374,9 @@ impl Cluster {
         let call = self.settle_call(queue, token, ids, how);
         let sent = self
             .send(home, &call, &[])
-            .map_err(|reason| BrokerError::HomeUnreachable {
+            .map_err(|e| BrokerError::HomeUnreachable {
                 home: home.to_owned(),
-                reason,
+                reason: e.to_string(),
             })?;
         let home = home.to_owned();
         Ok(Box::pin(async move {
@@ -456,7 +447,13 @@ impl Cluster {
         Ok(())
     }
 
-    fn settle_call(&self, queue: &str, token: u64, ids: Vec<u64>, how: Settlement) -> Call {
+    pub(super) fn settle_call(
+        &self,
+        queue: &str,
+        token: u64,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) -> Call {
         Call::Settle {
             queue: queue.to_owned(),
             node: self.shared.node.clone(),
@@ -466,7 +463,7 @@ impl Cluster {
         }
     }
 
-    fn cancel_call(&self, queue: &str, token: u64) -> Call {
+    pub(super) fn cancel_call(&self, queue: &str, token: u64) -> Call {
         Call::Cancel {
             queue: queue.to_owned(),
             node: self.shared.node.clone(),
@@ -519,13 +516,13 @@ impl Cluster {
         self.tell(home, &call, &[]);
     }
 
-    /// An operator's call on a queue on `home`, its reply read as `T`.
-    pub(crate) async fn admin_at<T: DeserializeOwned>(
+    /// An operator's call on a queue on `home`: its reply as JSON.
+    pub(crate) async fn admin_at(
         &self,
         home: &str,
         queue: &str,
         op: AdminOp,
-    ) -> Result<T, BrokerError> {
+    ) -> Result<serde_json::Value, BrokerError> {
         let limit = match &op {
             AdminOp::Drain { wait_ms } => CALL_TIMEOUT + Duration::from_millis(*wait_ms),
             _ => CALL_TIMEOUT,
@@ -535,23 +532,18 @@ impl Cluster {
             op,
         };
         match answered(home, self.call(home, &call, &[], limit).await)? {
-            Answer::Value { value } => {
-                serde_json::from_value(value).map_err(|e| BrokerError::Remote {
-                    code: ErrorCode::Internal,
-                    message: format!("an unreadable answer from node {home:?}: {e}"),
-                })
-            }
+            Answer::Value { value } => Ok(value),
             other => Err(unexpected(home, &other)),
         }
     }
 
-    /// A jobs call on `home`, its reply read as `T`.
-    pub(crate) async fn job_call<T: DeserializeOwned>(
+    /// A jobs call on `home`: its reply as JSON.
+    pub(crate) async fn job_call(
         &self,
         home: &str,
         call: JobCall,
         limit: Duration,
-    ) -> Result<T, JobError> {
+    ) -> Result<serde_json::Value, JobError> {
         let answer = self
             .call(home, &Call::Job { call }, &[], limit)
             .await
@@ -560,12 +552,7 @@ impl Cluster {
                 message: format!("the jobs resource's home node {home:?} did not answer: {reason}"),
             })?;
         match answer {
-            Answer::Value { value } => {
-                serde_json::from_value(value).map_err(|e| JobError::Remote {
-                    code: ErrorCode::Internal,
-                    message: format!("an unreadable answer from node {home:?}: {e}"),
-                })
-            }
+            Answer::Value { value } => Ok(value),
             Answer::Error { code, message } => Err(JobError::Remote { code, message }),
             other => Err(JobError::Remote {
                 code: ErrorCode::Internal,
@@ -619,7 +606,10 @@ impl Cluster {
         for ((node, _), c) in lost {
             tracing::info!(queue = %c.queue, node = %node, "cluster: a lost node's consumer is detached");
             c.sink.closed.store(true, Ordering::Release);
-            let _ = broker.cancel_consumer(&c.queue, c.sink.id, &c.id).await;
+            let _ = broker
+                .queues()
+                .cancel_consumer(&c.queue, c.sink.id, &c.id)
+                .await;
         }
         n
     }
@@ -697,372 +687,5 @@ fn unexpected(home: &str, answer: &Answer) -> BrokerError {
     BrokerError::Remote {
         code: ErrorCode::Internal,
         message: format!("an unexpected answer from node {home:?}: {answer:?}"),
-    }
-}
-
-/// Serves calls from other nodes and deliveries to this node's consumers
-/// of their queues, until the link's runtime ends.
-pub(super) async fn serve(
-    shared: Arc<Shared>,
-    broker: WeakBroker,
-    mut calls: async_nats::Subscriber,
-    mut deliveries: async_nats::Subscriber,
-    mut replies: async_nats::Subscriber,
-) {
-    loop {
-        tokio::select! {
-            Some(msg) = calls.next() => {
-                let reply = msg.reply.clone();
-                let parsed = unframe::<Call>(&msg.payload);
-                // Calls that may wait long (a dequeue's long poll, a
-                // drain) have slots of their own, so they cannot take
-                // every slot from enqueues and settles.
-                let slots = match &parsed {
-                    Ok((Call::Job { call: JobCall::Dequeue { wait_ms, .. } }, _)) if *wait_ms > 0 => {
-                        &shared.remotes.waits
-                    }
-                    Ok((Call::Admin { op: AdminOp::Drain { wait_ms }, .. }, _)) if *wait_ms > 0 => {
-                        &shared.remotes.waits
-                    }
-                    _ => &shared.remotes.calls,
-                };
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    if let Some(reply) = reply {
-                        let busy = Answer::Error {
-                            code: ErrorCode::Overloaded,
-                            message: format!("node {:?} serves {MAX_CALLS} calls of this kind already", shared.node),
-                        };
-                        let _ = shared.client.publish(reply, json(&busy)).await;
-                    }
-                    continue;
-                };
-                let (shared, broker) = (shared.clone(), broker.clone());
-                tokio::spawn(async move {
-                    let answer = match parsed {
-                        Ok((call, payload)) => answer(&shared, &broker, call, payload).await,
-                        Err(e) => refused(ErrorCode::Malformed, format!("not a call: {e}")),
-                    };
-                    if let Some(reply) = reply {
-                        let _ = shared.client.publish(reply, json(&answer)).await;
-                    } else if let Answer::Error { message, .. } = answer {
-                        tracing::debug!("cluster: a call from another node was refused: {message}");
-                    }
-                    drop(permit);
-                });
-            }
-            Some(msg) = deliveries.next() => deliver(&shared, &msg.payload),
-            Some(msg) = replies.next() => {
-                let id = msg.subject.rsplit('.').next().and_then(|t| t.parse::<u64>().ok());
-                let waiting = id.and_then(|id| shared.remotes.waiting.lock().remove(&id));
-                if let Some(tx) = waiting {
-                    let _ = tx.send(msg);
-                }
-            }
-            else => break,
-        }
-    }
-}
-
-fn json(answer: &Answer) -> Bytes {
-    serde_json::to_vec(answer).unwrap_or_default().into()
-}
-
-fn refused(code: ErrorCode, message: impl Into<String>) -> Answer {
-    Answer::Error {
-        code,
-        message: message.into(),
-    }
-}
-
-fn broker_refused(e: &BrokerError) -> Answer {
-    refused(e.code(), e.to_string())
-}
-
-/// What this node, as a home, answers to one call.
-async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: Bytes) -> Answer {
-    if !shared.remotes.ready.load(Ordering::Acquire) {
-        // Its store is not restored yet: nothing may touch the queues.
-        return refused(
-            ErrorCode::Overloaded,
-            format!("node {:?} is starting", shared.node),
-        );
-    }
-    if let Some(queue) = call.queue() {
-        let home = shared.remotes.homes.get().and_then(|h| h.home_of(queue));
-        if home != Some(shared.node.as_str()) {
-            return refused(
-                ErrorCode::Internal,
-                format!(
-                    "{queue:?} lives on {home:?} by node {:?}'s cluster.members, not here: \
-                     the nodes' configurations differ",
-                    shared.node
-                ),
-            );
-        }
-    }
-    let Some(broker) = broker.upgrade() else {
-        return refused(ErrorCode::Overloaded, "the node is stopping");
-    };
-    match call {
-        Call::Enqueue {
-            queue,
-            priority,
-            headers,
-            ttl_ms,
-        } => {
-            let msg = Enqueue {
-                queue,
-                payload,
-                headers,
-                priority,
-                ttl_ms,
-            };
-            match broker.enqueue_durable(msg).await {
-                Ok(seq) => Answer::Seq { seq },
-                Err(e) => broker_refused(&e),
-            }
-        }
-        Call::Consume {
-            queue,
-            prefetch,
-            node,
-            token,
-            id,
-        } => {
-            if shared.remotes.remote.lock().len() >= MAX_REMOTE_CONSUMERS {
-                return refused(
-                    ErrorCode::Overloaded,
-                    format!(
-                        "node {:?} serves {MAX_REMOTE_CONSUMERS} remote consumers already",
-                        shared.node
-                    ),
-                );
-            }
-            let key = (node.clone(), token);
-            let old = shared.remotes.remote.lock().remove(&key);
-            if let Some(old) = old {
-                old.sink.closed.store(true, Ordering::Release);
-                let _ = broker
-                    .cancel_consumer(&old.queue, old.sink.id, &old.id)
-                    .await;
-            }
-            let sink = Arc::new(RemoteSink {
-                id: next_sink_id(),
-                subject: format!("{}.deliver.{node}", shared.prefix),
-                token,
-                shared: Arc::downgrade(shared),
-                closed: AtomicBool::new(false),
-            });
-            let sub = Subscription::new(sink.clone(), &id, "", SubTag::None, None);
-            // Recorded first: a settle may follow the first delivery
-            // before this call's answer reaches the caller.
-            shared.remotes.remote.lock().insert(
-                key.clone(),
-                RemoteConsumer {
-                    queue: queue.clone(),
-                    sink,
-                    id,
-                    since: Instant::now(),
-                },
-            );
-            match broker.consume(&queue, sub, prefetch).await {
-                Ok(()) => Answer::Ok,
-                Err(e) => {
-                    shared.remotes.remote.lock().remove(&key);
-                    broker_refused(&e)
-                }
-            }
-        }
-        Call::Cancel { queue, node, token } => {
-            let Some(c) = shared.remotes.remote.lock().remove(&(node, token)) else {
-                return Answer::Ok;
-            };
-            c.sink.closed.store(true, Ordering::Release);
-            let _ = queue;
-            match broker.cancel_consumer(&c.queue, c.sink.id, &c.id).await {
-                Ok(()) | Err(BrokerError::UnknownConsumer | BrokerError::UnknownQueue(_)) => {
-                    Answer::Ok
-                }
-                Err(e) => broker_refused(&e),
-            }
-        }
-        Call::Settle {
-            queue,
-            node,
-            token,
-            ids,
-            how,
-        } => {
-            let found = shared
-                .remotes
-                .remote
-                .lock()
-                .get(&(node, token))
-                .map(|c| (c.sink.id, c.id.clone()));
-            let Some((sink, id)) = found else {
-                return broker_refused(&BrokerError::UnknownConsumer);
-            };
-            match broker.settle(&queue, sink, &id, ids, how).await {
-                Ok(Some(durable)) => match durable.await {
-                    Ok(()) => Answer::Ok,
-                    Err(e) => broker_refused(&BrokerError::Store(e)),
-                },
-                Ok(None) => Answer::Ok,
-                Err(e) => broker_refused(&e),
-            }
-        }
-        Call::Admin { queue, op } => admin_answer(&broker, &queue, op).await,
-        Call::Known { node, tokens } => {
-            if tokens.len() > MAX_KNOWN {
-                return refused(
-                    ErrorCode::InvalidField,
-                    format!(
-                        "{} tokens: ask about at most {MAX_KNOWN} at once",
-                        tokens.len()
-                    ),
-                );
-            }
-            let remote = shared.remotes.remote.lock();
-            let unknown: Vec<u64> = tokens
-                .into_iter()
-                .filter(|t| !remote.contains_key(&(node.clone(), *t)))
-                .collect();
-            Answer::Value {
-                value: serde_json::to_value(unknown).unwrap_or_default(),
-            }
-        }
-        Call::Job { call } => match shared.remotes.jobs.get() {
-            Some(jobs) => job_answer(jobs, call).await,
-            None => refused(ErrorCode::Internal, "this node serves no jobs"),
-        },
-    }
-}
-
-/// Runs an operator's call on a queue here, its home.
-async fn admin_answer(broker: &Broker, queue: &str, op: AdminOp) -> Answer {
-    fn value<T: serde::Serialize>(r: Result<T, BrokerError>) -> Answer {
-        match r {
-            Ok(v) => Answer::Value {
-                value: serde_json::to_value(v).unwrap_or_default(),
-            },
-            Err(e) => broker_refused(&e),
-        }
-    }
-    match op {
-        AdminOp::Info => value(Ok(broker.queue_info(queue).await)),
-        AdminOp::Purge => value(broker.purge_queue(queue).await),
-        AdminOp::Delete => value(broker.delete_queue(queue).await),
-        AdminOp::Drain { wait_ms } => {
-            let wait = Duration::from_millis(wait_ms.min(crate::broker::MAX_DRAIN_WAIT_MS));
-            value(broker.drain_queue(queue, wait).await)
-        }
-        AdminOp::Redrive { to } => value(broker.redrive(queue, to.as_deref()).await),
-    }
-}
-
-/// Runs a jobs call here, the jobs resource's home.
-async fn job_answer(jobs: &Jobs, call: JobCall) -> Answer {
-    fn value<T: serde::Serialize>(r: Result<T, JobError>) -> Answer {
-        match r {
-            Ok(v) => Answer::Value {
-                value: serde_json::to_value(v).unwrap_or_default(),
-            },
-            Err(e) => refused(e.code(), e.to_string()),
-        }
-    }
-    match call {
-        JobCall::Enqueue { new } => value(jobs.enqueue(new).await),
-        JobCall::Status { id } => value(jobs.status(id).await),
-        JobCall::List {
-            status,
-            kind,
-            after,
-            limit,
-        } => {
-            let filter = JobFilter {
-                status,
-                kind,
-                after,
-                limit,
-            };
-            value(jobs.list(filter, |_| true).await)
-        }
-        JobCall::Retry { id } => value(jobs.retry(id).await),
-        JobCall::Cancel { id } => value(jobs.cancel(id).await),
-        JobCall::Register { kinds } => value(jobs.register(kinds).await),
-        JobCall::Ping { worker } => value(jobs.ping(worker).await),
-        JobCall::Dequeue { worker, wait_ms } => {
-            value(jobs.dequeue(worker, Duration::from_millis(wait_ms)).await)
-        }
-        JobCall::Outcome {
-            id,
-            worker,
-            token,
-            outcome,
-            error,
-        } => value(jobs.outcome(id, worker, token, outcome, error).await),
-        JobCall::Info => value(jobs.info().await),
-    }
-}
-
-/// A delivery from a queue's home to a consumer on this node.
-fn deliver(shared: &Arc<Shared>, body: &Bytes) {
-    let (d, payload) = match unframe::<Delivered>(body) {
-        Ok(d) => d,
-        Err(e) => {
-            shared.counters.invalid.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!("cluster: an unreadable delivery: {e}");
-            return;
-        }
-    };
-    let local = shared
-        .remotes
-        .local
-        .lock()
-        .by_token
-        .get(&d.token)
-        .map(|l| l.sub.clone());
-    let outcome = match &local {
-        Some(sub) if !sub.is_cancelled() => {
-            let message = StoredMessage {
-                seq: d.seq,
-                priority: d.priority,
-                headers: d.headers,
-                payload,
-                enqueued_ms: d.enqueued_ms,
-                expires_ms: d.expires_ms,
-                deliveries: d.deliveries,
-                not_before_ms: d.not_before_ms,
-            };
-            let delivery = QueuedDelivery {
-                queue: &d.queue,
-                id: d.id,
-                message: &message,
-            };
-            sub.sink.deliver_queued(sub, &delivery)
-        }
-        _ => DeliveryOutcome::Closed,
-    };
-    match outcome {
-        DeliveryOutcome::Queued => {}
-        // Still in flight at the home: it comes back after its ack
-        // timeout.
-        DeliveryOutcome::Dropped => {
-            tracing::debug!(queue = %d.queue, "cluster: a remote delivery was dropped by a slow consumer");
-        }
-        DeliveryOutcome::Closed => {
-            {
-                let mut l = shared.remotes.local.lock();
-                if let Some(gone) = l.by_token.remove(&d.token) {
-                    l.by_sub
-                        .remove(&(gone.queue, gone.sub.sink.id(), gone.sub.id.to_string()));
-                }
-            }
-            let cluster = Cluster {
-                shared: shared.clone(),
-            };
-            let call = cluster.cancel_call(&d.queue, d.token);
-            cluster.tell(&d.from, &call, &[]);
-        }
     }
 }

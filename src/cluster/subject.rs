@@ -235,14 +235,7 @@ pub fn key_topic(key: &str) -> Result<String, SubjectError> {
     String::from_utf8(bytes).map_err(|_| SubjectError::NotUtf8)
 }
 
-/// Whether a prefix can head subjects: dot-separated tokens of printable
-/// ASCII without wildcards.
-pub fn valid_prefix(prefix: &str) -> bool {
-    !prefix.is_empty()
-        && prefix
-            .split('.')
-            .all(|t| !t.is_empty() && t.bytes().all(|b| plain(b) || b == b'%'))
-}
+pub use crate::config::valid_prefix;
 
 #[cfg(test)]
 mod tests {

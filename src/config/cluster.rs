@@ -106,7 +106,7 @@ impl ClusterConfig {
                 ));
             }
         }
-        if !crate::cluster::subject::valid_prefix(&self.prefix) {
+        if !valid_prefix(&self.prefix) {
             return Err(invalid(
                 "prefix",
                 "must be NATS subject tokens (printable ASCII, no '*' or '>', \
@@ -114,16 +114,14 @@ impl ClusterConfig {
                     .into(),
             ));
         }
-        if !self.node.is_empty()
-            && (self.node.contains('.') || !crate::cluster::subject::valid_prefix(&self.node))
-        {
+        if !self.node.is_empty() && (self.node.contains('.') || !valid_prefix(&self.node)) {
             return Err(invalid(
                 "node",
                 "must be printable ASCII without '.', '*' or '>'".into(),
             ));
         }
         for (i, m) in self.members.iter().enumerate() {
-            if m.is_empty() || m.contains('.') || !crate::cluster::subject::valid_prefix(m) {
+            if m.is_empty() || m.contains('.') || !valid_prefix(m) {
                 return Err(invalid(
                     &format!("members[{i}]"),
                     "a node name: printable ASCII without '.', '*' or '>'".into(),
@@ -179,4 +177,16 @@ impl ClusterConfig {
         }
         Ok(())
     }
+}
+
+/// Whether a prefix can head NATS subjects (`[cluster] prefix`, node
+/// names): dot-separated tokens of printable ASCII without NATS's
+/// wildcards (`*`, `>`).
+pub fn valid_prefix(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && prefix.split('.').all(|t| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| (0x21..=0x7e).contains(&b) && !matches!(b, b'.' | b'*' | b'>'))
+        })
 }

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::Error;
 use super::Wharf;
-use crate::Error;
 use crate::config::{Config, FlushMode, QueueDecl};
 
 /// Builds a [`Wharf`] from settings in code, for apps that do not keep a

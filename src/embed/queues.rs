@@ -60,6 +60,7 @@ impl Settler {
     async fn settle(&self, how: Settlement) -> Result<(), BrokerError> {
         let durable = self
             .broker
+            .queues()
             .settle(&self.queue, self.sink, &self.sub, vec![self.delivery], how)
             .await?;
         if let Some(d) = durable {
@@ -131,6 +132,7 @@ impl ActorConsumer {
         self.sub.cancel();
         match self
             .broker
+            .queues()
             .cancel_consumer(&self.queue, self.sub.sink.id(), &self.sub.id)
             .await
         {
@@ -207,7 +209,7 @@ impl Sink for ConsumerSink {
 
 impl Wharf {
     /// Puts a message on a queue (created on first use) and returns its
-    /// id once it is durable (see [`Broker::enqueue`] for every option).
+    /// id once it is durable (see [`Queues::enqueue`](crate::broker::Queues::enqueue) for every option).
     ///
     /// # Errors
     /// An invalid name, a full or overloaded queue, a store failure.
@@ -217,6 +219,7 @@ impl Wharf {
         payload: impl Into<Bytes>,
     ) -> Result<u64, BrokerError> {
         self.broker()
+            .queues()
             .enqueue_durable(Enqueue {
                 queue: queue.into(),
                 payload: payload.into(),
@@ -231,13 +234,13 @@ impl Wharf {
     /// # Errors
     /// An overloaded queue, a store failure.
     pub async fn delete_queue(&self, queue: &str) -> Result<bool, BrokerError> {
-        self.broker().delete_queue(queue).await
+        self.broker().queues().delete_queue(queue).await
     }
 
     /// Removes a queue after its consumers have taken and settled what it
     /// holds (it takes no more messages from now on), waiting up to `wait`
     /// for that; past it the queue is removed when it empties (see
-    /// [`Broker::drain_queue`]).
+    /// [`Queues::drain_queue`](crate::broker::Queues::drain_queue)).
     ///
     /// # Errors
     /// An overloaded queue, a store failure.
@@ -246,7 +249,7 @@ impl Wharf {
         queue: &str,
         wait: std::time::Duration,
     ) -> Result<crate::broker::Drain, BrokerError> {
-        self.broker().drain_queue(queue, wait).await
+        self.broker().queues().drain_queue(queue, wait).await
     }
 
     /// Makes an actor a consumer of `queue` with `prefetch` credit: each
@@ -273,7 +276,10 @@ impl Wharf {
         });
         let id = format!("actor-{}", sink.id);
         let sub = Subscription::new(sink, &id, queue, crate::broker::SubTag::None, None);
-        self.broker().consume(queue, sub.clone(), prefetch).await?;
+        self.broker()
+            .queues()
+            .consume(queue, sub.clone(), prefetch)
+            .await?;
         Ok(ActorConsumer {
             queue: queue.to_owned(),
             sub,

@@ -6,16 +6,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::Error;
+use super::Error;
 use crate::broker::Broker;
 use crate::store::{Store, StoreWriter};
 use crate::taskq::Scheduler;
 
 /// What a started broker owns and must stop, in order.
 pub(super) struct Running {
-    /// The broker, whose rules' forwards end first (their dead letters
-    /// need the queues).
+    /// The broker, held until the rules' forwards have ended: they reach
+    /// its queues (their dead letters) through a weak handle.
     pub(super) broker: Broker,
+    /// The rules, whose forwards end first.
+    pub(super) rules: std::sync::Arc<crate::rules::Rules>,
     pub(super) store: Store,
     pub(super) writer: StoreWriter,
     pub(super) scheduler: Scheduler,
@@ -59,7 +61,9 @@ impl Running {
             cluster.shutdown(timeout);
         }
         mark(1);
-        self.broker.rules().shutdown(timeout);
+        self.rules.shutdown(timeout);
+        // The forwards are over: nothing needs the broker kept alive.
+        drop(self.broker);
         self.sweeper.abort();
         self.ticker.abort();
         mark(2);

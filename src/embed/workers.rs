@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::Error;
 use super::Wharf;
-use crate::Error;
 use crate::broker::jobs::{JobError, JobView, Jobs, Outcome};
 
 /// How long an idle embedded worker's dequeue waits before asking again.

@@ -9,12 +9,9 @@
 use bytes::Bytes;
 use serde::Serialize;
 
+pub use super::decode_error::{DecodeError, MAX_DECODE_BYTES};
 use super::decode_error::{Tagged, bincode_error, json_error, leading_tag};
 use super::frame::{ClientFrame, Encoding, ErrorCode, Headers, ServerFrame, payload_to_json};
-
-/// Largest frame the bincode decoder will allocate for; `max_frame` may not
-/// exceed it.
-pub const MAX_DECODE_BYTES: usize = 16 << 20;
 
 /// The two encodings of the native protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,20 +20,6 @@ pub enum Format {
     Json,
     /// bincode in WebSocket binary frames.
     Bincode,
-}
-
-/// A frame that could not be decoded, with the error code to answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {message}", code.as_str())]
-pub struct DecodeError {
-    /// The `error` frame's code.
-    pub code: ErrorCode,
-    /// Detail for people: the operation and the field when known.
-    pub message: String,
-    /// The request id of the refused frame, when it carried one that could
-    /// be read (JSON objects; bincode frames that decoded but had trailing
-    /// bytes).
-    pub rid: Option<u64>,
 }
 
 fn bincode_config() -> impl bincode::config::Config {
@@ -63,7 +46,7 @@ const PUBLISH_VARIANT: u32 = 3;
 /// (bincode's derive spent ~9% of a 1 -> 1 broker's samples in it).
 /// `None` for anything else, and for anything it would not decode the
 /// same: [`decode`] then decodes it, or says what is wrong with it.
-fn decode_publish(data: &[u8]) -> Option<super::frame::Publish> {
+fn decode_publish(data: &[u8]) -> Option<super::frame::PublishFrame> {
     let mut r = Bin::frame(data, PUBLISH_VARIANT)?;
     let topic = r.str()?;
     let payload = r.bytes()?;
@@ -83,7 +66,7 @@ fn decode_publish(data: &[u8]) -> Option<super::frame::Publish> {
         }
         _ => return None,
     };
-    Some(super::frame::Publish {
+    Some(super::frame::PublishFrame {
         topic: topic.to_owned(),
         payload: payload.to_vec(),
         headers: Headers::new(),
@@ -614,7 +597,7 @@ mod tests {
         let mut h = Headers::new();
         h.insert("k".into(), "v".into());
         let publishes = [
-            Publish {
+            PublishFrame {
                 topic: "a/b".into(),
                 payload: b"hello".to_vec(),
                 headers: Headers::new(),
@@ -622,7 +605,7 @@ mod tests {
                 priority: Priority::Normal,
                 rid: None,
             },
-            Publish {
+            PublishFrame {
                 topic: "ü/ß".into(),
                 payload: vec![9; 70_000],
                 headers: Headers::new(),
@@ -630,7 +613,7 @@ mod tests {
                 priority: Priority::High,
                 rid: Some(u64::MAX),
             },
-            Publish {
+            PublishFrame {
                 topic: String::new(),
                 payload: Vec::new(),
                 headers: h,

@@ -16,9 +16,26 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::codec::{DecodeError, MAX_DECODE_BYTES};
 use super::frame::{self, ClientFrame, ErrorCode, ServerFrame};
 use super::jobs;
+
+/// Largest frame the bincode decoder will allocate for; `max_frame` may not
+/// exceed it.
+pub const MAX_DECODE_BYTES: usize = 16 << 20;
+
+/// A frame that could not be decoded, with the error code to answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct DecodeError {
+    /// The `error` frame's code.
+    pub code: ErrorCode,
+    /// Detail for people: the operation and the field when known.
+    pub message: String,
+    /// The request id of the refused frame, when it carried one that could
+    /// be read (JSON objects; bincode frames that decoded but had trailing
+    /// bytes).
+    pub rid: Option<u64>,
+}
 
 /// What `serde_path_to_error` reports: serde's error and the field's path.
 pub(crate) type PathError = serde_path_to_error::Error<serde_json::Error>;
@@ -76,10 +93,10 @@ impl Tagged for ClientFrame {
             "hello" => check::<frame::Hello>(fields),
             "subscribe" => check::<frame::Subscribe>(fields),
             "unsubscribe" => check::<frame::Unsubscribe>(fields),
-            "publish" => check::<frame::Publish>(fields),
+            "publish" => check::<frame::PublishFrame>(fields),
             "ping" => check::<frame::Ping>(fields),
             "close" => check::<frame::Close>(fields),
-            "enqueue" => check::<frame::Enqueue>(fields),
+            "enqueue" => check::<frame::EnqueueFrame>(fields),
             "consume" => check::<frame::Consume>(fields),
             "ack" | "reject" => check::<frame::Settle>(fields),
             "nack" => check::<frame::Nack>(fields),
@@ -340,7 +357,7 @@ pub(crate) fn bincode_error<T: Tagged>(data: &[u8], e: bincode::error::DecodeErr
 mod tests {
     use super::*;
     use crate::protocol::codec::{Format, decode_client, decode_server, encode_client};
-    use crate::protocol::frame::{Ping, Publish};
+    use crate::protocol::frame::{Ping, PublishFrame};
 
     /// The variant names serde knows, read from its "unknown variant"
     /// message (declaration order).
@@ -514,7 +531,7 @@ mod tests {
         assert!(e.message.contains("empty"), "{e}");
         let publish = encode_client(
             Format::Bincode,
-            &ClientFrame::Publish(Publish {
+            &ClientFrame::Publish(PublishFrame {
                 topic: "t".into(),
                 payload: b"x".to_vec(),
                 headers: Default::default(),

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 /// Protocol version this server speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+pub use super::code::ErrorCode;
+
 /// Message headers: string keys to string values, ordered for stable
 /// encoding.
 pub type Headers = BTreeMap<String, String>;
@@ -27,13 +29,13 @@ pub enum ClientFrame {
     /// Ends a subscription.
     Unsubscribe(Unsubscribe),
     /// Publishes a message to a topic.
-    Publish(Publish),
+    Publish(PublishFrame),
     /// Asks for a `pong`.
     Ping(Ping),
     /// Closes the session, optionally after what is queued is delivered.
     Close(Close),
     /// Puts a message on a queue.
-    Enqueue(Enqueue),
+    Enqueue(EnqueueFrame),
     /// Consumes a queue: its messages arrive as `delivery` frames.
     Consume(Consume),
     /// Acknowledges deliveries: their messages are done and deleted.
@@ -113,7 +115,7 @@ pub struct Txn {
 /// `enqueued` once the message is durable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 #[serde(try_from = "json::Enqueue", into = "json::Enqueue")]
-pub struct Enqueue {
+pub struct EnqueueFrame {
     /// Queue name (topic-name rules; created on first use).
     pub queue: String,
     /// The payload bytes.
@@ -278,7 +280,7 @@ pub enum Priority {
 /// `publish`: a message to a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 #[serde(try_from = "json::Publish", into = "json::Publish")]
-pub struct Publish {
+pub struct PublishFrame {
     /// Topic name (no wildcards).
     pub topic: String,
     /// The payload bytes.
@@ -528,123 +530,6 @@ pub struct ErrorFrame {
     pub rid: Option<u64>,
 }
 
-/// Error codes of the `error` frame. Stable: clients match on them.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    bincode::Encode,
-    bincode::Decode,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    /// Not JSON / not bincode, or truncated.
-    Malformed,
-    /// `op` names no operation.
-    UnknownOp,
-    /// A required field is absent.
-    MissingField,
-    /// A field has the wrong type or an invalid value, or is unknown.
-    InvalidField,
-    /// A topic name is invalid (empty, wildcard, NUL, too long).
-    InvalidTopic,
-    /// A topic filter is invalid.
-    InvalidFilter,
-    /// The payload is larger than `max_payload`.
-    PayloadTooLarge,
-    /// The session sends faster than `rate_per_s`; persisting closes it.
-    RateLimited,
-    /// `hello` came after other frames, or twice.
-    UnexpectedHello,
-    /// The protocol version is not spoken here.
-    UnsupportedVersion,
-    /// The subscription id is already in use in this session.
-    DuplicateSubscription,
-    /// No subscription has this id in this session.
-    UnknownSubscription,
-    /// The session has too many subscriptions.
-    TooManySubscriptions,
-    /// The broker is too busy for this request right now.
-    Overloaded,
-    /// A server-side failure.
-    Internal,
-    /// The broker holds `topics.max_topics` topics and will not create one
-    /// more.
-    TooManyTopics,
-    /// The queue holds its `max_length` messages.
-    QueueFull,
-    /// A delivery id is not in flight to this consumer.
-    UnknownDelivery,
-    /// No queue has this name.
-    UnknownQueue,
-    /// No job has this id.
-    UnknownJob,
-    /// The worker is not (or no longer) registered: register again.
-    WorkerExpired,
-    /// The token is not the job's current attempt by this worker.
-    StaleToken,
-    /// `jobs.max_workers` workers are registered.
-    TooManyWorkers,
-    /// `begin` inside a transaction, or `commit` / `rollback` outside one.
-    TransactionState,
-    /// The transaction holds `session.max_transaction_ops` operations.
-    TransactionTooLarge,
-    /// Credentials are missing, wrong or expired.
-    Unauthorized,
-    /// The principal may not do this.
-    Forbidden,
-    /// Too many failed authentications from this address; wait.
-    TooManyFailures,
-    /// The target is not in a state that allows this (a message in
-    /// flight cannot move, a finished job cannot be cancelled).
-    Conflict,
-    /// No message with this id in the queue.
-    UnknownMessage,
-}
-
-impl ErrorCode {
-    /// The snake_case name used on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::Malformed => "malformed",
-            ErrorCode::UnknownOp => "unknown_op",
-            ErrorCode::MissingField => "missing_field",
-            ErrorCode::InvalidField => "invalid_field",
-            ErrorCode::InvalidTopic => "invalid_topic",
-            ErrorCode::InvalidFilter => "invalid_filter",
-            ErrorCode::PayloadTooLarge => "payload_too_large",
-            ErrorCode::RateLimited => "rate_limited",
-            ErrorCode::UnexpectedHello => "unexpected_hello",
-            ErrorCode::UnsupportedVersion => "unsupported_version",
-            ErrorCode::DuplicateSubscription => "duplicate_subscription",
-            ErrorCode::UnknownSubscription => "unknown_subscription",
-            ErrorCode::TooManySubscriptions => "too_many_subscriptions",
-            ErrorCode::Overloaded => "overloaded",
-            ErrorCode::Internal => "internal",
-            ErrorCode::TooManyTopics => "too_many_topics",
-            ErrorCode::QueueFull => "queue_full",
-            ErrorCode::UnknownDelivery => "unknown_delivery",
-            ErrorCode::UnknownQueue => "unknown_queue",
-            ErrorCode::UnknownJob => "unknown_job",
-            ErrorCode::WorkerExpired => "worker_expired",
-            ErrorCode::StaleToken => "stale_token",
-            ErrorCode::TooManyWorkers => "too_many_workers",
-            ErrorCode::TransactionState => "transaction_state",
-            ErrorCode::TransactionTooLarge => "transaction_too_large",
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::Forbidden => "forbidden",
-            ErrorCode::TooManyFailures => "too_many_failures",
-            ErrorCode::Conflict => "conflict",
-            ErrorCode::UnknownMessage => "unknown_message",
-        }
-    }
-}
-
 /// How a JSON `payload` string is to be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -738,10 +623,10 @@ pub(crate) mod json {
         *p == 0
     }
 
-    impl TryFrom<Enqueue> for super::Enqueue {
+    impl TryFrom<Enqueue> for super::EnqueueFrame {
         type Error = String;
         fn try_from(e: Enqueue) -> Result<Self, String> {
-            Ok(super::Enqueue {
+            Ok(super::EnqueueFrame {
                 payload: decode_payload(e.payload, e.encoding)?,
                 queue: e.queue,
                 headers: e.headers,
@@ -752,8 +637,8 @@ pub(crate) mod json {
         }
     }
 
-    impl From<super::Enqueue> for Enqueue {
-        fn from(e: super::Enqueue) -> Self {
+    impl From<super::EnqueueFrame> for Enqueue {
+        fn from(e: super::EnqueueFrame) -> Self {
             let (payload, encoding) = payload_to_json(&e.payload);
             Enqueue {
                 payload: payload.into_owned(),
@@ -817,10 +702,10 @@ pub(crate) mod json {
         }
     }
 
-    impl TryFrom<Publish> for super::Publish {
+    impl TryFrom<Publish> for super::PublishFrame {
         type Error = String;
         fn try_from(p: Publish) -> Result<Self, String> {
-            Ok(super::Publish {
+            Ok(super::PublishFrame {
                 payload: decode_payload(p.payload, p.encoding)?,
                 topic: p.topic,
                 headers: p.headers,
@@ -831,8 +716,8 @@ pub(crate) mod json {
         }
     }
 
-    impl From<super::Publish> for Publish {
-        fn from(p: super::Publish) -> Self {
+    impl From<super::PublishFrame> for Publish {
+        fn from(p: super::PublishFrame) -> Self {
             let (payload, encoding) = payload_to_json(&p.payload);
             Publish {
                 payload: payload.into_owned(),

@@ -311,7 +311,7 @@ pub struct ReportOutcome {
 
 /// The answer to an enqueue (`201` of `POST /jobs`, `job_reply`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Enqueued {
+pub struct JobEnqueued {
     /// The job's id.
     pub id: Uuid,
 }

@@ -8,6 +8,7 @@
 //! - [`codec`]: their JSON and bincode encodings; `decode_error` turns
 //!   decode failures into errors naming the op, the field and the `rid`.
 
+pub mod code;
 pub mod codec;
 mod decode_error;
 pub mod frame;

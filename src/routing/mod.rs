@@ -6,6 +6,28 @@
 //! `a/#` matches `a`, `a/b` and `a/b/c`. As in MQTT, a topic whose first
 //! level starts with `$` is not matched by a filter starting with `+` or
 //! `#`, so `#` does not see `$sys/...`.
+//!
+//! # Design notes
+//!
+//! `TopicLimits` (`[topics] max_levels`, `max_name_bytes`) is checked
+//! wherever a name enters: the broker's `check_topic` and `check_filter`
+//! for every publish and subscribe, queue names too. What the store gives
+//! back at start is checked against `TopicLimits::WIDEST` instead, so
+//! lowering the configured limits never drops stored data.
+//!
+//! The `FilterTrie` (`trie.rs`) keeps one level per node; the broker keeps
+//! its wildcard subscriptions in one, the rules their candidate filters,
+//! the cluster its NATS filters by id (to take each topic from the oldest
+//! filter matching it). Removing a filter prunes the nodes left empty, and
+//! dropping the trie walks it with a stack of its own rather than
+//! recursively, so a deep filter cannot overflow the thread's stack.
+//!
+//! Three kinds of comparison: `matches` is MQTT's (a filter starting with
+//! `+` or `#` does not match a `$` topic); `covers` and `covers_levels` say
+//! whether one filter allows everything another matches (permissions check
+//! subscriptions with `covers_levels`, level by level, without the `$`
+//! rule); `overlaps` says whether two filters share a topic (the cluster
+//! keeps an unused NATS filter while a newer one overlaps it).
 
 mod trie;
 

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use toml::Value;
 
 use super::Rule;
@@ -13,23 +12,8 @@ use super::forward::{Forward, ForwardSpec, MethodChoice};
 use super::matcher::{Bounds, JsonTest, TextTest, When, wildcards};
 use crate::broker::Ingress;
 use crate::config::ConfigError;
+pub use crate::config::RuleDecl;
 use crate::routing::TopicLimits;
-
-/// One `[[rules]]` entry: a name, a matcher tree (`when`, absent for
-/// every message) and the actions (`then`). See README "Rules" for the
-/// forms they take.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuleDecl {
-    /// Unique among the rules.
-    pub name: String,
-    /// The matcher tree.
-    #[serde(default)]
-    pub when: Option<Value>,
-    /// The actions, in order.
-    #[serde(default)]
-    pub then: Vec<Value>,
-}
 
 /// Longest regular expression source accepted, and the compiled size
 /// bound: a rule cannot make the broker build a huge automaton.
@@ -631,6 +615,7 @@ fn forward(v: &Value, field: &str) -> Result<ForwardSpec, Failed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     fn rules(text: &str) -> Result<Vec<Rule>, String> {
         #[derive(Deserialize)]
@@ -675,7 +660,7 @@ mod tests {
             .split_once("<!-- rules example: compiled by a test -->\n```toml\n")
             .unwrap();
         let (block, _) = rest.split_once("```").unwrap();
-        let config = crate::Config::from_toml(block).unwrap();
+        let config = crate::config::Config::from_toml(block).unwrap();
         config.validate().unwrap();
         assert_eq!(compile(&config.rules).unwrap().len(), 2);
     }

@@ -431,6 +431,7 @@ async fn give_up(shared: &Shared, broker: &crate::broker::Broker, job: Job, why:
     headers.insert("dead-letter-topic".into(), job.topic);
     headers.insert("forward-error".into(), why.to_owned());
     let put = broker
+        .queues()
         .enqueue_durable(Enqueue {
             queue: queue.clone(),
             payload: job.body,

@@ -12,6 +12,51 @@
 //! filters, so rules on other topics cost one trie walk, not one test
 //! each. Forwards are queued per rule and sent by lanes of their own
 //! (see [`forward`]).
+//!
+//! # Design notes
+//!
+//! ## Where rules run, and why there
+//! The publish path (`Broker::publish_at`) calls the hook before the
+//! topic's task, on the publisher's own task. With no rule loaded that is
+//! one relaxed atomic load (`active`). Otherwise the set in force (an
+//! `Arc<RuleSet>` under a read lock, cloned once per message and swapped
+//! whole by a reload, so a message meets one set from start to end) finds
+//! its candidate rules through a `FilterTrie` of the filters each rule
+//! requires (the `topic` leaf of its tree, of an `all` branch, or every
+//! branch of an `any` of topics), plus the rules that may match any topic.
+//! The candidates run in the order written; the payload is parsed as JSON
+//! at most once per message, when a leaf asks.
+//!
+//! Not inside the topic's task: a rule's actions publish, enqueue
+//! (awaiting durability) and may republish through the rules again; inside
+//! a topic task they would hold that topic's queue for the time of another
+//! resource's task, and two topics could wait on each other. Not in a
+//! resource of its own: the publisher's task already gives the order
+//! wanted at no cost, and rules share no state that would need one (their
+//! counters are atomics).
+//!
+//! ## Order
+//! A connection handles its frames one at a time and awaits each publish,
+//! and a rule's republishes and enqueues are awaited in chain order before
+//! the message goes to its own topic, so every topic and queue a
+//! publisher's messages reach sees them in its order. Forwards keep it too
+//! (each publisher's messages take one lane) without holding the publish
+//! up. A republish carries the original publisher as its source and goes
+//! through the rules again, at most `MAX_DEPTH` deep: a rule loop ends in
+//! counted failures, not a spin.
+//!
+//! ## Loading, reloading, stopping
+//! `[[rules]]` are `config::RuleDecl`s, TOML values the config module
+//! keeps without knowing their forms; `compile` (`decl.rs`) checks them
+//! (`wharf::check_config` runs it before anything binds) and names the rule
+//! and field at fault. A reload (`POST /admin/rules/reload`, SIGHUP) reads
+//! the file's rules again and swaps them in; a file that does not read or a
+//! rule that does not compile keeps the old ones. Rules set in code
+//! (`Wharf::set_rules`) are kept, and run after the file's. The old set's
+//! forwards send what they hold and end. At shutdown `Rules::shutdown`
+//! runs before the task-queue workers and the store writer stop: forwards
+//! stop retrying, dead-letter what they hold, and are waited for up to the
+//! shutdown timeout.
 
 mod action;
 mod decl;
@@ -27,6 +72,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
+use crate::broker::hooks::{HookFuture, PublishHook};
 use crate::broker::{Broker, Enqueue, Publish, Source};
 use crate::routing::FilterTrie;
 
@@ -252,7 +298,7 @@ impl Rules {
     /// No file, or why the file was refused.
     pub fn reload(&self) -> Result<usize, ReloadError> {
         let file = self.file.lock().clone().ok_or(ReloadError::NoFile)?;
-        let config = crate::Config::from_file(&file)?;
+        let config = crate::config::Config::from_file(&file)?;
         let rules = compile(&config.rules)?;
         let mut sources = self.sources.lock();
         sources.0 = rules;
@@ -322,7 +368,7 @@ impl Rules {
 
     /// Runs the rules on `msg`: returns it (headers edited) to publish to
     /// its own topic, or `None` when a rule dropped it.
-    pub(crate) async fn apply(
+    pub(crate) async fn run(
         &self,
         broker: &Broker,
         mut msg: Publish,
@@ -406,7 +452,7 @@ impl Rules {
                             priority: *priority,
                             ttl_ms: *ttl_ms,
                         };
-                        let done = broker.enqueue_durable(e).await;
+                        let done = broker.queues().enqueue_durable(e).await;
                         if let Err(e) = &done {
                             tracing::debug!(rule = %rule.name, "enqueue refused: {e}");
                         }
@@ -430,6 +476,7 @@ impl Rules {
                         headers.insert("rule".into(), rule.name.clone());
                         headers.insert("dead-letter-topic".into(), msg.topic.clone());
                         let done = broker
+                            .queues()
                             .enqueue_durable(Enqueue {
                                 queue: queue.clone(),
                                 payload: msg.payload.clone(),
@@ -501,4 +548,25 @@ pub struct ActionReport {
     /// A forward's backends and counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward: Option<forward::ForwardReport>,
+}
+
+/// The rules as the broker's publish hook: every publish, whichever way it
+/// came in, passes here before the local topics (see `broker::hooks`).
+impl PublishHook for Rules {
+    #[inline]
+    fn active(&self) -> bool {
+        Rules::active(self)
+    }
+
+    fn apply<'a>(
+        &'a self,
+        broker: &'a Broker,
+        msg: Publish,
+        source: &'a Source<'a>,
+        depth: u8,
+    ) -> HookFuture<'a, Option<Publish>> {
+        // Boxed: inline, the rules' future (~1.4 KB) would make every
+        // publish's future that size, rules or not.
+        Box::pin(self.run(broker, msg, source, depth))
+    }
 }

@@ -255,6 +255,7 @@ impl Session {
         for n in nacks {
             if let Err(e) = self
                 .broker
+                .queues()
                 .settle(&n.queue, sink, &n.sub, n.ids, Settlement::Nack(n.delay_ms))
                 .await
             {
@@ -273,6 +274,7 @@ impl Session {
         for a in acks {
             let _ = self
                 .broker
+                .queues()
                 .settle(
                     &a.queue,
                     a.sink,

@@ -7,6 +7,96 @@
 //! directory also holds Wharf's marker file (`dir.rs`): nothing is handed
 //! to sled before the directory is known to be a Wharf store, and the
 //! marker records whether the last run shut down cleanly (`recover.rs`).
+//!
+//! # Design notes
+//!
+//! ## Records
+//! One tree per kind of record, keys big-endian so that sled's order is
+//! the order Wharf reads them in:
+//!
+//! | tree | key | value |
+//! |---|---|---|
+//! | `meta` | `schema_version` | the schema version |
+//! | `retained` | topic name | seq, headers, payload (`retained.rs`) |
+//! | `queues` | queue name | queue id (u32), then metadata |
+//! | `qmsg` | queue id, 9 - priority, seq | times, headers, payload |
+//! | `qdel` | the message's `qmsg` key | delivery count, not-before time |
+//! | `jobs` | job id (16 bytes, a UUID v7) | the job record, JSON |
+//!
+//! A queue's metadata is empty for most queues (their options come from
+//! the configuration at each start) and `{"bind":[filter]}` for a durable
+//! subscription's. Its messages are contiguous in `qmsg`, highest priority
+//! first and oldest first within one; the value starts with the enqueue
+//! and expiry times (`queues.rs`). `qdel` is written best effort, at
+//! dispatch and for delays; deleting a queue deletes its `queues` record
+//! and a `DeleteRange` of its ids in `qmsg` and `qdel`.
+//!
+//! ## The writer
+//! `WriterHandle::submit` never blocks: it fails at once with
+//! `SubmitError::Full` once `WRITER_QUEUE` (65,536) submissions wait, and
+//! the task that submitted changes nothing (its caller answers
+//! `overloaded`). The bound is an atomic count over an unbounded channel: a
+//! bounded crossbeam channel allocates all its slots up front, 6.5 MiB of
+//! an idle broker. The writer thread takes what is queued, up to 4,096
+//! submissions, applies it as one sled batch per tree, and with `flush =
+//! "always"` flushes sled and fsyncs the `db` file before completing every
+//! submission's `Durable`: one flush for the group (group commit). sled
+//! keeps large values in files of their own under `blobs/` and does not
+//! fsync them, so each durable commit also fsyncs the blob files not yet
+//! synced, and the directory. `submit_detached` is for writes nobody
+//! awaits. At shutdown the writer commits what is queued, flushes and
+//! releases the database; a later submission fails at once instead of
+//! waiting for ever.
+//!
+//! ## Reads through the writer
+//! `WriterHandle::read` (a key range of one tree, up to a limit) is queued
+//! with the writes: the writer applies a group's writes, then answers the
+//! group's reads, so a read sees every write submitted before it. The
+//! answer goes to a callback on the writer thread, which must only hand it
+//! on (a queue's refill submits a task to its queue). A `DeleteRange` is
+//! expanded into deletes of the keys in its range when its group is
+//! applied, in the same batch.
+//!
+//! ## Log cleaning and compaction
+//! sled's file is a log of page images: what a write supersedes stays until
+//! sled's cleaner moves the live pages out of a mostly dead segment, and
+//! sled cleans only in the flusher thread that `flush_every_ms` starts,
+//! which Wharf leaves off (the writer flushes). A store of 64 B messages
+//! once took 2.2-2.7 times its records on disk. The writer now takes one
+//! cleaning step (one page moved, `Db::attempt_gc`, which the vendored sled
+//! exposes) per write after each confirmed group, so no commit waits for
+//! it, and cleans the rest while idle: 1.7-1.9 times. Cleaning reuses space
+//! but the file shrinks only as far as free segments reach its end, so
+//! compaction stays (`compact.rs`): with `[store] compact_at_start`, a
+//! store whose files are four times its records plus `COMPACT_SLACK` is
+//! compacted before the broker listens (the loads count the records'
+//! bytes, so that costs no pass of its own); `wharf store compact` does
+//! the same to a stopped broker's directory.
+//!
+//! ## Opening and loading
+//! `Store::open` opens sled with an explicit cache capacity and checks the
+//! schema version (a mismatch is `SchemaMismatch`). sled releases its file
+//! lock from a background thread, so an in-process reopen waits up to a
+//! second for it; a lock held by another process is `Locked`, naming the
+//! directory. `recover.rs` also translates sled's misleading errors ("a
+//! sled version earlier than 0.29" means an unreadable `conf`, corruption
+//! reports mean `db`). A marked store is opened in place: sled may rewrite
+//! parts of a damaged `db` before it reports it, so the advice is a backup,
+//! not a repair. `Store::load_queues` reads the `queues` tree, then all of
+//! `qdel`, then makes one pass over `qmsg`: per queue it decodes the first
+//! `memory_window` messages with their `qdel` state and only counts the
+//! rest. Orphans become deletes: `qdel` records without a message (an
+//! ack's two trees are two batches, so a crash can fall between them),
+//! messages of an unknown queue, undecodable records. Deliveries in flight
+//! at a crash were never deleted: they come back ready, with their counts.
+//!
+//! ## Crash tests
+//! `tests/it/crash.rs` kills the broker with SIGKILL while clients publish
+//! retained messages and pipeline enqueues and acks with receipts, restarts
+//! it, and checks that every confirmed value is there, that no message
+//! whose ack was confirmed comes back, and that messages in flight at the
+//! crash come back with their delivery count raised.
+//! `tests/it/store_damage.rs` covers foreign and damaged directories.
 
 pub mod compact;
 mod dir;

@@ -69,7 +69,7 @@ pub(crate) async fn cluster(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Right::Admin)?;
-    let status = match app.broker.cluster() {
+    let status = match &app.cluster {
         Some(c) => c.status().await,
         None => crate::cluster::ClusterStatus {
             state: "off",
@@ -103,7 +103,7 @@ pub(crate) async fn overview_of(
         sessions,
         topics: stats.topics,
         wildcard_subscriptions: stats.wildcard_subscriptions,
-        queues: app.broker.queue_names().len(),
+        queues: app.broker.queues().queue_names().len(),
         jobs: app.jobs.info().await.ok(),
         published: m.published.get(),
         delivered: m.delivered.get(),

@@ -112,10 +112,10 @@ async fn gather(app: &AppState) -> Snapshot {
     let stats = app.broker.stats();
     s.topics = stats.topics as u64;
     s.wildcard_subscriptions = stats.wildcard_subscriptions as u64;
-    let names = app.broker.queue_names();
+    let names = app.broker.queues().queue_names();
     s.queue_count = names.len() as u64;
     for name in names {
-        if let Some(info) = app.broker.queue_info(&name).await {
+        if let Some(info) = app.broker.queues().queue_info(&name).await {
             s.queues.push(info);
         }
     }

@@ -1,6 +1,107 @@
 //! actix-web routes: what Wharf exposes over HTTP and WebSocket. Handlers
 //! turn typed errors into HTTP statuses with a JSON body in one place
 //! ([`ApiError`]).
+//!
+//! # Design notes
+//!
+//! ## The read loop
+//! One WebSocket read side serves every endpoint (`wsloop.rs`): native
+//! (`ws.rs`), MQTT (`mqtt.rs`) and an app's typed sockets (`typed.rs`) are
+//! each a `Handler`. `read_loop` reads from a `ByteFeed` (`source.rs`: the
+//! socket itself, or actix-web's request payload), decodes frames with
+//! `wsframe::FrameCodec` (bounded by `session.max_frame`: a frame whose
+//! header announces more is refused before its bytes are buffered),
+//! answers pings, assembles fragmented messages, sends a ping every
+//! `ping_interval_s`, hands each complete message to `Handler::message`,
+//! and calls `Handler::end` when the read side ends. It closes a connection
+//! (1001) at its handler's idle deadline, or at the credential's expiry if
+//! earlier, with one timer armed at the deadline and looked at again only
+//! when it fires or when the deadline moves earlier: no timer work per
+//! read.
+//!
+//! A future keeps its arguments and the state of what it awaits for as long
+//! as it lives, so a connection would carry its handler twice and its
+//! largest message future while it waits for bytes. So `serve` boxes the
+//! handler, and bytes are handled in a boxed burst (`Reader::burst`): what
+//! is buffered, then, when the source is the socket, whatever else has
+//! arrived, until the source answers `Pending` or `BURST_BYTES` (64 KiB)
+//! have been read; then the loop yields, so the writers this traffic woke
+//! write before more is read (MQTT over TCP yields the same way). Read on
+//! until tokio's cooperative budget ran out, a fast publisher's burst was
+//! megabytes, which piled up in its subscribers' outbound queues (430 MB
+//! resident in an MQTT/WS 1 -> 1 run, and a third of its throughput). The
+//! read buffer is kept for a second after a burst (`BUFFER_LINGER`), then
+//! dropped.
+//!
+//! The MQTT handler closes on a text message (1003), feeds binary ones to
+//! `MqttSession::data`, and closes a connection past the rate with 1008
+//! (dropping frames would break the packet stream). MQTT over TCP and TLS
+//! (`mqtt_tcp.rs`) runs the same session on a byte stream: an actix-server
+//! of its own (`server.rs`, as many workers as HTTP) accepts on `[mqtt]
+//! tcp_bind` and `tls_bind` (the `[server.tls]` certificate, no ALPN); the
+//! reader hands whatever arrived to `MqttSession::data`, the outbound queue
+//! writes raw bytes (`Outbound::set_raw`), and one timer per connection
+//! serves the keep-alive and the credential's expiry.
+//!
+//! ## Lean WebSockets
+//! A WebSocket served the actix-web way keeps actix-http's read and write
+//! buffers (8 KiB each) while its response body streams. With `[server]
+//! lean_websockets` (the default) the server (`server.rs` builds
+//! actix-web's `HttpServer` by hand for this) registers an upgrade service
+//! with actix-http (`raw.rs`): an upgrade request still runs through the
+//! same routes (a second instance of the app per worker), marked
+//! `RawUpgrade`; `wsloop::serve` answers 101 with a `Handover` instead of a
+//! body stream; the upgrade service writes the 101, takes the socket and
+//! the bytes read past the request head, drops the rest of actix-http's
+//! state, and runs the same `read_loop` over a `ByteSource` (reads land in
+//! one 64 KiB scratch buffer per worker thread; only what arrived is kept)
+//! with `write_loop` in a task of its own. Refusals are written whole and
+//! the connection closed; another upgrade (h2c) gets its route's answer,
+//! then the connection closes. Apps that mount the routes in their own
+//! `HttpServer` keep the actix-web path. An idle WebSocket connection then
+//! costs about 8 KiB (benches/README.md has the numbers). It was off by
+//! default while MQTT over WebSocket 1 -> 1 ran 30% slower on it, until
+//! bursts were bounded at 64 KiB; both paths now run at the same rate.
+//!
+//! ## Memory after connections close
+//! mimalloc gives freed pages back only when the owning thread next calls
+//! into it, and an idle worker makes no call: the library runs the hook the
+//! binary hands it (`tidy.rs`, `alloc_tidy.rs`, which say why and what was
+//! measured) on HTTP and MQTT workers in the seconds after their traffic
+//! stops (reads and writes are counted per thread, `tidy::traffic`) and on
+//! task-queue workers once idle, never while busy; the purge's system calls
+//! happen on the binary's own `wharf-alloc` thread. A draining close's
+//! timer ends when the writer finishes (`Outbound::poll_finished`) rather
+//! than hold the outbound queue for its whole 10 s, and the registries
+//! (sessions, topics, the trie's children) shrink their tables when
+//! three-quarters empty (`maps::shrink_if_sparse`).
+//!
+//! ## The dashboard
+//! `GET /dashboard` (`dashboard.rs`) is one HTML page, one script and one
+//! stylesheet from `assets/dashboard/`, compiled in with `include_str!`: no
+//! CDN, no file lookup at run time, the same version as the broker. The
+//! script is plain JavaScript with no build step, and draws its charts as
+//! SVG polylines itself: a chart library would have been ~50 KB and an npm
+//! step for two line charts. Every string is set with `textContent`, and
+//! the Content-Security-Policy (`default-src 'self'`, no inline script)
+//! refuses an injected script anyway. The data comes from `GET
+//! /admin/stream`, Server-Sent Events carrying the admin routes' answers
+//! once a second (built by the same functions), read with `fetch()` rather
+//! than `EventSource`, which cannot send an `Authorization` header: a token
+//! travels as `Bearer`, never in a URL or a cookie, and a 401 is a status
+//! the page can act on. The stream is a `Stream` of its own (an `Interval`
+//! and the snapshot future; nothing spawned, dropped when the client
+//! leaves), holds one of `MAX_STREAMS` (16) permits, lasts at most
+//! `STREAM_LIFETIME` (an hour), and ends within a tick of shutdown.
+//!
+//! ## Errors
+//! `error.rs` is where errors become HTTP answers: `ApiError` (a status, a
+//! code, a message, as `{"error":{"code","message"}}`), the status of each
+//! protocol `ErrorCode` (`http_status`, so a code has one status on every
+//! route) and the codes only HTTP has (`HttpCode`). Handlers take the
+//! `Caller` extractor (`credentials.rs`), which authenticates before a body
+//! is read (401, 403, 429), and reads bodies through `BodyReader`
+//! (`body.rs`: bounded in size, time and number read at once).
 
 mod admin;
 mod body;
@@ -16,15 +117,15 @@ mod origin;
 mod queues;
 pub(crate) mod raw;
 mod rules;
+mod source;
 mod topics;
 pub(crate) mod typed;
 mod ws;
 mod wsloop;
-pub(crate) mod wsread;
 
 use std::sync::Arc;
 
-pub use crate::protocol::jobs::{Enqueued as JobEnqueued, OutcomeReply, Registered};
+pub use crate::protocol::jobs::{JobEnqueued, OutcomeReply, Registered};
 pub use admin::{Overview, SessionCounts, TopicPage, TopicRow};
 pub use body::BodyReader;
 pub(crate) use dashboard::stream_slots;
@@ -61,6 +162,10 @@ pub struct AppState {
     /// Slots for the dashboard's `GET /admin/stream`, so that open
     /// dashboards are bounded ([`MAX_STREAMS`]).
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
+    /// The rules (`GET /admin/rules`, their reload).
+    pub rules: Arc<crate::rules::Rules>,
+    /// The cluster this node is part of (`GET /admin/cluster`).
+    pub cluster: Option<crate::cluster::Cluster>,
 }
 
 /// Mounts Wharf's routes on an actix `App` or scope. The caller must have

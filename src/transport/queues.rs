@@ -74,6 +74,7 @@ pub(crate) async fn enqueue(
     let queue = name.into_inner();
     let id = app
         .broker
+        .queues()
         .enqueue_durable(Enqueue {
             queue: queue.clone(),
             payload,
@@ -98,6 +99,7 @@ pub(crate) async fn info(
     }
     match app
         .broker
+        .queues()
         .queue_info_or_why(&name)
         .await
         .map_err(api_error)?
@@ -115,14 +117,14 @@ pub(crate) async fn list(caller: Caller, app: web::Data<AppState>) -> HttpRespon
 /// order, at most `limit`); the dashboard's stream sends the same.
 pub(crate) async fn visible(caller: &Caller, app: &AppState, limit: usize) -> Vec<QueueInfo> {
     let mut all = Vec::new();
-    for name in app.broker.queue_names() {
+    for name in app.broker.queues().queue_names() {
         if all.len() >= limit {
             break;
         }
         if !may_see_queue(caller, &name) {
             continue;
         }
-        if let Some(info) = app.broker.queue_info(&name).await {
+        if let Some(info) = app.broker.queues().queue_info(&name).await {
             all.push(info);
         }
     }
@@ -139,6 +141,7 @@ pub(crate) async fn redrive(
     let q: RedriveQuery = query(&req)?;
     let moved = app
         .broker
+        .queues()
         .redrive(&name, q.to.as_deref())
         .await
         .map_err(api_error)?;
@@ -186,7 +189,13 @@ pub(crate) async fn delete(
         ));
     }
     if !q.drain {
-        return if app.broker.delete_queue(&name).await.map_err(api_error)? {
+        return if app
+            .broker
+            .queues()
+            .delete_queue(&name)
+            .await
+            .map_err(api_error)?
+        {
             Ok(HttpResponse::NoContent().finish())
         } else {
             Err(unknown_queue(&name))
@@ -195,6 +204,7 @@ pub(crate) async fn delete(
     let wait = std::time::Duration::from_millis(q.wait_ms);
     match app
         .broker
+        .queues()
         .drain_queue(&name, wait)
         .await
         .map_err(api_error)?
@@ -343,6 +353,7 @@ pub(crate) async fn browse(
     }
     let page = app
         .broker
+        .queues()
         .browse_queue(&name, q.from, q.limit)
         .await
         .map_err(api_error)?;
@@ -363,7 +374,12 @@ pub(crate) async fn purge(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     caller.admin("purge", &name)?;
-    let purged = app.broker.purge_queue(&name).await.map_err(api_error)?;
+    let purged = app
+        .broker
+        .queues()
+        .purge_queue(&name)
+        .await
+        .map_err(api_error)?;
     tracing::info!(queue = %name, purged, "queue purged");
     Ok(HttpResponse::Ok().json(PurgeReply { purged }))
 }
@@ -385,6 +401,7 @@ pub(crate) async fn move_message(
     let q: MoveQuery = query(&req)?;
     let moved = app
         .broker
+        .queues()
         .move_message(&name, id, &q.to)
         .await
         .map_err(api_error)?;

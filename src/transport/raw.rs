@@ -145,9 +145,9 @@ impl<R: AsyncRead + Unpin> Stream for ByteSource<R> {
     }
 }
 
-impl<R: AsyncRead + Unpin> super::wsloop::Source for ByteSource<R> {
+impl<R: AsyncRead + Unpin> super::source::ByteFeed for ByteSource<R> {
     fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {
-        match self.poll_take(cx, |data| super::wsloop::append(buf, data)) {
+        match self.poll_take(cx, |data| super::source::append(buf, data)) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(n))) => Poll::Ready(Some(n)),
             Poll::Ready(Some(Err(_)) | None) => Poll::Ready(None),

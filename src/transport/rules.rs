@@ -25,7 +25,7 @@ pub(crate) async fn list(
 ) -> Result<HttpResponse, ApiError> {
     caller.admin("read", "/admin/rules")?;
     Ok(HttpResponse::Ok().json(RulesReply {
-        rules: app.broker.rules().report(),
+        rules: app.rules.report(),
     }))
 }
 
@@ -38,15 +38,15 @@ pub(crate) async fn reload(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     caller.admin("reload", "rules")?;
-    let broker = app.broker.clone();
-    let reloaded = web::block(move || broker.rules().reload())
+    let rules = app.rules.clone();
+    let reloaded = web::block(move || rules.reload())
         .await
         .map_err(|e| ApiError::coded(crate::protocol::frame::ErrorCode::Internal, e.to_string()))?;
     match reloaded {
         Ok(n) => {
             tracing::info!(rules = n, "rules reloaded");
             Ok(HttpResponse::Ok().json(RulesReply {
-                rules: app.broker.rules().report(),
+                rules: app.rules.report(),
             }))
         }
         Err(ReloadError::NoFile) => Err(ApiError::http(

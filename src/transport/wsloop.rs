@@ -7,7 +7,7 @@
 
 use std::future::poll_fn;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use actix_codec::Decoder;
@@ -15,11 +15,11 @@ use actix_http::ws::{Frame, Item, ProtocolError};
 use actix_web::body::BodyStream;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
-use futures_core::Stream;
 use futures_util::future::LocalBoxFuture;
 
 use super::raw::{self, ByteSource, Handover, RawUpgrade};
-use super::wsread::FrameCodec;
+use super::source::ByteFeed;
+use crate::wsframe::FrameCodec;
 
 use crate::config::SessionConfig;
 use crate::protocol::codec::Format;
@@ -141,7 +141,7 @@ impl<H: Handler> Reader<H> {
     /// bound a fast publisher was read until the runtime's cooperative
     /// budget ran out (megabytes), and what it published piled up in the
     /// subscribers' outbound queues faster than they were written.
-    async fn burst<S: Source>(
+    async fn burst<S: ByteFeed>(
         &mut self,
         buf: &mut BytesMut,
         codec: &mut FrameCodec,
@@ -282,50 +282,6 @@ fn announced_len(buf: &[u8]) -> Option<u64> {
     }
 }
 
-/// Where a read loop's bytes come from: the socket itself (the `wharf`
-/// server's handed-over connections) or actix-web's request payload.
-pub(crate) trait Source: Unpin {
-    /// Whether a burst reads on while bytes are ready. Not for actix-web's
-    /// payload: its bytes come from the dispatcher's task, which cannot
-    /// run while the read loop's does, so asking again only wakes it.
-    const BURSTS: bool = true;
-    /// Appends what has arrived to `buf`: how many bytes, or `None` once
-    /// the connection is over.
-    fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>>;
-}
-
-impl Source for web::Payload {
-    const BURSTS: bool = false;
-
-    fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {
-        match std::pin::Pin::new(self).poll_next(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(bytes))) => {
-                let n = bytes.len();
-                if buf.capacity() == 0 {
-                    // Decoded where it arrived: no copy when not shared.
-                    *buf = BytesMut::from(bytes);
-                } else {
-                    buf.extend_from_slice(&bytes);
-                }
-                Poll::Ready(Some(n))
-            }
-            Poll::Ready(Some(Err(_)) | None) => Poll::Ready(None),
-        }
-    }
-}
-
-/// Appends `data` to `buf`; a `buf` without an allocation gets one of
-/// exactly `data`'s size.
-pub(crate) fn append(buf: &mut BytesMut, data: &[u8]) -> usize {
-    if buf.capacity() == 0 {
-        *buf = BytesMut::from(data);
-    } else {
-        buf.extend_from_slice(data);
-    }
-    data.len()
-}
-
 /// A connection's outbound queue, bounded and policed per `[session]`.
 pub(crate) fn outbound(cfg: &SessionConfig, format: Format) -> Arc<Outbound> {
     Outbound::new(
@@ -382,7 +338,7 @@ pub(crate) fn serve<H: Handler + 'static>(
 /// comes boxed: a future keeps its arguments for its whole life, so a
 /// handler passed by value would sit in every connection's read loop
 /// twice (as the argument and as the reader's field).
-pub(crate) async fn read_loop<H: Handler, S: Source>(
+pub(crate) async fn read_loop<H: Handler, S: ByteFeed>(
     mut source: S,
     handler: Box<H>,
     max_frame: usize,
@@ -534,10 +490,13 @@ mod tests {
         async fn end(self) {}
     }
 
+    use crate::transport::source::append;
+    use std::task::Context;
+
     /// Bytes that have arrived already, then nothing.
     struct Arrived(Option<Vec<u8>>);
 
-    impl Source for Arrived {
+    impl ByteFeed for Arrived {
         fn poll_append(&mut self, buf: &mut BytesMut, _: &mut Context<'_>) -> Poll<Option<usize>> {
             match self.0.take() {
                 Some(data) => Poll::Ready(Some(append(buf, &data))),

@@ -602,7 +602,7 @@ async fn client_op(c: &Client, op: Op, rid: u64) -> Option<Result<(), ErrorCode>
                 priority: 0,
                 timeout_ms: None,
             };
-            c.enqueue_job(job).await.map(drop)
+            c.jobs().enqueue_job(job).await.map(drop)
         }
         Http(..) => return None,
     };
@@ -1209,12 +1209,12 @@ fn a_worker_for_every_kind_needs_every_kind() {
             priority: 0,
             timeout_ms: None,
         };
-        root.enqueue_job(job).await.unwrap();
-        match svc.register_worker(&[]).await {
+        root.jobs().enqueue_job(job).await.unwrap();
+        match svc.jobs().register_worker(&[]).await {
             Err(ClientError::Server { code, .. }) => assert_eq!(code, ErrorCode::Forbidden),
             Err(e) => panic!("not the server's refusal: {e}"),
             Ok((worker, _)) => {
-                let got = svc.dequeue_job(worker, Duration::ZERO).await;
+                let got = svc.jobs().dequeue_job(worker, Duration::ZERO).await;
                 panic!("svc (work_jobs = [email]) registered for every kind and dequeued {got:?}");
             }
         }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::raw_mqtt::{self, Raw};
 use common::{LONG, TestBroker, block_on, eventually, http};
 use wharf::client::{Client, ClientOptions, Subscription};
-use wharf::protocol::mqtt::{Packet, Publish};
+use wharf::protocol::mqtt::{Packet, PublishPacket};
 
 /// A `nats-server` with JetStream on a loopback port, killed on drop.
 pub(crate) struct Nats {
@@ -199,7 +199,7 @@ fn mqtt_qos1_and_native_clients_on_different_nodes() {
         Raw::connect(b.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "pub-on-b"));
     assert_eq!(code, 0);
     for i in 0..20u16 {
-        publisher.send(&Packet::Publish(Publish {
+        publisher.send(&Packet::Publish(PublishPacket {
             dup: false,
             qos: 1,
             retain: false,
@@ -226,7 +226,7 @@ fn mqtt_qos1_and_native_clients_on_different_nodes() {
         let cb = client(&b).await;
         let mut s = cb.subscribe("from/mqtt").await.unwrap();
         let (mut p, _) = Raw::connect(a.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "p2"));
-        p.send(&Packet::Publish(Publish {
+        p.send(&Packet::Publish(PublishPacket {
             dup: false,
             qos: 0,
             retain: false,

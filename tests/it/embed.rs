@@ -128,7 +128,12 @@ fn the_example_app_publishes_to_its_actor_and_to_websocket_clients() {
             shop.prepared.lock().unwrap().as_slice(),
             [("two coffees".to_owned(), 1)]
         );
-        let q = wharf.broker().queue_info("kitchen/tickets").await.unwrap();
+        let q = wharf
+            .broker()
+            .queues()
+            .queue_info("kitchen/tickets")
+            .await
+            .unwrap();
         assert_eq!((q.depth, q.in_flight, q.stats.acked), (0, 0, 1), "{q:?}");
         let (status, body) = actix_web::rt::task::spawn_blocking(move || {
             http(addr, "GET", "/broker/queues/kitchen/tickets", "")
@@ -245,7 +250,12 @@ fn actors_started_inline_live_as_long_as_their_subscription() {
             heard.load(Ordering::SeqCst),
             taken.load(Ordering::SeqCst)
         );
-        let q = wharf.broker().queue_info("inline-q").await.unwrap();
+        let q = wharf
+            .broker()
+            .queues()
+            .queue_info("inline-q")
+            .await
+            .unwrap();
         assert_eq!((q.depth, q.in_flight, q.stats.acked), (0, 0, 1), "{q:?}");
         sub.cancel().await.unwrap();
         consumer.cancel().await.unwrap();

@@ -455,10 +455,10 @@ fn jobs_over_websocket_work_like_over_http() {
             ..ClientOptions::default()
         };
         let c = Client::connect(&b.ws_url(), opts).await.unwrap();
-        let (w, lease) = c.register_worker(&["ws"]).await.unwrap();
+        let (w, lease) = c.jobs().register_worker(&["ws"]).await.unwrap();
         assert!(lease > 0);
         // A dequeue that waits does not hold up other frames.
-        let waiting = c.dequeue_job(w, Duration::from_secs(5));
+        let waiting = c.jobs().dequeue_job(w, Duration::from_secs(5));
         let enqueue = async {
             // Once the dequeue is parked, other frames still get answers.
             assert!(
@@ -469,34 +469,43 @@ fn jobs_over_websocket_work_like_over_http() {
                 "the dequeue never parked"
             );
             c.ping().await.unwrap();
-            c.enqueue_job(NewJob {
-                kind: "ws".into(),
-                entity_id: uuid::Uuid::now_v7(),
-                data: json!({"to": "ada", "n": [1, 2]}),
-                priority: 2,
-                timeout_ms: None,
-            })
-            .await
-            .unwrap()
+            c.jobs()
+                .enqueue_job(NewJob {
+                    kind: "ws".into(),
+                    entity_id: uuid::Uuid::now_v7(),
+                    data: json!({"to": "ada", "n": [1, 2]}),
+                    priority: 2,
+                    timeout_ms: None,
+                })
+                .await
+                .unwrap()
         };
         let (job, id) = futures_util::future::join(waiting, enqueue).await;
         let job = job.unwrap().expect("the job");
         assert_eq!(job.id, id);
         assert_eq!(job.data, json!({"to": "ada", "n": [1, 2]}));
         assert_eq!(job.token, Some(1));
-        assert!(c.ping_worker(w).await.unwrap());
-        match c.job_outcome(id, w, 7, Outcome::Succeeded, None).await {
+        assert!(c.jobs().ping_worker(w).await.unwrap());
+        match c
+            .jobs()
+            .job_outcome(id, w, 7, Outcome::Succeeded, None)
+            .await
+        {
             Err(ClientError::Server { code, .. }) => assert_eq!(code, ErrorCode::StaleToken),
             other => panic!("expected stale_token, got {other:?}"),
         }
         let st = c
+            .jobs()
             .job_outcome(id, w, 1, Outcome::Succeeded, None)
             .await
             .unwrap();
         assert_eq!(st, JobStatus::Succeeded);
-        assert_eq!(c.job_status(id).await.unwrap().status, JobStatus::Succeeded);
-        assert_eq!(c.dequeue_job(w, Duration::ZERO).await.unwrap(), None);
-        match c.job_status(uuid::Uuid::now_v7()).await {
+        assert_eq!(
+            c.jobs().job_status(id).await.unwrap().status,
+            JobStatus::Succeeded
+        );
+        assert_eq!(c.jobs().dequeue_job(w, Duration::ZERO).await.unwrap(), None);
+        match c.jobs().job_status(uuid::Uuid::now_v7()).await {
             Err(ClientError::Server { code, .. }) => assert_eq!(code, ErrorCode::UnknownJob),
             other => panic!("expected unknown_job, got {other:?}"),
         }

@@ -17,7 +17,7 @@ use common::{TestBroker, block_on, http};
 use wharf::client::{Client, ClientOptions};
 use wharf::protocol::frame::{Headers, Priority};
 use wharf::protocol::mqtt::{
-    self, Connect, Packet, PropertySet, Publish, SubOptions, Subscribe, Will, reason,
+    self, Connect, Packet, PropertySet, PublishPacket, SubOptions, Subscribe, Will, reason,
 };
 
 fn hello(id: &str) -> Connect {
@@ -32,7 +32,7 @@ fn with(c: Connect, props: PropertySet) -> Connect {
 }
 
 fn publish(topic: &str, payload: &[u8], qos: u8, pid: Option<u16>, props: PropertySet) -> Packet {
-    Packet::Publish(Publish {
+    Packet::Publish(PublishPacket {
         dup: false,
         qos,
         retain: false,
@@ -55,7 +55,7 @@ fn subscribe(pid: u16, filter: &str, o: SubOptions, id: Option<u32>) -> Packet {
     })
 }
 
-fn expect_publish(r: &mut Raw) -> Publish {
+fn expect_publish(r: &mut Raw) -> PublishPacket {
     match r.recv() {
         Some(Packet::Publish(p)) => p,
         other => panic!("expected a PUBLISH, got {other:?}"),

@@ -13,14 +13,14 @@ use bytes::{Bytes, BytesMut};
 use common::raw_mqtt::{self, Raw, T};
 use common::{TestBroker, block_on};
 use wharf::client::mqtt::{MqttClient, MqttOptions};
-use wharf::protocol::mqtt::{self, Connect, Packet, Publish, Will};
+use wharf::protocol::mqtt::{self, Connect, Packet, PublishPacket, Will};
 
 fn hello(id: &str) -> Connect {
     raw_mqtt::hello_at(4, id)
 }
 
 fn publish(topic: &str, payload: &'static [u8], qos: u8, pid: Option<u16>) -> Packet {
-    Packet::Publish(Publish {
+    Packet::Publish(PublishPacket {
         dup: false,
         qos,
         retain: false,

@@ -118,7 +118,7 @@ fn client_frame() -> impl Strategy<Value = ClientFrame> {
             opt_rid.clone()
         )
             .prop_map(|(topic, payload, headers, retain, high, rid)| {
-                ClientFrame::Publish(Publish {
+                ClientFrame::Publish(PublishFrame {
                     topic,
                     payload,
                     headers,
@@ -219,8 +219,8 @@ mod mqtt_codec {
     use proptest::sample::select;
     use wharf::protocol::mqtt::{
         Ack, ConnAck, Connect, LEVEL_3_1, LEVEL_3_1_1, LEVEL_5, Packet, Properties, PropertySet,
-        Publish, Reasoned, SubAck, SubOptions, Subscribe, UnsubAck, Unsubscribe, Will, decode,
-        encode,
+        PublishPacket, Reasoned, SubAck, SubOptions, Subscribe, UnsubAck, Unsubscribe, Will,
+        decode, encode,
     };
 
     /// A UTF-8 string without NUL, with a character of two bytes.
@@ -475,7 +475,7 @@ mod mqtt_codec {
                 if topic.is_empty() && props.topic_alias.is_none() {
                     props.topic_alias = Some(1);
                 }
-                Packet::Publish(Publish {
+                Packet::Publish(PublishPacket {
                     dup: dup && qos > 0,
                     qos,
                     retain,
@@ -577,7 +577,7 @@ mod mqtt_codec {
                 .into_iter()
                 .enumerate()
                 .map(|(i, (topic, payload, qos, retain))| {
-                    Packet::Publish(Publish {
+                    Packet::Publish(PublishPacket {
                         dup: false,
                         qos,
                         retain,

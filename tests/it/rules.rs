@@ -758,12 +758,13 @@ fn an_embedding_app_adds_rules_with_its_own_matcher() {
         );
         let q = wharf
             .broker()
+            .queues()
             .queue_info("urgent-q")
             .await
             .expect("the queue");
         assert_eq!(q.depth, 1);
 
-        let report = wharf.broker().rules().report();
+        let report = wharf.rules().report();
         let names: Vec<(&str, &str)> = report.iter().map(|r| (r.name.as_str(), r.from)).collect();
         assert_eq!(names, [("stamp", "config"), ("urgent", "code")]);
         assert!(
@@ -781,7 +782,7 @@ fn an_embedding_app_adds_rules_with_its_own_matcher() {
         wharf.publish("alerts", "marker").await.unwrap();
         assert!(eventually(T, || log.lock().unwrap().len() >= 2).await);
         assert_eq!(log.lock().unwrap()[1].1, "marker");
-        assert_eq!(wharf.broker().rules().report().len(), 1);
+        assert_eq!(wharf.rules().report().len(), 1);
         wharf.shutdown().await.unwrap();
     });
 }

@@ -197,13 +197,14 @@ pub(crate) fn native_end_to_end(
             std::thread::spawn(move || {
                 actix_rt::System::new().block_on(async move {
                     let c = Client::connect(&url, opts).await.expect("worker connects");
-                    let (worker, _) = c.register_worker(&[&kind]).await.expect("register");
+                    let (worker, _) = c.jobs().register_worker(&[&kind]).await.expect("register");
                     let c = &c;
                     let lane = |_| {
                         let done = done.clone();
                         async move {
                             while done.load(Ordering::Relaxed) < total {
                                 let Some(job) = c
+                                    .jobs()
                                     .dequeue_job(worker, Duration::from_millis(200))
                                     .await
                                     .expect("dequeue")
@@ -211,7 +212,8 @@ pub(crate) fn native_end_to_end(
                                     continue;
                                 };
                                 let token = job.token.expect("a dequeued job has a token");
-                                c.job_outcome(job.id, worker, token, Outcome::Succeeded, None)
+                                c.jobs()
+                                    .job_outcome(job.id, worker, token, Outcome::Succeeded, None)
                                     .await
                                     .expect("outcome");
                                 done.fetch_add(1, Ordering::Relaxed);
@@ -244,7 +246,7 @@ pub(crate) fn native_end_to_end(
                                 priority: 0,
                                 timeout_ms: None,
                             };
-                            async move { c.enqueue_job(job).await.expect("enqueue job") }
+                            async move { c.jobs().enqueue_job(job).await.expect("enqueue job") }
                         })
                         .buffer_unordered(32)
                         .for_each(|_| async {})

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{JobError, JobFilter, JobView, Jobs, NewJob};
 use crate::protocol::jobs::{
-    Enqueued, JobPage, JobStatus, Outcome, OutcomeReply, PingReply, Register, Registered,
+    JobEnqueued, JobPage, JobStatus, Outcome, OutcomeReply, PingReply, Register, Registered,
     ReportOutcome,
 };
 
@@ -38,8 +38,8 @@ pub fn parse_outcome(raw: &str) -> Result<Outcome, JobError> {
 ///
 /// # Errors
 /// As [`Jobs::enqueue`].
-pub async fn enqueue(jobs: &Jobs, new: NewJob) -> Result<Enqueued, JobError> {
-    Ok(Enqueued {
+pub async fn enqueue(jobs: &Jobs, new: NewJob) -> Result<JobEnqueued, JobError> {
+    Ok(JobEnqueued {
         id: jobs.enqueue(new).await?,
     })
 }

@@ -16,6 +16,7 @@
 //! are unit-tested with a fake clock in `state_tests.rs`.
 
 pub mod api;
+pub mod home;
 mod state;
 #[cfg(test)]
 mod state_tests;
@@ -27,11 +28,11 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::queue::now_ms;
-use crate::cluster::home::JobCall;
 use crate::config::JobsConfig;
 pub use crate::protocol::jobs::{JobStatus, JobView, NewJob, Outcome};
 use crate::store::WriterHandle;
 use crate::taskq::{Lane, SchedulerHandle, TaskError, TaskQueue};
+pub use home::{JobCall, JobsHome};
 use state::JobsState;
 
 /// The queue dead jobs are copied to (an ordinary queue).
@@ -224,7 +225,7 @@ pub struct Jobs {
     cfg: std::sync::Arc<JobsConfig>,
     /// The cluster and the node the resource lives on, when that is not
     /// this one: every operation is then sent there.
-    home: std::sync::Arc<std::sync::OnceLock<(crate::cluster::Cluster, String)>>,
+    home: std::sync::Arc<std::sync::OnceLock<(std::sync::Arc<dyn JobsHome>, String)>>,
 }
 
 impl Jobs {
@@ -244,10 +245,10 @@ impl Jobs {
         }
     }
 
-    /// Sends every operation to `home` through `cluster` from now on
-    /// (once; the resource here stays empty).
-    pub fn set_home(&self, cluster: crate::cluster::Cluster, home: String) {
-        let _ = self.home.set((cluster, home));
+    /// Sends every operation to `home` through `remote` (the cluster)
+    /// from now on (once; the resource here stays empty).
+    pub fn set_home(&self, remote: std::sync::Arc<dyn JobsHome>, home: String) {
+        let _ = self.home.set((remote, home));
     }
 
     /// A call to the resource's home, if it lives on another node.
@@ -256,9 +257,9 @@ impl Jobs {
         call: impl FnOnce() -> JobCall,
         wait: Duration,
     ) -> Option<Result<T, JobError>> {
-        let (cluster, home) = self.home.get()?;
-        let limit = crate::cluster::CALL_TIMEOUT + wait;
-        Some(cluster.job_call(home, call(), limit).await)
+        let (remote, home) = self.home.get()?;
+        let limit = remote.call_timeout() + wait;
+        Some(home::call(&**remote, home, call(), limit).await)
     }
 
     /// Installs job records read back from the store (JSON); unfinished

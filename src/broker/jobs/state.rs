@@ -1,6 +1,96 @@
 //! The jobs resource's state and its tasks: every job record, the ready
 //! jobs per kind, the workers and their leases, and the dequeues waiting
 //! for a job. Everything here runs inside the resource's task queue.
+//!
+//! # Design notes
+//!
+//! ## One resource
+//! Every job record, the ready jobs per kind, the registered workers with
+//! their leases, the waiting dequeues and the deadlines are one state, and
+//! every operation is a task on it. There is no resource per job or per
+//! kind: a worker serves several kinds, and an outcome must check the
+//! worker and the job together. All job traffic goes through one resource;
+//! measured end to end, the HTTP round trips and the fsyncs are the limit,
+//! not the resource (benches/README.md, "Jobs").
+//!
+//! `jobs` holds every job not yet past its retention, finished ones
+//! included (`max_jobs` bounds it). Indexes over it: `ready`, per kind, a
+//! set of (`Reverse(priority)`, order, id), the order raised each time a
+//! job becomes ready, so a dequeue takes among the kinds its worker serves
+//! the smallest first entry (highest priority, then ready longest), one
+//! look per kind; `retrying` by retry time; `deadlines`, running jobs by
+//! execution deadline; `finished` by finish time, for retention; `workers`
+//! with their kinds, `lease_until` and running jobs; `waiting`, parked
+//! dequeues, oldest first, at most one per worker.
+//!
+//! ## Fencing
+//! The token is the job's attempt number, raised by each assignment. An
+//! outcome's checks and its change are one task: the job exists, the
+//! worker's lease is in force at the task's `now`, and the job is running,
+//! under this worker, at attempt `token`. Whatever takes a job from a
+//! worker (its lease ending, the execution timeout, a reassignment) is
+//! another task on the same queue, so one of the two runs first and the
+//! other sees its result: the outcome is taken, or it fails with
+//! `worker_expired` or `stale_token` before it changes anything. No lock
+//! and no compare-and-swap in the store: the store only records what the
+//! task decided. An outcome, ping or dequeue that finds the lease ended
+//! expires the worker itself, without waiting for the tick. The attempt
+//! goes down in one case only: a job sent to a parked dequeue whose
+//! receiver was already gone (`unassign`), which no worker saw. A dequeue
+//! extends the lease to cover its wait.
+//!
+//! ## Waiters
+//! A dequeue that finds no job parks a `oneshot::Sender` in `waiting`,
+//! replacing the worker's earlier one. Every task that makes jobs ready
+//! (enqueue, outcome, tick) ends with `hand_to_waiting`: oldest waiter
+//! first, it skips closed senders and expired workers, assigns the best job
+//! the worker serves and sends it; a failed send puts the job back.
+//! `Jobs::dequeue` waits on the receiver outside the resource, with a
+//! timeout (capped by `max_wait_ms`). When the timeout fires it cannot
+//! just drop the receiver (a job may have been sent an instant before, and
+//! would stay running under the worker until the lease or the timeout
+//! ended), so it submits `cancel_wait`, awaits it, then `try_recv`s: tasks
+//! run in order, so any send to this waiter happened before `cancel_wait`
+//! and none can happen after it. When the channel closes instead, `is_valid`
+//! tells a newer dequeue of the same worker (no job, HTTP 204) from an
+//! expired worker (`worker_expired`).
+//!
+//! ## The tick
+//! The queues' ticker also calls `Jobs::tick` every `QUEUE_TICK`, a
+//! high-lane `execute` (refused when overloaded: the next tick does the
+//! work). It expires workers whose lease ended (their running jobs are
+//! ready again at once, attempt kept; their waiter goes), ends attempts
+//! past their deadline as `timed_out`, makes due retries ready, deletes
+//! finished jobs past `retention_s` (with a store delete), and hands ready
+//! jobs to waiters. Deadlines, retries and retention are ordered sets, so a
+//! tick visits only what is due; leases are a scan of the workers.
+//!
+//! ## Retries and dead jobs
+//! `retry_or_die` takes the kind's policy (`[[jobs.kinds]]` over `[jobs]`).
+//! A timeout is final unless `retry_timed_out` (the work may still be
+//! running somewhere). With attempts left the job waits `backoff_ms` of its
+//! attempt (the last step repeats) in `retrying`, or is ready at once for a
+//! zero step; otherwise it is `dead`, and `on_dead` runs inside the task:
+//! `Wharf::start` gives one that puts the record, as JSON, on the queue
+//! `jobs.dlq` with `enqueue_detached` (a task must not wait) through a weak
+//! broker handle.
+//!
+//! ## Persistence and restore
+//! `persist` submits a put of the whole record (`store/jobs.rs`) after each
+//! change; the writer never blocks the task. Enqueue and outcome return the
+//! write's `Durable` and the caller awaits it before answering, so `201`
+//! and an outcome's `200` (and their `job_reply`) come once the record is
+//! durable. An enqueue whose write is refused is undone and answered
+//! `overloaded`; an outcome whose write is refused is still applied and
+//! answered, its record on disk a change behind. Every other write is best
+//! effort: an assignment, a lease expiry's requeue, a timeout, a retry
+//! becoming ready, the retention delete. At start `Jobs::restore` installs
+//! the records in creation order: finished jobs as they were (retention
+//! counted from their last change), every other job `queued`, with no
+//! worker, start or retry time and its attempt kept. Workers are not
+//! stored: after a restart each gets `worker_expired` until it registers
+//! again. `state_tests.rs` runs these tasks directly with a fake clock;
+//! `tests/it/jobs.rs` drives both transports end to end.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};

@@ -7,8 +7,8 @@ use bytes::{Buf, BytesMut};
 use super::properties::{Ctx, Properties};
 use super::wire::Reader;
 use super::{
-    Ack, ConnAck, Connect, LEVEL_3_1, LEVEL_3_1_1, LEVEL_5, MqttError, Packet, Publish, Reasoned,
-    SubAck, SubOptions, Subscribe, UnsubAck, Unsubscribe, Will, is_v5, malformed, reason,
+    Ack, ConnAck, Connect, LEVEL_3_1, LEVEL_3_1_1, LEVEL_5, MqttError, Packet, PublishPacket,
+    Reasoned, SubAck, SubOptions, Subscribe, UnsubAck, Unsubscribe, Will, is_v5, malformed, reason,
 };
 
 /// Reads one packet from the front of `buf` if it holds a whole one
@@ -270,7 +270,7 @@ fn parse(first: u8, mut r: Reader, level: u8) -> Result<Packet, MqttError> {
     Ok(packet)
 }
 
-fn parse_publish(flags: u8, r: &mut Reader, v5: bool) -> Result<Publish, MqttError> {
+fn parse_publish(flags: u8, r: &mut Reader, v5: bool) -> Result<PublishPacket, MqttError> {
     let qos = (flags >> 1) & 3;
     let dup = flags & 8 != 0;
     let topic = r.string()?;
@@ -289,7 +289,7 @@ fn parse_publish(flags: u8, r: &mut Reader, v5: bool) -> Result<Publish, MqttErr
     } else {
         Properties::default()
     };
-    Ok(Publish {
+    Ok(PublishPacket {
         dup,
         qos,
         retain: flags & 1 != 0,

@@ -8,7 +8,7 @@ use bytes::{BufMut, BytesMut};
 
 use super::properties::{Ctx, Properties};
 use super::wire::{put_len, put_str, str_len, var_int_len};
-use super::{Ack, Packet, Publish, Reasoned, is_v5, reason};
+use super::{Ack, Packet, PublishPacket, Reasoned, is_v5, reason};
 
 /// The length of a property block (property length and properties).
 fn props_len(p: &Properties, ctx: Ctx) -> (usize, usize) {
@@ -18,7 +18,7 @@ fn props_len(p: &Properties, ctx: Ctx) -> (usize, usize) {
 
 /// Writes a PUBLISH header, topic and (at level 5) properties: everything
 /// but the payload, so the payload can be sent as a shared buffer after it.
-pub fn publish_head(out: &mut BytesMut, p: &Publish, level: u8) {
+pub fn publish_head(out: &mut BytesMut, p: &PublishPacket, level: u8) {
     let first = 0x30 | (u8::from(p.dup) << 3) | ((p.qos & 3) << 1) | u8::from(p.retain);
     let (inner, props) = if is_v5(level) {
         props_len(&p.props, Ctx::Publish)

@@ -299,7 +299,7 @@ pub struct ConnAck {
 
 /// PUBLISH.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Publish {
+pub struct PublishPacket {
     /// A redelivery.
     pub dup: bool,
     /// QoS 0-2.
@@ -448,7 +448,7 @@ pub enum Packet {
     /// CONNACK.
     ConnAck(ConnAck),
     /// PUBLISH.
-    Publish(Publish),
+    Publish(PublishPacket),
     /// PUBACK (QoS 1).
     PubAck(Ack),
     /// PUBREC (QoS 2, step 1).

@@ -63,8 +63,8 @@ fn v3_connect() -> Connect {
     }
 }
 
-fn publish(qos: u8, topic: &str, props: Properties) -> Publish {
-    Publish {
+fn publish(qos: u8, topic: &str, props: Properties) -> PublishPacket {
+    PublishPacket {
         dup: qos > 0,
         qos,
         retain: true,
@@ -87,7 +87,7 @@ fn every_packet_round_trips_and_waits_for_its_last_byte() {
     );
     round_trip(Packet::connack(true, 0));
     round_trip(Packet::Publish(publish(2, "a/b", Properties::default())));
-    round_trip(Packet::Publish(Publish {
+    round_trip(Packet::Publish(PublishPacket {
         dup: false,
         qos: 0,
         retain: false,
@@ -174,7 +174,7 @@ fn v3_bytes_leave_out_everything_mqtt5() {
             &[0x82, 6, 0, 1, 0, 1, b't', 1],
         ),
         (
-            Packet::Publish(Publish {
+            Packet::Publish(PublishPacket {
                 dup: false,
                 qos: 1,
                 retain: false,
@@ -545,7 +545,7 @@ fn spec_layout_publish_with_alias_user_properties_and_subscription_ids() {
         b'h', b'i',                   // payload
     ];
     let got = decode_one(&packet(0x3b, &body), LEVEL_5).unwrap();
-    let want = Publish {
+    let want = PublishPacket {
         dup: true,
         qos: 1,
         retain: true,

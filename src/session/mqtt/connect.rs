@@ -12,6 +12,7 @@
 //! the client id (see [`durable_id`]).
 
 use super::sink::V5Out;
+use super::v5::{TAKEN_OVER, TAKEN_OVER_CLEAN};
 use super::*;
 use crate::protocol::mqtt::{ConnAck, PropertySet, reason};
 
@@ -88,10 +89,6 @@ pub(super) fn options_of(durable_id: &str) -> MqttSubOptions {
     o
 }
 
-/// Why an older connection is closed when a CONNECT takes its client id
-/// over (the start of the reason, for a clean start too).
-pub(crate) const TAKEN_OVER: &str = "session taken over by a new connection";
-
 /// Closes this node's connections of `client` (`mqtt:{id}`) of
 /// `principal` that are older than `at_ms` (Unix ms) because the client
 /// connected again on another node of the cluster then: the same takeover
@@ -116,11 +113,6 @@ pub fn take_over_elsewhere(
     }
     closed
 }
-/// Why an older connection is closed when a CONNECT with clean start
-/// takes its client id over.
-pub(crate) const TAKEN_OVER_CLEAN: &str =
-    "session taken over by a new connection with a clean start";
-
 /// The key of a client's delayed will in [`Sessions::later`].
 ///
 /// [`Sessions::later`]: crate::session::Sessions::later
@@ -283,9 +275,9 @@ impl MqttSession {
             self.sessions.mark_taken_over(old.id, c.clean_session);
             self.sessions.close(old.id, 1000, why, false);
         }
-        if let Some(cluster) = self.broker.cluster() {
+        if let Some(remote) = self.broker.remote() {
             // And on every other node.
-            cluster.announce_connect(&key, &principal.id(), c.clean_session);
+            remote.announce_connect(&key, &principal.id(), c.clean_session);
         }
         self.sessions
             .insert(self.id, "mqtt", key.clone(), self.sink.out.clone());
@@ -307,7 +299,7 @@ impl MqttSession {
         // 3.1.1: a persistent session until a clean start.
         let expiry = v5.then(|| c.props.session_expiry_interval.unwrap_or(0));
         let persistent = expiry.map_or(!c.clean_session, |e| e > 0);
-        let existing = self.broker.durable_subscriptions(&durable_client);
+        let existing = self.broker.durable().durable_subscriptions(&durable_client);
         let conn = Connected {
             client_id: client_id.clone(),
             durable_client: durable_client.clone(),
@@ -328,6 +320,7 @@ impl MqttSession {
                 let sink = self.sink.id;
                 if let Err(e) = self
                     .broker
+                    .durable()
                     .unsubscribe_durable(&durable_client, id, sink)
                     .await
                 {
@@ -401,6 +394,7 @@ impl MqttSession {
                 let sink = self.sink.id;
                 let _ = self
                     .broker
+                    .durable()
                     .unsubscribe_durable(durable_client, &id, sink)
                     .await;
                 continue;
@@ -501,6 +495,7 @@ impl MqttSession {
             consumer.cancel();
             let _ = self
                 .broker
+                .queues()
                 .cancel_consumer(&queue, self.sink.id, &consumer.id)
                 .await;
         }
@@ -511,8 +506,8 @@ impl MqttSession {
             let broker = self.broker.clone();
             let client = key.clone();
             let expire = async move {
-                for (id, _) in broker.durable_subscriptions(&client) {
-                    if let Err(e) = broker.unsubscribe_durable(&client, &id, 0).await {
+                for (id, _) in broker.durable().durable_subscriptions(&client) {
+                    if let Err(e) = broker.durable().unsubscribe_durable(&client, &id, 0).await {
                         tracing::warn!("ending an expired MQTT session failed: {e}");
                     }
                 }

@@ -20,6 +20,97 @@
 //! - A will is published when the connection ends without DISCONNECT
 //!   (MQTT 5: after its delay, unless the client returns first).
 //! - CONNECT, session lifetime and the end of a connection: `connect.rs`.
+//!
+//! # Design notes
+//!
+//! ## One decision, two levels
+//! The level the CONNECT carries is the connection's (`MqttSink::level`).
+//! Where 3.1.1 and 5 differ, a decision is made in MQTT 5's terms and
+//! written at the connection's level: CONNACK and SUBACK refusals are MQTT
+//! 5 reason codes that `connack::to_v3` and `suback_to_v3` turn into
+//! 3.1.1's, and the acks' reason codes are simply not written at 3.1.1.
+//!
+//! ## Packets in
+//! `data` appends the bytes to a buffer (packets may span messages and
+//! reads) and handles each whole packet in order, inline in the read loop:
+//! a QoS 1 PUBLISH awaits its publish before the next packet is read.
+//! CONNECT checks the level, the client id and the credentials, closes an
+//! older connection of the same client id and principal (connections are
+//! registered as `mqtt:<client id>` in `Sessions`), ends the kept session
+//! on a clean start, and sends CONNACK; a persistent session resumes its
+//! subscriptions only after that, so no PUBLISH precedes the CONNACK.
+//! Publishes go through `Broker::publish_from` with the packet's QoS, which
+//! `Published::qos` carries to every sink (native publishes are 0);
+//! inbound QoS 2 packet ids wait in a set until PUBREL. The idle deadline
+//! is 1.5 times the keep-alive from the last MQTT packet, so WebSocket
+//! pongs do not keep a silent client alive.
+//!
+//! ## Deliveries
+//! `MqttSink` (`sink.rs`) sends the lower of the granted and the published
+//! QoS. At QoS 0 (3.1.1) the PUBLISH header comes from
+//! `Published::encoded` (`EncodingSlot::MqttPublish`), made once per
+//! message and shared by every such subscriber, and is pushed under the
+//! slow-consumer policy. At QoS 1 and 2 the header is the connection's
+//! own, with a packet id from `OutState`, and is pushed in the high lane
+//! only if it fits (`push_if_room`); refused, the id is freed and the
+//! delivery reported `Dropped`. MQTT 5 deliveries are encoded per
+//! subscription (properties, identifier, alias).
+//!
+//! ## Persistent sessions
+//! With `clean_session` 0 (or an MQTT 5 session expiry above 0) each filter
+//! is a durable subscription of the client (`connect::durable_client`, in
+//! the principal's namespace) whose id (`connect::durable_id`) records a
+//! hash of the filter, the granted QoS and the MQTT 5 options, so they
+//! survive restarts with the binding. CONNECT lists the kept ones
+//! (`durable_subscriptions`) and resumes each with
+//! `DURABLE_PREFETCH`, dropping those the principal may no longer hold.
+//! The `BindSink` filling the queue records the QoS, the retain flag and
+//! the publishing connection as headers (`mqtt-qos`, `mqtt-retain`,
+//! `mqtt-origin`); `MqttSink::deliver_queued` delivers at the lower QoS,
+//! takes the topic from the `topic` header, and sets DUP past the first
+//! delivery. PUBACK and PUBREC settle the queue delivery without waiting
+//! (`settle_detached`); a QoS 0 delivery is acked once queued. Retained
+//! messages come from the topics on SUBSCRIBE, not through the queue.
+//!
+//! ## What MQTT 5 adds, mapped onto what exists
+//! - Properties are headers (`v5.rs`), so native, HTTP and queue
+//!   subscribers see them. Message expiry becomes an absolute `expires-at`:
+//!   it survives queues and restarts, and the sink drops what is past it
+//!   and sends what is left of the interval.
+//! - Session expiry is the persistent session: at the end of a connection
+//!   `Sessions::later()` schedules the subscriptions' deletion after the
+//!   interval, and the will after its delay, under keys of the client, so
+//!   a CONNECT of the same client cancels them (a clean start fires the
+//!   will at once). A connection knows it was taken over from its close
+//!   reason or from the mark the takeover left on its registry entry
+//!   (`Sessions::mark_taken_over`), looked at before and after it
+//!   schedules, so a client that reconnects at once never gets its old
+//!   delayed will. The timers live in memory only.
+//! - Subscription options are the subscription's `SubTag::Mqtt`, read at
+//!   each delivery without a lookup: no local compares `Published::origin`
+//!   with the sink's id, retain as published reads `retain_flag`.
+//! - Flow control and aliases are the sink's (`V5Out`, under the lock that
+//!   guards packet ids): the receive maximum holds QoS 1 and 2 topic
+//!   deliveries in a bounded local queue (1,000) and queue deliveries in
+//!   their queue; outbound topic aliases go first come, first served, up
+//!   to the client's maximum (64 at most), and the PUBLISH assigning one
+//!   takes the high lane, which drop-oldest never evicts.
+//! - Every close of an MQTT 5 connection (takeover, keep-alive, shutdown,
+//!   the admin API, the slow-consumer policy) goes through its `Outbound`,
+//!   whose farewell (registered at CONNECT) writes a DISCONNECT with the
+//!   reason code the close maps to (`v5.rs`, from `session::close_reason`).
+//!   The session's own refusals send a more precise one and spend the
+//!   farewell, as the client's DISCONNECT does.
+//!
+//! ## The end of a connection
+//! `MqttSession::end` (`connect.rs`) publishes the will unless DISCONNECT
+//! came first, unsubscribes the clean subscriptions, cancels the durable
+//! consumers (their deliveries go back to their queues), leaves the shared
+//! groups and schedules what session expiry asks for. UNSUBSCRIBE, a clean
+//! start, and a SUBSCRIBE of the same filter at another QoS delete a
+//! durable subscription. In a cluster, CONNECT is announced to the other
+//! nodes, which close their connections of that client id and principal
+//! (`take_over_elsewhere`).
 
 mod connect;
 
@@ -438,7 +529,7 @@ impl MqttSession {
             delivery,
         } = done
         {
-            self.broker.settle_detached(
+            self.broker.queues().settle_detached(
                 &queue,
                 self.sink.id,
                 &sub,
@@ -464,6 +555,7 @@ impl MqttSession {
             Some(crate::broker::EncodingSlot::MqttPublish),
         );
         self.broker
+            .durable()
             .subscribe_durable(
                 client,
                 filter,
@@ -581,14 +673,16 @@ impl MqttSession {
                         old.cancel();
                         let _ = self
                             .broker
+                            .queues()
                             .cancel_consumer(&queue, self.sink.id, &old.id)
                             .await;
                     }
                 }
-                for (old, filters) in self.broker.durable_subscriptions(&client) {
+                for (old, filters) in self.broker.durable().durable_subscriptions(&client) {
                     if old != id && filters.first() == Some(&filter) {
                         let _ = self
                             .broker
+                            .durable()
                             .unsubscribe_durable(&client, &old, self.sink.id)
                             .await;
                     }
@@ -653,6 +747,7 @@ impl MqttSession {
             let client = conn.durable_client.clone();
             let _ = self
                 .broker
+                .durable()
                 .unsubscribe_durable(&client, &consumer.id, self.sink.id)
                 .await;
         }

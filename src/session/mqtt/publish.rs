@@ -25,7 +25,7 @@ fn ack_reason(outcome: &PublishOutcome) -> u8 {
 }
 
 impl MqttSession {
-    pub(super) async fn publish(&mut self, mut p: mqtt::Publish) -> Result<(), MqttClose> {
+    pub(super) async fn publish(&mut self, mut p: mqtt::PublishPacket) -> Result<(), MqttClose> {
         let v5 = self.sink.level() == mqtt::LEVEL_5;
         if v5 {
             self.resolve_alias(&mut p)?;
@@ -120,7 +120,7 @@ impl MqttSession {
 
     /// MQTT 5 topic aliases from the client: an alias with a topic sets
     /// it, an alias alone stands for the topic it was set to.
-    fn resolve_alias(&mut self, p: &mut mqtt::Publish) -> Result<(), MqttClose> {
+    fn resolve_alias(&mut self, p: &mut mqtt::PublishPacket) -> Result<(), MqttClose> {
         let Some(alias) = p.props.topic_alias else {
             return Ok(());
         };
@@ -155,7 +155,7 @@ impl MqttSession {
     /// Publishes; the broker's outcome, or the MQTT 5 reason code of a
     /// refusal (no acknowledgement at 3.1.1 then: the client sends it
     /// again).
-    async fn publish_to_broker(&self, p: &mqtt::Publish) -> Result<PublishOutcome, u8> {
+    async fn publish_to_broker(&self, p: &mqtt::PublishPacket) -> Result<PublishOutcome, u8> {
         let msg = Publish {
             topic: p.topic.clone(),
             payload: p.payload.clone(),

@@ -67,6 +67,7 @@ impl MqttSession {
         );
         let joined = self
             .broker
+            .durable()
             .join_shared(&group, &filter, member.clone(), SHARED_PREFETCH)
             .await;
         if let Err(e) = joined {
@@ -97,7 +98,11 @@ pub(super) async fn leave(broker: &Broker, sink: u64, full: &str, member: Subscr
     let Some((group, filter)) = parse_share(full) else {
         return;
     };
-    if let Err(e) = broker.leave_shared(group, filter, sink, &member.id).await {
+    if let Err(e) = broker
+        .durable()
+        .leave_shared(group, filter, sink, &member.id)
+        .await
+    {
         tracing::warn!(%full, "leaving a shared subscription failed: {e}");
     }
 }

@@ -69,7 +69,7 @@ pub(super) struct V5Out {
     pub(super) aliases: HashMap<String, u16>,
     /// QoS 1/2 topic deliveries waiting for the receive maximum (at most
     /// [`WAITING_MAX`], and the outbound limit in payload bytes).
-    pub(super) waiting: VecDeque<mqtt::Publish>,
+    pub(super) waiting: VecDeque<mqtt::PublishPacket>,
     /// Payload bytes in `waiting`.
     pub(super) waiting_bytes: usize,
 }
@@ -125,7 +125,7 @@ impl MqttSink {
         self.level.store(level, Ordering::Relaxed);
     }
 
-    fn send(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
+    fn send(&self, mut p: mqtt::PublishPacket, what: Pending) -> DeliveryOutcome {
         if self.level() == mqtt::LEVEL_5 {
             return self.send_v5(p, what);
         }
@@ -166,7 +166,7 @@ impl MqttSink {
     /// (topic deliveries wait, queue deliveries stay in their queue), then
     /// aliased and bounded by the client's maximum packet size.
     #[inline(never)]
-    fn send_v5(&self, mut p: mqtt::Publish, what: Pending) -> DeliveryOutcome {
+    fn send_v5(&self, mut p: mqtt::PublishPacket, what: Pending) -> DeliveryOutcome {
         let mut st = self.state.lock();
         if p.qos > 0 {
             // Full, or others waiting already (they go first: order).
@@ -198,7 +198,7 @@ impl MqttSink {
 
     /// Encodes and queues an MQTT 5 PUBLISH whose packet id (if any) is
     /// taken; `st` is the locked state.
-    fn write_v5(&self, st: &mut OutState, mut p: mqtt::Publish) -> DeliveryOutcome {
+    fn write_v5(&self, st: &mut OutState, mut p: mqtt::PublishPacket) -> DeliveryOutcome {
         let (alias_max, max_packet) = st
             .v5
             .as_ref()
@@ -237,7 +237,7 @@ impl MqttSink {
             head.clear();
             mqtt::publish_head(&mut head, &p, mqtt::LEVEL_5);
         }
-        let undo = |st: &mut OutState, p: &mqtt::Publish| {
+        let undo = |st: &mut OutState, p: &mqtt::PublishPacket| {
             if let Some(pid) = p.pid {
                 st.pending.remove(&pid);
             }
@@ -344,7 +344,7 @@ impl Sink for MqttSink {
                 let mut head = BytesMut::new();
                 mqtt::publish_head(
                     &mut head,
-                    &mqtt::Publish {
+                    &mqtt::PublishPacket {
                         dup: false,
                         qos: 0,
                         retain: m.retained,
@@ -367,7 +367,7 @@ impl Sink for MqttSink {
                 Err(e) => lost(e),
             };
         }
-        let p = mqtt::Publish {
+        let p = mqtt::PublishPacket {
             dup: false,
             qos,
             retain: msg.retained,
@@ -415,7 +415,7 @@ impl Sink for MqttSink {
             .get(TOPIC_HEADER)
             .cloned()
             .unwrap_or_else(|| d.queue.to_owned());
-        let p = mqtt::Publish {
+        let p = mqtt::PublishPacket {
             dup: m.deliveries > 1,
             qos,
             retain: v5 && opts.retain_as_published && m.headers.contains_key(RETAIN_HEADER),
@@ -463,7 +463,7 @@ impl MqttSink {
         if opts.id != 0 {
             props.subscription_identifiers.push(opts.id);
         }
-        let p = mqtt::Publish {
+        let p = mqtt::PublishPacket {
             dup: false,
             qos,
             retain: msg.retained || (opts.retain_as_published && msg.retain_flag),
@@ -476,7 +476,7 @@ impl MqttSink {
     }
 
     /// Whether `p` would be over an MQTT 5 client's maximum packet size.
-    fn too_large(&self, p: &mqtt::Publish) -> bool {
+    fn too_large(&self, p: &mqtt::PublishPacket) -> bool {
         let max = self
             .state
             .lock()
@@ -493,7 +493,8 @@ impl MqttSink {
 
     fn settle(&self, d: &QueuedDelivery<'_>, sub: &Subscription, how: Settlement) {
         if let Some(b) = self.broker.upgrade() {
-            b.settle_detached(d.queue, self.id, &sub.id, vec![d.id], how);
+            b.queues()
+                .settle_detached(d.queue, self.id, &sub.id, vec![d.id], how);
         }
     }
 }

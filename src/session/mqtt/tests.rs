@@ -55,7 +55,7 @@ fn connect(client_id: &str) -> Packet {
 }
 
 fn publish(topic: &str, qos: u8, pid: Option<u16>, payload: &'static [u8]) -> Packet {
-    Packet::Publish(mqtt::Publish {
+    Packet::Publish(mqtt::PublishPacket {
         dup: false,
         qos,
         retain: false,

@@ -22,6 +22,15 @@ use crate::protocol::frame::Headers;
 use crate::protocol::mqtt::{Properties, PropertySet, reason};
 use crate::session::{CLOSE_EXPIRED, CLOSE_UNAUTHORIZED, close_reason};
 
+/// Why an older connection is closed when a CONNECT takes its client id
+/// over (the start of the reason, for a clean start too).
+pub(crate) const TAKEN_OVER: &str = "session taken over by a new connection";
+
+/// Why an older connection is closed when a CONNECT with clean start
+/// takes its client id over.
+pub(crate) const TAKEN_OVER_CLEAN: &str =
+    "session taken over by a new connection with a clean start";
+
 /// Header carrying MQTT 5's content type.
 pub const CONTENT_TYPE: &str = "content-type";
 /// Header carrying MQTT 5's response topic.
@@ -114,10 +123,10 @@ pub(super) fn message_props(headers: &Headers) -> Option<Properties> {
 
 /// The DISCONNECT reason code for a connection closed with WebSocket
 /// close `code` and `why` (the broker's [`close_reason`]s, and a takeover's
-/// [`TAKEN_OVER`](super::connect::TAKEN_OVER)).
+/// [`TAKEN_OVER`]).
 pub(super) fn disconnect_reason(code: u16, why: &str) -> u8 {
     match code {
-        1000 if why.starts_with(super::connect::TAKEN_OVER) => reason::SESSION_TAKEN_OVER,
+        1000 if why.starts_with(TAKEN_OVER) => reason::SESSION_TAKEN_OVER,
         1000 => reason::NORMAL_DISCONNECTION,
         1001 if why == close_reason::KEEP_ALIVE || why == close_reason::IDLE => {
             reason::KEEP_ALIVE_TIMEOUT

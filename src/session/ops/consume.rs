@@ -29,6 +29,7 @@ pub(in crate::session) async fn consume(session: &mut Session, format: Format, c
     );
     match session
         .broker
+        .queues()
         .consume(&c.queue, sub.clone(), c.prefetch)
         .await
     {

@@ -22,14 +22,14 @@ pub(in crate::session) async fn delete_queue(
         session.error(format, ErrorCode::UnknownQueue, message, d.rid);
     };
     if !d.drain {
-        return match session.broker.delete_queue(&d.queue).await {
+        return match session.broker.queues().delete_queue(&d.queue).await {
             Ok(true) => session.receipt(format, d.rid),
             Ok(false) => unknown(session),
             Err(e) => session.broker_error(format, e, d.rid),
         };
     }
     let wait = std::time::Duration::from_millis(d.wait_ms);
-    match session.broker.drain_queue(&d.queue, wait).await {
+    match session.broker.queues().drain_queue(&d.queue, wait).await {
         Ok(Drain::Removed) => session.receipt(format, d.rid),
         Ok(Drain::NotFound) => unknown(session),
         Ok(Drain::Draining { waiting, in_flight }) => session.reply(

@@ -9,7 +9,7 @@ use crate::session::{Confirm, Session};
 
 /// Enqueues outside a transaction; `enqueued` (once durable, for a
 /// persistent queue) when the frame has a rid.
-pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: frame::Enqueue) {
+pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: frame::EnqueueFrame) {
     if let Some(refusal) = session.refuse_payload(e.payload.len()) {
         session.error(format, ErrorCode::PayloadTooLarge, refusal, e.rid);
         return;
@@ -24,7 +24,7 @@ pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: fr
     };
     // A queue on another node of the cluster: sent now, answered when
     // its home has it on disk, while the next frames go on.
-    let msg = match session.broker.enqueue_elsewhere(msg) {
+    let msg = match session.broker.queues().enqueue_elsewhere(msg) {
         Err(local) => local,
         Ok(Err(err)) => return session.broker_error(format, err, e.rid),
         Ok(Ok(answer)) => {
@@ -38,7 +38,7 @@ pub(in crate::session) async fn enqueue(session: &Session, format: Format, e: fr
             return;
         }
     };
-    match session.broker.enqueue(msg).await {
+    match session.broker.queues().enqueue(msg).await {
         Ok((seq, durable)) => match (e.rid, durable) {
             (Some(rid), Some(d)) => {
                 session

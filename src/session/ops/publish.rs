@@ -9,7 +9,7 @@ use crate::session::Session;
 
 /// Publishes outside a transaction; a `receipt` once every current
 /// subscriber has it, when the frame has a rid.
-pub(in crate::session) async fn publish(session: &Session, format: Format, p: frame::Publish) {
+pub(in crate::session) async fn publish(session: &Session, format: Format, p: frame::PublishFrame) {
     if let Some(refusal) = session.refuse_payload(p.payload.len()) {
         session.error(format, ErrorCode::PayloadTooLarge, refusal, p.rid);
         return;

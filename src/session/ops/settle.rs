@@ -64,6 +64,7 @@ async fn settle(
     let sink = session.out.id();
     let ids = match session
         .broker
+        .queues()
         .settle_elsewhere(&consumer.filter, sink, sub, ids, how)
     {
         Err(local) => local,
@@ -85,6 +86,7 @@ async fn settle(
     };
     match session
         .broker
+        .queues()
         .settle(&consumer.filter, sink, sub, ids, how)
         .await
     {

@@ -69,6 +69,7 @@ async fn subscribe_durable(session: &mut Session, format: Format, s: Subscribe) 
     let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);
     match session
         .broker
+        .durable()
         .subscribe_durable(&owner, &s.filter, consumer.clone(), prefetch)
         .await
     {
@@ -89,12 +90,14 @@ pub(in crate::session) async fn unsubscribe(session: &mut Session, format: Forma
             // it.
             session
                 .broker
+                .durable()
                 .unsubscribe_durable(&session.durable_owner(), &u.id, session.out.id())
                 .await
                 .map(|_| ())
         } else {
             session
                 .broker
+                .queues()
                 .cancel_consumer(&c.filter, session.out.id(), &u.id)
                 .await
         };

@@ -16,8 +16,6 @@ use actix_codec::{Decoder, Encoder};
 use actix_http::ws::{Codec, Frame, Item, Message, ProtocolError};
 use bytes::{Buf, BytesMut};
 
-use crate::session::wsframe;
-
 /// actix-http's codec with the common data frame read first.
 pub(crate) struct FrameCodec {
     inner: Codec,
@@ -101,9 +99,9 @@ impl FrameCodec {
 }
 
 /// The first byte of a whole text frame: FIN and the opcode.
-const FIN_TEXT: u8 = 0x80 | wsframe::TEXT;
+const FIN_TEXT: u8 = 0x80 | super::TEXT;
 /// The first byte of a whole binary frame.
-const FIN_BINARY: u8 = 0x80 | wsframe::BINARY;
+const FIN_BINARY: u8 = 0x80 | super::BINARY;
 
 /// Undoes a client's masking (RFC 6455 §5.3): eight bytes at a time.
 fn unmask(buf: &mut [u8], key: [u8; 4]) {

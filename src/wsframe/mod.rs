@@ -1,5 +1,14 @@
-//! Writing WebSocket frames (RFC 6455) from the server side: unmasked, one
-//! header followed by the payload parts, straight into the write buffer.
+//! WebSocket framing (RFC 6455), for the server's read loops and writer
+//! and for the Rust client alike; it imports nothing of either.
+//!
+//! - Writing, here: frames from the server side, unmasked, one header
+//!   followed by the payload parts, straight into the write buffer.
+//! - Reading, [`FrameCodec`] (`read.rs`): actix-http's codec with the
+//!   common data frame read in front of it, for either side.
+
+mod read;
+
+pub(crate) use read::FrameCodec;
 
 use bytes::{BufMut, BytesMut};
 

@@ -1,0 +1,114 @@
+//! The cluster as the broker's [`Remote`] and the jobs' [`JobsHome`]: the
+//! broker calls these without knowing that a cluster answers (see
+//! `broker::hooks`).
+
+use std::time::Duration;
+
+use super::{CALL_TIMEOUT, Cluster, wire};
+use crate::broker::hooks::{AdminOp, Answering, HookFuture, Remote};
+use crate::broker::jobs::{JobCall, JobError, JobsHome};
+use crate::broker::{BrokerError, Enqueue, Publish, Settlement, Subscription};
+
+impl Remote for Cluster {
+    fn forward(&self, msg: &Publish) {
+        Cluster::forward(
+            self,
+            &msg.topic,
+            &msg.payload,
+            &msg.headers,
+            wire::Flags {
+                retain: msg.retain,
+                priority: msg.priority,
+                qos: msg.qos,
+            },
+        );
+    }
+
+    fn home_elsewhere(&self, queue: &str) -> Option<String> {
+        Cluster::home_elsewhere(self, queue)
+    }
+
+    fn enqueue_sent(&self, home: &str, msg: Enqueue) -> Result<Answering<u64>, BrokerError> {
+        Cluster::enqueue_sent(self, home, msg)
+    }
+
+    fn enqueue_detached(&self, home: &str, msg: Enqueue) {
+        self.enqueue_detached_at(home, msg);
+    }
+
+    fn settle_sent(
+        &self,
+        home: &str,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) -> Result<Answering<()>, BrokerError> {
+        Cluster::settle_sent(self, home, queue, sink, id, ids, how)
+    }
+
+    fn settle_detached(
+        &self,
+        home: &str,
+        queue: &str,
+        sink: u64,
+        id: &str,
+        ids: Vec<u64>,
+        how: Settlement,
+    ) {
+        self.settle_detached_at(home, queue, sink, id, ids, how);
+    }
+
+    fn consume<'a>(
+        &'a self,
+        home: &'a str,
+        queue: &'a str,
+        sub: Subscription,
+        prefetch: u32,
+    ) -> HookFuture<'a, Result<(), BrokerError>> {
+        Box::pin(self.consume_at(home, queue, sub, prefetch))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        home: &'a str,
+        queue: &'a str,
+        sink: u64,
+        id: &'a str,
+    ) -> HookFuture<'a, Result<(), BrokerError>> {
+        Box::pin(self.cancel_at(home, queue, sink, id))
+    }
+
+    fn admin<'a>(
+        &'a self,
+        home: &'a str,
+        queue: &'a str,
+        op: AdminOp,
+    ) -> HookFuture<'a, Result<serde_json::Value, BrokerError>> {
+        Box::pin(self.admin_at(home, queue, op))
+    }
+
+    fn want<'a>(&'a self, filter: &'a str) -> HookFuture<'a, ()> {
+        Box::pin(Cluster::want(self, filter))
+    }
+
+    fn announce_connect(&self, client: &str, principal: &str, clean: bool) {
+        Cluster::announce_connect(self, client, principal, clean);
+    }
+}
+
+impl JobsHome for Cluster {
+    fn call<'a>(
+        &'a self,
+        home: &'a str,
+        call: JobCall,
+        limit: Duration,
+    ) -> HookFuture<'a, Result<serde_json::Value, JobError>> {
+        Box::pin(Cluster::job_call(self, home, call, limit))
+    }
+
+    fn call_timeout(&self) -> Duration {
+        CALL_TIMEOUT
+    }
+}
