@@ -1,5 +1,11 @@
 //! Failed authentications counted per source address, so that guessing
 //! passwords or tokens from one address is slowed to a few tries a window.
+//!
+//! An attempt is counted *before* its credential is checked
+//! ([`Failures::reserve`]) and given back if it succeeds
+//! ([`Failures::release`]): guesses sent all at once cannot all be
+//! checked while the first are still hashing, so at most `max` are ever
+//! checked per address and window.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -40,25 +46,64 @@ impl Failures {
             .is_some_and(|(n, since)| *n >= self.max && since.elapsed() < self.window)
     }
 
-    /// Counts a failure from `ip`; returns the count in this window.
-    pub fn record(&self, ip: IpAddr) -> u32 {
+    /// Counts an attempt from `ip` before its credential is checked:
+    /// `false` (nothing counted) when `ip` has used up its attempts for
+    /// this window, so the credential must not be checked. A successful
+    /// attempt gives its count back with [`Failures::release`]; a failed
+    /// one keeps it.
+    pub fn reserve(&self, ip: IpAddr) -> bool {
         if self.max == 0 {
-            return 0;
+            return true;
         }
         let mut seen = self.seen.lock();
         if seen.len() >= MAX_TRACKED && !seen.contains_key(&ip) {
             let window = self.window;
             seen.retain(|_, (_, since)| since.elapsed() < window);
             if seen.len() >= MAX_TRACKED {
-                return 0;
+                // Not tracked (the table is full of live entries): the
+                // table stays bounded; the attempt goes ahead.
+                return true;
             }
         }
         let entry = seen.entry(ip).or_insert((0, Instant::now()));
         if entry.1.elapsed() >= self.window {
             *entry = (0, Instant::now());
         }
+        if entry.0 >= self.max {
+            return false;
+        }
         entry.0 += 1;
-        entry.0
+        true
+    }
+
+    /// Gives back a reserved attempt that succeeded (or was not checked).
+    pub fn release(&self, ip: IpAddr) {
+        if self.max == 0 {
+            return;
+        }
+        if let Some(entry) = self.seen.lock().get_mut(&ip) {
+            entry.0 = entry.0.saturating_sub(1);
+        }
+    }
+
+    /// Attempts counted against `ip` in this window (failed ones and
+    /// those being checked).
+    pub fn count(&self, ip: IpAddr) -> u32 {
+        let seen = self.seen.lock();
+        seen.get(&ip)
+            .filter(|(_, since)| since.elapsed() < self.window)
+            .map_or(0, |(n, _)| *n)
+    }
+
+    /// Counts a failure from `ip` (an attempt that was not reserved);
+    /// returns the count in this window.
+    #[cfg(test)]
+    pub fn record(&self, ip: IpAddr) -> u32 {
+        if self.reserve(ip) {
+            self.count(ip)
+        } else {
+            self.max
+        }
     }
 }
 
@@ -77,6 +122,22 @@ mod tests {
         }
         assert!(f.blocked(ip));
         assert!(!f.blocked(other), "per address");
+    }
+
+    #[test]
+    fn reserved_attempts_block_before_they_fail_and_successes_give_theirs_back() {
+        let f = Failures::new(3, Duration::from_secs(60));
+        let ip: IpAddr = [10, 0, 0, 1].into();
+        // Three attempts in flight at once: the fourth is refused before
+        // any of them has failed.
+        assert!(f.reserve(ip) && f.reserve(ip) && f.reserve(ip));
+        assert!(!f.reserve(ip));
+        assert!(f.blocked(ip));
+        // One succeeds: its count comes back, one more may be checked.
+        f.release(ip);
+        assert_eq!(f.count(ip), 2);
+        assert!(f.reserve(ip));
+        assert!(!f.reserve(ip));
     }
 
     #[test]

@@ -68,7 +68,15 @@ struct Grant {
 
 impl Grant {
     fn new(filters: &[String], name: &str) -> Grant {
-        let filters: Vec<String> = filters.iter().map(|f| f.replace("%u", name)).collect();
+        // A name that is not a principal name (a wildcard, a `/`: see
+        // `check_principal_name`; every source checks it) could widen a
+        // `%u` grant past its owner: such a name gets no `%u` grant.
+        let safe = super::check_principal_name(name).is_ok();
+        let filters: Vec<String> = filters
+            .iter()
+            .filter(|f| safe || !f.contains("%u"))
+            .map(|f| f.replace("%u", name))
+            .collect();
         let all = filters.iter().any(|f| f == "#");
         Grant { filters, all }
     }

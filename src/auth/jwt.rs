@@ -132,7 +132,16 @@ impl Verifier {
         let mut validation = Validation::new(header.alg);
         validation.leeway = self.cfg.leeway_s;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        // A configured issuer or audience is required, not only checked
+        // when present: a token without it is refused.
+        let mut required = vec!["exp", "sub"];
+        if !self.cfg.issuer.is_empty() {
+            required.push("iss");
+        }
+        if !self.cfg.audience.is_empty() {
+            required.push("aud");
+        }
+        validation.set_required_spec_claims(&required);
         if self.cfg.issuer.is_empty() {
             validation.iss = None;
         } else {
@@ -165,6 +174,7 @@ impl Verifier {
             Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
             _ => return Err("sub must be a non-empty string".into()),
         };
+        super::check_principal_name(&subject).map_err(|why| format!("sub {why}"))?;
         // The crate accepts a fractional `exp` (a NumericDate may have
         // one): read it as a float, or it would never be enforced.
         let expires = claims

@@ -67,6 +67,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::ConfigError;
 use crate::config::auth::AuthConfig;
+pub use crate::config::auth::check_principal_name;
 
 /// How a principal proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,6 +257,9 @@ struct Inner {
     hashing: tokio::sync::Semaphore,
     /// (user, SHA-256 of the password) verified, and when.
     verified: Mutex<HashMap<(String, [u8; 32]), Instant>>,
+    /// Password hashes checked (argon2 runs), for tests that a path pays
+    /// for one.
+    hashes_checked: std::sync::atomic::AtomicU64,
 }
 
 /// The verifier every endpoint shares. Cheap to clone.
@@ -330,6 +334,7 @@ impl Auth {
             blocked: crate::metrics::Counter::default(),
             hashing: tokio::sync::Semaphore::new(MAX_HASHING),
             verified: Mutex::new(HashMap::new()),
+            hashes_checked: std::sync::atomic::AtomicU64::new(0),
         })))
     }
 
@@ -401,24 +406,38 @@ impl Auth {
         credential: Credential<'_>,
         peer: Option<IpAddr>,
     ) -> Result<Principal, AuthError> {
-        if peer.is_some_and(|ip| self.0.failures.blocked(ip)) {
+        // The attempt is counted before the credential is checked, so
+        // that guesses sent at once cannot all be checked (at most
+        // `max_failures` per address and window); a success gives it back.
+        if let Some(ip) = peer
+            && !self.0.failures.reserve(ip)
+        {
             self.0.blocked.add(1);
             tracing::warn!(target: "wharf::auth", peer = ?peer, "authentication refused: too many failures");
             return Err(AuthError::TooManyFailures);
         }
+        let release = || {
+            if let Some(ip) = peer {
+                self.0.failures.release(ip);
+            }
+        };
         let (user, result) = match credential {
             Credential::Token(t) => ("", self.token(t)),
             Credential::Password { user, password } => (user, self.password(user, password).await),
         };
         match result {
-            Ok(p) => Ok(p),
+            Ok(p) => {
+                release();
+                Ok(p)
+            }
             Err((AuthError::Busy, why)) => {
+                release();
                 tracing::warn!(target: "wharf::auth", peer = ?peer, user, "authentication not attempted: {why}");
                 Err(AuthError::Busy)
             }
             Err((e, why)) => {
                 self.0.failed.add(1);
-                let failures = peer.map_or(0, |ip| self.0.failures.record(ip));
+                let failures = peer.map_or(0, |ip| self.0.failures.count(ip));
                 tracing::warn!(target: "wharf::auth", peer = ?peer, user, failures, "authentication failed: {why}");
                 Err(e)
             }
@@ -452,13 +471,32 @@ impl Auth {
         user: &str,
         password: &[u8],
     ) -> Result<Principal, (AuthError, String)> {
+        if let Err(why) = check_principal_name(user) {
+            return Err((AuthError::Bad, format!("the user name {why}")));
+        }
         let Some(u) = self.0.users.get(user) else {
             // Not a user: the password may be a token or a JWT (MQTT
             // clients can only send tokens this way).
-            return match std::str::from_utf8(password) {
-                Ok(t) => self.token(t),
-                Err(_) => Err((AuthError::Bad, format!("unknown user {user:?}"))),
-            };
+            let as_token = std::str::from_utf8(password).ok().map(|t| self.token(t));
+            if let Some(Ok(p)) = as_token {
+                return Ok(p);
+            }
+            // As slow as a wrong password for a real user, so that the
+            // time taken does not tell which user names exist.
+            if !self.0.users.is_empty() {
+                // Made once, off the async thread (a hash is slow on purpose).
+                let phc = actix_web::rt::task::spawn_blocking(|| dummy_hash().to_owned())
+                    .await
+                    .unwrap_or_default();
+                let _ = self.check_hash(phc, password).await?;
+            }
+            return Err(match as_token {
+                Some(Err(e)) if !self.0.users.is_empty() => {
+                    (e.0, format!("unknown user {user:?} ({})", e.1))
+                }
+                Some(Err(e)) => e,
+                _ => (AuthError::Bad, format!("unknown user {user:?}")),
+            });
         };
         let digest: [u8; 32] = Sha256::digest(password).into();
         let key = (user.to_owned(), digest);
@@ -471,17 +509,7 @@ impl Auth {
                 return Ok(u.principal.clone());
             }
         }
-        let permit = tokio::time::timeout(HASH_WAIT, self.0.hashing.acquire())
-            .await
-            .map_err(|_| (AuthError::Busy, "password checks are saturated".to_owned()))?
-            .map_err(|_| (AuthError::Busy, "shutting down".to_owned()))?;
-        let phc = u.phc.clone();
-        let pw = password.to_vec();
-        let ok = actix_web::rt::task::spawn_blocking(move || verify_password(&phc, &pw))
-            .await
-            .unwrap_or(false);
-        drop(permit);
-        if !ok {
+        if !self.check_hash(u.phc.clone(), password).await? {
             return Err((AuthError::Bad, format!("wrong password for user {user:?}")));
         }
         let mut verified = self.0.verified.lock();
@@ -494,6 +522,33 @@ impl Auth {
         verified.insert(key, Instant::now());
         Ok(u.principal.clone())
     }
+}
+
+impl Auth {
+    /// Whether `password` matches `phc`, checked on the blocking pool
+    /// under the bound on concurrent password checks.
+    async fn check_hash(&self, phc: String, password: &[u8]) -> Result<bool, (AuthError, String)> {
+        let permit = tokio::time::timeout(HASH_WAIT, self.0.hashing.acquire())
+            .await
+            .map_err(|_| (AuthError::Busy, "password checks are saturated".to_owned()))?
+            .map_err(|_| (AuthError::Busy, "shutting down".to_owned()))?;
+        let pw = password.to_vec();
+        self.0
+            .hashes_checked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ok = actix_web::rt::task::spawn_blocking(move || verify_password(&phc, &pw))
+            .await
+            .unwrap_or(false);
+        drop(permit);
+        Ok(ok)
+    }
+}
+
+/// A hash of no one's password, made once: an unknown user's password is
+/// checked against it, as long as a known user's.
+fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| hash_password(b"wharf: no such user").unwrap_or_default())
 }
 
 /// Whether `password` matches the PHC string `phc`.

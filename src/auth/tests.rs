@@ -295,6 +295,112 @@ async fn passwords_tokens_and_failures() {
     assert!(auth.required(), "credentials configured: no anonymous");
 }
 
+#[actix_rt::test]
+async fn a_configured_issuer_and_audience_are_required() {
+    let a = auth();
+    assert!(
+        token(&a, &sign(Algorithm::HS256, &claims(json!({}))))
+            .await
+            .is_ok()
+    );
+    for missing in ["iss", "aud"] {
+        let t = sign(Algorithm::HS256, &claims(json!({ missing: null })));
+        assert!(
+            matches!(token(&a, &t).await, Err(AuthError::Bad)),
+            "a JWT without {missing} was accepted"
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn principal_names_with_wildcards_or_separators_are_refused_from_every_source() {
+    let a = auth();
+    // A JWT's sub.
+    for sub in ["+", "#", "dev/victim", "$SYS", "a\u{0}b", "tab\t"] {
+        let t = sign(Algorithm::HS256, &claims(json!({ "sub": sub })));
+        assert!(
+            matches!(token(&a, &t).await, Err(AuthError::Bad)),
+            "a JWT with sub {sub:?} was accepted"
+        );
+    }
+    // An MQTT (or HTTP Basic) user name.
+    for user in ["+", "#", "a/b"] {
+        let r = a
+            .authenticate(
+                Credential::Password {
+                    user,
+                    password: b"svc-token",
+                },
+                None,
+            )
+            .await;
+        assert!(
+            matches!(r, Err(AuthError::Bad)),
+            "user name {user:?} was accepted"
+        );
+    }
+    // Users and tokens in the config.
+    for name in ["#", "+", "a/b", "$x", "nul\u{0}"] {
+        let user = AuthConfig {
+            users: vec![UserConfig {
+                name: name.into(),
+                password_hash: hash_password(b"x").unwrap(),
+                allow: Permissions::default(),
+            }],
+            ..AuthConfig::default()
+        };
+        let e = user.validate().unwrap_err().to_string();
+        assert!(e.starts_with("auth.users[0].name"), "{name:?}: {e}");
+        let token = AuthConfig {
+            tokens: vec![TokenConfig {
+                name: name.into(),
+                token_sha256: token_digest("t"),
+                allow: Permissions::default(),
+            }],
+            ..AuthConfig::default()
+        };
+        let e = token.validate().unwrap_err().to_string();
+        assert!(e.starts_with("auth.tokens[0].name"), "{name:?}: {e}");
+    }
+    // And a name made in code that slipped past all of them gets no `%u`
+    // grant at all, so it cannot reach anyone's topics.
+    let g = Grants::new(
+        &Permissions {
+            publish: vec!["dev/%u/#".into(), "pub/#".into()],
+            ..Permissions::default()
+        },
+        "#",
+    );
+    assert!(!g.may(Right::Publish("dev/victim/x")));
+    assert!(g.may(Right::Publish("pub/x")));
+}
+
+#[actix_rt::test]
+async fn an_unknown_user_costs_a_password_check_too() {
+    // So that the time taken does not tell which user names exist: a
+    // wrong password runs one argon2 check whether or not the user
+    // exists (counted, not timed).
+    let a = auth();
+    let checked = || {
+        a.0.hashes_checked
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    for user in ["alice", "nobody"] {
+        let before = checked();
+        let r = a
+            .authenticate(
+                Credential::Password {
+                    user,
+                    password: b"nope",
+                },
+                None,
+            )
+            .await;
+        assert!(matches!(r, Err(AuthError::Bad)), "{user}");
+        assert_eq!(checked(), before + 1, "{user}: one password check");
+    }
+}
+
 #[tokio::test]
 async fn credentials_sent_to_a_broker_without_users_say_so() {
     let open = Auth::open();

@@ -125,6 +125,29 @@ impl Permissions {
     }
 }
 
+/// Whether `name` may name a principal (a user, a token, a JWT's `sub`,
+/// an MQTT user name). A name stands for `%u` in grants' filters, so it
+/// must match only itself there: no wildcard (`+`, `#`), no level
+/// separator (`/`), no `$` (system topics), no NUL or control character.
+///
+/// # Errors
+/// Why it may not, for the error that names the source.
+pub fn check_principal_name(name: &str) -> Result<(), &'static str> {
+    if name.contains(['+', '#']) {
+        return Err("contains a topic wildcard (+ or #)");
+    }
+    if name.contains('/') {
+        return Err("contains a topic level separator (/)");
+    }
+    if name.contains('$') {
+        return Err("contains $");
+    }
+    if name.chars().any(char::is_control) {
+        return Err("contains NUL or a control character");
+    }
+    Ok(())
+}
+
 /// One `[[auth.users]]` entry: a person or device that logs in with a
 /// password (MQTT CONNECT, HTTP Basic).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -271,6 +294,9 @@ impl AuthConfig {
                     "must be non-empty and without ':'".into(),
                 ));
             }
+            if let Err(why) = check_principal_name(&u.name) {
+                return Err(invalid(format!("{key}.name"), why.into()));
+            }
             if !names.insert(u.name.as_str()) {
                 return Err(invalid(
                     format!("{key}.name"),
@@ -289,6 +315,9 @@ impl AuthConfig {
             let key = format!("auth.tokens[{i}]");
             if t.name.is_empty() {
                 return Err(invalid(format!("{key}.name"), "must not be empty".into()));
+            }
+            if let Err(why) = check_principal_name(&t.name) {
+                return Err(invalid(format!("{key}.name"), why.into()));
             }
             if t.token_sha256.len() != 64 || !t.token_sha256.bytes().all(|b| b.is_ascii_hexdigit())
             {

@@ -994,6 +994,42 @@ fn after_max_failures_even_good_credentials_are_refused() {
     assert_eq!(call(b.addr, "GET", "/health", None, "").status, 200);
 }
 
+/// Guesses sent all at once are counted before they are checked: of 60
+/// simultaneous wrong passwords from one address (limit 10), at most 10
+/// are checked (401), the rest refused unchecked (429), and the right
+/// password that follows is refused too.
+#[test]
+fn simultaneous_guesses_are_counted_before_they_are_checked() {
+    let b = TestBroker::start(|c| {
+        configure(c);
+        c.auth.max_failures = 10;
+    });
+    let addr = b.addr;
+    let guesses: Vec<_> = (0..60)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let wrong = basic("alice", &format!("guess-{i}"));
+                call(addr, "POST", "/topics/home/alice/x", Some(&wrong), "x").status
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = guesses.into_iter().map(|g| g.join().unwrap()).collect();
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert!(
+        checked <= 10,
+        "{checked} guesses were checked: {statuses:?}"
+    );
+    assert_eq!(checked + refused, 60, "{statuses:?}");
+    let alice = basic("alice", ALICE_PASSWORD);
+    let r = call(addr, "POST", "/topics/home/alice/x", Some(&alice), "x");
+    assert_eq!(
+        r.status, 429,
+        "the right password after the guesses: {}",
+        r.body
+    );
+}
+
 // ---------------------------------------------------------------------
 // 4. JWT expiry and refresh
 // ---------------------------------------------------------------------
