@@ -107,6 +107,12 @@ pub struct ServerConfig {
     /// WebSockets to the broker, besides the broker's own; `"*"` allows
     /// every origin. Upgrades from browsers on other origins get 403.
     pub allowed_origins: Vec<String>,
+    /// Host names the broker answers to besides IP addresses and
+    /// `localhost` (`broker.example.com`); `"*"` answers to every name.
+    /// A request whose `Host` names anything else gets 403, so that a
+    /// web page cannot reach a broker on the user's machine through a
+    /// name it controls (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
     /// `[server.tls]`: serve https and wss instead of http and ws.
     pub tls: TlsConfig,
 }
@@ -141,6 +147,7 @@ impl Default for ServerConfig {
             huge_pages: false,
             lean_websockets: true,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             tls: TlsConfig::default(),
         }
     }

@@ -160,6 +160,8 @@ impl FromRequest for Caller {
                     "the broker's state is not registered".into(),
                 ));
             };
+            // Before credentials: a forged request costs no failure count.
+            super::origin::guard(&req, &app.config.server)?;
             match principal(&req, app, false).await? {
                 Some(p) => Ok(Caller(p)),
                 None => Err(bad(

@@ -118,8 +118,11 @@ pub enum HttpCode {
     BodyTimeout,
     /// Not a valid WebSocket upgrade.
     WebsocketHandshake,
-    /// A WebSocket upgrade from a foreign browser origin.
+    /// A WebSocket upgrade, or a request that changes something, from a
+    /// foreign browser origin.
     ForbiddenOrigin,
+    /// A request whose `Host` is not a name the broker answers to.
+    ForbiddenHost,
     /// A reload of a broker started without a config file.
     NoConfigFile,
     /// A reloaded config file that does not read or validate.
@@ -139,6 +142,7 @@ impl HttpCode {
             HttpCode::BodyTimeout => "body_timeout",
             HttpCode::WebsocketHandshake => "websocket_handshake",
             HttpCode::ForbiddenOrigin => "forbidden_origin",
+            HttpCode::ForbiddenHost => "forbidden_host",
             HttpCode::NoConfigFile => "no_config_file",
             HttpCode::InvalidConfig => "invalid_config",
         }
@@ -155,7 +159,7 @@ impl HttpCode {
             | HttpCode::BadBody
             | HttpCode::WebsocketHandshake => StatusCode::BAD_REQUEST,
             HttpCode::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            HttpCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            HttpCode::ForbiddenOrigin | HttpCode::ForbiddenHost => StatusCode::FORBIDDEN,
             HttpCode::NoConfigFile => StatusCode::CONFLICT,
             HttpCode::InvalidConfig => StatusCode::UNPROCESSABLE_ENTITY,
         }

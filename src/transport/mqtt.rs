@@ -118,7 +118,7 @@ pub(crate) async fn upgrade(
 ) -> Result<HttpResponse, actix_web::Error> {
     let mut builder =
         actix_http::ws::handshake(req.head()).map_err(|e| handshake_error(&req, e))?;
-    super::origin::check(&req, &app.config.server.allowed_origins)?;
+    super::origin::upgrade(&req, &app.config.server)?;
     let Some(protocol) = negotiate(req.headers()) else {
         tracing::info!(
             peer = ?req.peer_addr(),

@@ -27,7 +27,7 @@ pub(crate) async fn upgrade<T: SocketType>(
 ) -> Result<HttpResponse, actix_web::Error> {
     let builder =
         actix_http::ws::handshake(req.head()).map_err(|e| super::ws::handshake_error(&req, e))?;
-    super::origin::check(&req, &app.config.server.allowed_origins)?;
+    super::origin::upgrade(&req, &app.config.server)?;
     // A typed socket has no hello frame: credentials come with the
     // upgrade (Authorization, or ?token=), or the broker must let
     // anonymous clients in.

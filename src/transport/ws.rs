@@ -75,7 +75,7 @@ pub(crate) async fn upgrade(
 ) -> Result<HttpResponse, actix_web::Error> {
     let mut builder =
         actix_http::ws::handshake(req.head()).map_err(|e| handshake_error(&req, e))?;
-    super::origin::check(&req, &app.config.server.allowed_origins)?;
+    super::origin::upgrade(&req, &app.config.server)?;
     let (format, chosen) = negotiate(&req);
     if let Some(name) = chosen {
         builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, name));

@@ -331,7 +331,7 @@ fn slow_post(addr: SocketAddr, path: &str) -> TcpStream {
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         t,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 100\r\n\r\n"
     )
     .unwrap();
     t
@@ -436,5 +436,145 @@ fn websocket_upgrades_from_foreign_origins_are_refused() {
         assert_eq!(status("Origin: https://app.example\r\n"), 101, "{path}");
         assert_eq!(status(&own), 101, "{path}");
         assert_eq!(status(""), 101, "{path}: no Origin");
+    }
+}
+
+/// One HTTP/1.1 request written as given (`head`: the request line and
+/// every header, `Host` included): the status and the body.
+fn raw_http(addr: SocketAddr, head: &str, body: &str) -> (u16, String) {
+    let mut t = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let close = if head.contains("Connection:") {
+        ""
+    } else {
+        "Connection: close\r\n"
+    };
+    write!(
+        t,
+        "{head}{close}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let _ = t.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// A web page cannot drive the default (anonymous, loopback) broker
+/// through a user's browser: every changing request with a foreign
+/// Origin is refused with 403 `forbidden_origin` before it acts (nothing
+/// published, enqueued or deleted), while the broker's own origin and
+/// clients without an Origin go through.
+#[test]
+fn changing_http_requests_from_foreign_origins_are_refused() {
+    let b = TestBroker::start(|_| {});
+    let addr = b.addr;
+    let host = format!("Host: {addr}\r\n");
+    let evil = "Origin: https://evil.example\r\n";
+    let changes = [
+        ("POST", "/topics/t/x?retain=true", "x"),
+        ("POST", "/queues/q/messages", "x"),
+        ("DELETE", "/queues/q", ""),
+        ("DELETE", "/queues/q/messages", ""),
+        (
+            "POST",
+            "/jobs",
+            r#"{"kind":"k","entity_id":"0190a6f0-0000-7000-8000-000000000001","data":{}}"#,
+        ),
+        ("POST", "/workers", r#"{"kinds":["k"]}"#),
+        ("POST", "/admin/rules/reload", ""),
+    ];
+    for (method, path, body) in changes {
+        let (status, reply) = raw_http(
+            addr,
+            &format!("{method} {path} HTTP/1.1\r\n{host}{evil}"),
+            body,
+        );
+        assert_eq!(status, 403, "{method} {path}: {reply}");
+        assert!(
+            reply.contains("forbidden_origin"),
+            "{method} {path}: {reply}"
+        );
+    }
+    // Nothing of it happened: the queue was never created.
+    let (status, _) = raw_http(addr, &format!("GET /queues/q HTTP/1.1\r\n{host}"), "");
+    assert_eq!(status, 404);
+    // The broker's own page, and a client without an Origin, may.
+    let own = format!("Origin: http://{addr}\r\n");
+    let (status, reply) = raw_http(
+        addr,
+        &format!("POST /queues/q/messages HTTP/1.1\r\n{host}{own}"),
+        "x",
+    );
+    assert!((200..300).contains(&status), "{reply}");
+    let (status, reply) = raw_http(
+        addr,
+        &format!("POST /queues/q/messages HTTP/1.1\r\n{host}"),
+        "x",
+    );
+    assert!((200..300).contains(&status), "{reply}");
+    // Reads are not refused for their Origin.
+    let (status, reply) = raw_http(addr, &format!("GET /queues/q HTTP/1.1\r\n{host}{evil}"), "");
+    assert_eq!(status, 200, "{reply}");
+}
+
+/// DNS rebinding: a request (or upgrade) whose Host is a name the broker
+/// does not answer to gets 403 `forbidden_host`, reads included, even
+/// with a matching Origin; IP addresses, localhost and listed names pass.
+#[test]
+fn requests_for_foreign_host_names_are_refused() {
+    let b = TestBroker::start(|c| {
+        c.server.allowed_hosts = vec!["broker.example".into()];
+    });
+    let addr = b.addr;
+    let port = addr.port();
+    let rebound = format!("Host: evil.example:{port}\r\nOrigin: http://evil.example:{port}\r\n");
+    for (method, path) in [
+        ("GET", "/queues"),
+        ("GET", "/admin/overview"),
+        ("GET", "/queues/q/messages"),
+        ("POST", "/topics/t/x"),
+        ("DELETE", "/queues/q"),
+    ] {
+        let (status, reply) =
+            raw_http(addr, &format!("{method} {path} HTTP/1.1\r\n{rebound}"), "x");
+        assert_eq!(status, 403, "{method} {path}: {reply}");
+        assert!(reply.contains("forbidden_host"), "{method} {path}: {reply}");
+    }
+    for path in ["/ws", "/mqtt"] {
+        let mqtt = if path == "/mqtt" {
+            "Sec-WebSocket-Protocol: mqtt\r\n"
+        } else {
+            ""
+        };
+        // common::ws_upgrade sends its own Host; a raw upgrade here.
+        let head = format!(
+            "GET {path} HTTP/1.1\r\n{rebound}Upgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{mqtt}"
+        );
+        let (status, _) = raw_http(addr, &head, "");
+        assert_eq!(status, 403, "{path}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("broker.example:{port}"),
+    ] {
+        let (status, reply) = raw_http(
+            addr,
+            &format!("GET /queues HTTP/1.1\r\nHost: {host}\r\n"),
+            "",
+        );
+        assert_eq!(status, 200, "{host}: {reply}");
     }
 }

@@ -109,8 +109,9 @@ fn refused_upgrades_answer_json_and_close() {
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         t,
-        "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        b.addr
     )
     .unwrap();
     let all = read_to_close(&mut t);

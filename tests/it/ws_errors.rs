@@ -410,7 +410,7 @@ fn http_publish_reaches_websocket_subscribers_with_headers() {
             let mut t = std::net::TcpStream::connect(addr).unwrap();
             write!(
                 t,
-                "POST /topics/http/in?retain=true HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Wharf-Source: curl\r\nContent-Length: 5\r\n\r\nhello"
+                "POST /topics/http/in?retain=true HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nX-Wharf-Source: curl\r\nContent-Length: 5\r\n\r\nhello"
             )
             .unwrap();
             let mut out = String::new();
