@@ -1030,6 +1030,60 @@ fn simultaneous_guesses_are_counted_before_they_are_checked() {
     );
 }
 
+/// A connection that brings no credentials is not kept waiting for
+/// them: a native session without a hello is told `unauthorized` and
+/// closed with 4401 at `hello_timeout_s`, and an MQTT connection without
+/// a CONNECT is closed then, long before the idle timeout.
+#[test]
+fn connections_without_credentials_are_closed_at_the_hello_timeout() {
+    let b = TestBroker::start_tcp(|c| {
+        configure(c);
+        c.session.hello_timeout_s = 1;
+        c.session.idle_timeout_s = 60;
+    });
+    block_on(async {
+        let started = std::time::Instant::now();
+        let mut n = Native::open(&b, Format::Json, "", None).await;
+        let e = n.reply(WAIT).await;
+        assert_eq!(e["op"], "error", "{e}");
+        assert_eq!(e["code"], "unauthorized", "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("hello_timeout_s"),
+            "{e}"
+        );
+        assert_eq!(n.close_code(WAIT).await, Some(4401));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        // A session that says hello in time stays.
+        let mut n = Native::open(&b, Format::Json, "", None).await;
+        n.hello("in-time", Some(SVC_TOKEN)).await;
+        // Past the hello timeout nothing comes (no error, no close).
+        assert!(matches!(
+            n.recv(Duration::from_millis(1500)).await,
+            Incoming::Nothing
+        ));
+        n.still_works(7).await;
+    });
+    // MQTT over TCP: a connection that sends nothing is closed.
+    let mut t = std::net::TcpStream::connect(b.mqtt_addr.unwrap()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let n = std::io::Read::read(&mut t, &mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the connection was not closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 // ---------------------------------------------------------------------
 // 4. JWT expiry and refresh
 // ---------------------------------------------------------------------
