@@ -287,7 +287,7 @@ impl Session {
             self.error(
                 format,
                 ErrorCode::Unauthorized,
-                &format!(
+                format!(
                     "no hello with credentials within {} s ([session] hello_timeout_s)",
                     self.config.hello_timeout_s
                 ),
