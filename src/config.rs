@@ -188,6 +188,12 @@ pub struct SessionConfig {
     pub ping_interval_s: u64,
     /// Seconds without any frame from the client before closing (1001).
     pub idle_timeout_s: u64,
+    /// Seconds a connection may stay without credentials: a native
+    /// session on a broker that requires authentication must send a
+    /// `hello` with a token within it (else an `unauthorized` error and
+    /// close 4401), an MQTT connection its CONNECT (else it is closed),
+    /// however it answers pings meanwhile.
+    pub hello_timeout_s: u64,
     /// Seconds data may stay unacknowledged by the client's TCP stack
     /// (including a zero receive window) before the kernel drops the
     /// connection (TCP_USER_TIMEOUT); 0 leaves the kernel default.
@@ -210,6 +216,7 @@ impl Default for SessionConfig {
             rate_burst: 100_000,
             ping_interval_s: 20,
             idle_timeout_s: 60,
+            hello_timeout_s: 10,
             write_timeout_s: 60,
             max_subscriptions: 1000,
             max_transaction_ops: 10_000,
@@ -528,6 +535,9 @@ impl Config {
         }
         if session.ping_interval_s == 0 {
             return Err(invalid("session.ping_interval_s", "must be at least 1"));
+        }
+        if session.hello_timeout_s == 0 {
+            return Err(invalid("session.hello_timeout_s", "must be at least 1"));
         }
         if session.idle_timeout_s <= session.ping_interval_s {
             return Err(invalid(

@@ -232,6 +232,12 @@ pub enum AuthError {
 /// Most argon2 verifications running at once: each takes ~20 MiB and a
 /// core for tens of milliseconds.
 const MAX_HASHING: usize = 2;
+
+/// Most password checks one address may have running or waiting at once:
+/// past it its next one is refused as busy at once, so that a flood from
+/// a few addresses cannot fill the queue in front of everyone else's
+/// login (the queue is first come, first served).
+const MAX_HASHING_PER_PEER: u32 = 4;
 /// Longest a password check waits for a turn.
 const HASH_WAIT: Duration = Duration::from_secs(5);
 /// How long a verified user name and password are remembered.
@@ -255,6 +261,9 @@ struct Inner {
     /// Attempts refused because the address was blocked, for metrics.
     blocked: crate::metrics::Counter,
     hashing: tokio::sync::Semaphore,
+    /// Password checks running or waiting, per address
+    /// ([`MAX_HASHING_PER_PEER`]); entries go when they reach 0.
+    hashing_by_peer: Mutex<HashMap<IpAddr, u32>>,
     /// (user, SHA-256 of the password) verified, and when.
     verified: Mutex<HashMap<(String, [u8; 32]), Instant>>,
     /// Password hashes checked (argon2 runs), for tests that a path pays
@@ -333,6 +342,7 @@ impl Auth {
             failed: crate::metrics::Counter::default(),
             blocked: crate::metrics::Counter::default(),
             hashing: tokio::sync::Semaphore::new(MAX_HASHING),
+            hashing_by_peer: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             hashes_checked: std::sync::atomic::AtomicU64::new(0),
         })))
@@ -423,7 +433,9 @@ impl Auth {
         };
         let (user, result) = match credential {
             Credential::Token(t) => ("", self.token(t)),
-            Credential::Password { user, password } => (user, self.password(user, password).await),
+            Credential::Password { user, password } => {
+                (user, self.password(user, password, peer).await)
+            }
         };
         match result {
             Ok(p) => {
@@ -470,6 +482,7 @@ impl Auth {
         &self,
         user: &str,
         password: &[u8],
+        peer: Option<IpAddr>,
     ) -> Result<Principal, (AuthError, String)> {
         if let Err(why) = check_principal_name(user) {
             return Err((AuthError::Bad, format!("the user name {why}")));
@@ -488,7 +501,7 @@ impl Auth {
                 let phc = actix_web::rt::task::spawn_blocking(|| dummy_hash().to_owned())
                     .await
                     .unwrap_or_default();
-                let _ = self.check_hash(phc, password).await?;
+                let _ = self.check_hash(phc, password, peer).await?;
             }
             return Err(match as_token {
                 Some(Err(e)) if !self.0.users.is_empty() => {
@@ -509,7 +522,7 @@ impl Auth {
                 return Ok(u.principal.clone());
             }
         }
-        if !self.check_hash(u.phc.clone(), password).await? {
+        if !self.check_hash(u.phc.clone(), password, peer).await? {
             return Err((AuthError::Bad, format!("wrong password for user {user:?}")));
         }
         let mut verified = self.0.verified.lock();
@@ -527,7 +540,22 @@ impl Auth {
 impl Auth {
     /// Whether `password` matches `phc`, checked on the blocking pool
     /// under the bound on concurrent password checks.
-    async fn check_hash(&self, phc: String, password: &[u8]) -> Result<bool, (AuthError, String)> {
+    async fn check_hash(
+        &self,
+        phc: String,
+        password: &[u8],
+        peer: Option<IpAddr>,
+    ) -> Result<bool, (AuthError, String)> {
+        // One address's share of the checks, running or waiting.
+        let _share = match peer {
+            Some(ip) => Some(PeerShare::take(&self.0.hashing_by_peer, ip).ok_or_else(|| {
+                (
+                    AuthError::Busy,
+                    "too many password checks from this address at once".to_owned(),
+                )
+            })?),
+            None => None,
+        };
         let permit = tokio::time::timeout(HASH_WAIT, self.0.hashing.acquire())
             .await
             .map_err(|_| (AuthError::Busy, "password checks are saturated".to_owned()))?
@@ -541,6 +569,37 @@ impl Auth {
             .unwrap_or(false);
         drop(permit);
         Ok(ok)
+    }
+}
+
+/// One password check of an address, counted while it runs or waits.
+struct PeerShare<'a> {
+    map: &'a Mutex<HashMap<IpAddr, u32>>,
+    ip: IpAddr,
+}
+
+impl<'a> PeerShare<'a> {
+    /// Counts a check for `ip`, or `None` when it has its share already.
+    fn take(map: &'a Mutex<HashMap<IpAddr, u32>>, ip: IpAddr) -> Option<PeerShare<'a>> {
+        let mut m = map.lock();
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_HASHING_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(PeerShare { map, ip })
+    }
+}
+
+impl Drop for PeerShare<'_> {
+    fn drop(&mut self) {
+        let mut m = self.map.lock();
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
     }
 }
 

@@ -401,10 +401,63 @@ async fn an_unknown_user_costs_a_password_check_too() {
     }
 }
 
+#[actix_rt::test]
+async fn one_address_cannot_fill_the_password_check_queue() {
+    // A flood of wrong passwords from one address (its failure limit set
+    // high): past its share, its checks are refused as busy at once,
+    // while another address's login goes through meanwhile.
+    let cfg = AuthConfig {
+        users: vec![UserConfig {
+            name: "alice".into(),
+            password_hash: hash_password(b"wonderland").unwrap(),
+            allow: Permissions::default(),
+        }],
+        max_failures: 1000,
+        ..AuthConfig::default()
+    };
+    let a = Auth::new(&cfg).unwrap();
+    let flood: std::net::IpAddr = [10, 0, 0, 1].into();
+    let legit: std::net::IpAddr = [10, 0, 0, 2].into();
+    let wrong = |i: usize| {
+        let a = a.clone();
+        async move {
+            let pw = format!("guess-{i}");
+            a.authenticate(
+                Credential::Password {
+                    user: "alice",
+                    password: pw.as_bytes(),
+                },
+                Some(flood),
+            )
+            .await
+        }
+    };
+    let guesses = futures_util::future::join_all((0..20).map(wrong));
+    let login = a.authenticate(
+        Credential::Password {
+            user: "alice",
+            password: b"wonderland",
+        },
+        Some(legit),
+    );
+    let (guesses, login) = futures_util::future::join(guesses, login).await;
+    assert!(login.is_ok(), "the other address's login: {login:?}");
+    let busy = guesses
+        .iter()
+        .filter(|r| matches!(r, Err(AuthError::Busy)))
+        .count();
+    let checked = guesses
+        .iter()
+        .filter(|r| matches!(r, Err(AuthError::Bad)))
+        .count();
+    assert_eq!(checked, MAX_HASHING_PER_PEER as usize, "{guesses:?}");
+    assert_eq!(busy, 20 - checked, "{guesses:?}");
+}
+
 #[tokio::test]
 async fn credentials_sent_to_a_broker_without_users_say_so() {
     let open = Auth::open();
-    let Err((AuthError::Bad, why)) = open.password("dashboard", b"secret").await else {
+    let Err((AuthError::Bad, why)) = open.password("dashboard", b"secret", None).await else {
         panic!("a password on a broker with no users was not refused as bad");
     };
     assert!(

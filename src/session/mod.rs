@@ -252,7 +252,14 @@ impl Session {
         if let Some(p) = &principal {
             self.sessions.set_principal(self.id, &p.id());
         }
-        self.expires_at = principal.as_ref().and_then(|p| p.expires_at());
+        self.expires_at = match &principal {
+            Some(p) => p.expires_at(),
+            // No credentials yet: a `hello` must bring them in time.
+            None => Some(
+                std::time::Instant::now()
+                    + std::time::Duration::from_secs(self.config.hello_timeout_s),
+            ),
+        };
         self.principal = principal;
         self.may_publish.clear();
     }
@@ -272,15 +279,29 @@ impl Session {
         self.expires_at
     }
 
-    /// The credential expired: tells the client before the close.
-    pub fn expired(&self) {
+    /// The credential expired, or none came in time: tells the client
+    /// before the close, and says how to close (code, reason).
+    pub fn expired(&self) -> (u16, &'static str) {
         let format = self.out.notice_format();
+        if self.principal.is_none() {
+            self.error(
+                format,
+                ErrorCode::Unauthorized,
+                format!(
+                    "no hello with credentials within {} s ([session] hello_timeout_s)",
+                    self.config.hello_timeout_s
+                ),
+                None,
+            );
+            return (CLOSE_UNAUTHORIZED, "no credentials in time");
+        }
         self.error(
             format,
             ErrorCode::Unauthorized,
             "the session's credential expired; reconnect with a fresh token",
             None,
         );
+        (CLOSE_EXPIRED, "credentials expired")
     }
 
     /// Serves job and worker frames through `jobs`.

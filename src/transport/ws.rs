@@ -131,8 +131,8 @@ impl Handler for Native {
         self.metrics.bytes_in.add(Protocol::Native, bytes as u64);
     }
 
-    fn expired(&mut self) {
-        self.session.expired();
+    fn expired(&mut self) -> (u16, &'static str) {
+        self.session.expired()
     }
 
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {

@@ -83,8 +83,11 @@ pub(crate) trait Handler {
     fn expires_at(&self) -> Option<Instant> {
         None
     }
-    /// The credential expired: tell the client, if the protocol can.
-    fn expired(&mut self) {}
+    /// The credential expired (or none came in time): tell the client, if
+    /// the protocol can, and say how to close.
+    fn expired(&mut self) -> (u16, &'static str) {
+        (CLOSE_EXPIRED, "credentials expired")
+    }
     /// Bytes arrived (counted per protocol).
     fn received(&self, _bytes: usize) {}
     /// Polled with the socket: `Ready` when the app handed the
@@ -425,8 +428,8 @@ pub(crate) async fn read_loop<H: Handler, S: ByteFeed>(
             _ = &mut idle => {
                 let now = Instant::now();
                 if reader.handler.expires_at().is_some_and(|at| now >= at) {
-                    reader.handler.expired();
-                    reader.close(CLOSE_EXPIRED, "credentials expired", true);
+                    let (code, reason) = reader.handler.expired();
+                    reader.close(code, reason, true);
                     break 'conn;
                 }
                 if now >= reader.handler.idle_deadline(last_heard) {

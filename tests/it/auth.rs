@@ -996,8 +996,10 @@ fn after_max_failures_even_good_credentials_are_refused() {
 
 /// Guesses sent all at once are counted before they are checked: of 60
 /// simultaneous wrong passwords from one address (limit 10), at most 10
-/// are checked (401), the rest refused unchecked (429), and the right
-/// password that follows is refused too.
+/// are checked (401); the rest are refused unchecked (429 for the limit,
+/// 503 past the address's share of concurrent checks). Guesses that
+/// follow one by one are checked only until the window's 10 are used up,
+/// and then the right password is refused too.
 #[test]
 fn simultaneous_guesses_are_counted_before_they_are_checked() {
     let b = TestBroker::start(|c| {
@@ -1005,28 +1007,92 @@ fn simultaneous_guesses_are_counted_before_they_are_checked() {
         c.auth.max_failures = 10;
     });
     let addr = b.addr;
+    let guess = move |i: usize| {
+        let wrong = basic("alice", &format!("guess-{i}"));
+        call(addr, "POST", "/topics/home/alice/x", Some(&wrong), "x").status
+    };
     let guesses: Vec<_> = (0..60)
-        .map(|i| {
-            std::thread::spawn(move || {
-                let wrong = basic("alice", &format!("guess-{i}"));
-                call(addr, "POST", "/topics/home/alice/x", Some(&wrong), "x").status
-            })
-        })
+        .map(|i| std::thread::spawn(move || guess(i)))
         .collect();
     let statuses: Vec<u16> = guesses.into_iter().map(|g| g.join().unwrap()).collect();
-    let checked = statuses.iter().filter(|&&s| s == 401).count();
-    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    let mut checked = statuses.iter().filter(|&&s| s == 401).count();
     assert!(
         checked <= 10,
         "{checked} guesses were checked: {statuses:?}"
     );
-    assert_eq!(checked + refused, 60, "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| [401, 429, 503].contains(s)),
+        "{statuses:?}"
+    );
+    // One by one: checked until the window's attempts are used up.
+    for i in 60..80 {
+        match guess(i) {
+            401 => checked += 1,
+            429 => break,
+            other => panic!("guess {i}: {other}"),
+        }
+    }
+    assert_eq!(checked, 10, "wrong passwords checked in the window");
     let alice = basic("alice", ALICE_PASSWORD);
     let r = call(addr, "POST", "/topics/home/alice/x", Some(&alice), "x");
     assert_eq!(
         r.status, 429,
         "the right password after the guesses: {}",
         r.body
+    );
+}
+
+/// A connection that brings no credentials is not kept waiting for
+/// them: a native session without a hello is told `unauthorized` and
+/// closed with 4401 at `hello_timeout_s`, and an MQTT connection without
+/// a CONNECT is closed then, long before the idle timeout.
+#[test]
+fn connections_without_credentials_are_closed_at_the_hello_timeout() {
+    let b = TestBroker::start_tcp(|c| {
+        configure(c);
+        c.session.hello_timeout_s = 1;
+        c.session.idle_timeout_s = 60;
+    });
+    block_on(async {
+        let started = std::time::Instant::now();
+        let mut n = Native::open(&b, Format::Json, "", None).await;
+        let e = n.reply(WAIT).await;
+        assert_eq!(e["op"], "error", "{e}");
+        assert_eq!(e["code"], "unauthorized", "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("hello_timeout_s"),
+            "{e}"
+        );
+        assert_eq!(n.close_code(WAIT).await, Some(4401));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        // A session that says hello in time stays.
+        let mut n = Native::open(&b, Format::Json, "", None).await;
+        n.hello("in-time", Some(SVC_TOKEN)).await;
+        // Past the hello timeout nothing comes (no error, no close).
+        assert!(matches!(
+            n.recv(Duration::from_millis(1500)).await,
+            Incoming::Nothing
+        ));
+        n.still_works(7).await;
+    });
+    // MQTT over TCP: a connection that sends nothing is closed.
+    let mut t = std::net::TcpStream::connect(b.mqtt_addr.unwrap()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let n = std::io::Read::read(&mut t, &mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the connection was not closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
     );
 }
 

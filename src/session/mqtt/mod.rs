@@ -292,12 +292,14 @@ impl MqttSession {
     }
 
     /// How long the connection may stay silent: one and a half times the
-    /// keep-alive the client asked for (the session's idle timeout before
-    /// CONNECT, or with a keep-alive of 0).
+    /// keep-alive the client asked for (the session's idle timeout with a
+    /// keep-alive of 0; its hello timeout before CONNECT).
     pub fn idle_timeout(&self) -> Duration {
         match self.connected.as_ref().map(|c| c.keep_alive) {
             Some(k) if k > 0 => Duration::from_millis(u64::from(k) * 1500),
-            _ => Duration::from_secs(self.cfg.idle_timeout_s),
+            Some(_) => Duration::from_secs(self.cfg.idle_timeout_s),
+            // No CONNECT yet: it must come within the hello timeout.
+            None => Duration::from_secs(self.cfg.hello_timeout_s),
         }
     }
 
