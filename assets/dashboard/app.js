@@ -160,6 +160,10 @@
     set('sessions-native', fmtInt(o.sessions.native));
     set('sessions-sockets', fmtInt(o.sessions.sockets || 0));
     set('sessions-mqtt', fmtInt(o.sessions.mqtt));
+    const d = o.denials || {};
+    set('denied-bad', fmtInt(d.bad_credentials || 0));
+    set('denied-blocked', fmtInt((d.blocked || 0) + (d.busy || 0)));
+    set('denied-late', fmtInt(d.no_credentials_in_time || 0));
     set('rate-published', r ? fmtRate(r.published) : '–');
     set('rate-delivered', r ? fmtRate(r.delivered) : '–');
     set('total-published', fmtInt(o.published));

@@ -48,6 +48,7 @@
 //! `AuthConfig::check_exposure`: the binary calls it before binding,
 //! `wharf::serve` after.
 
+mod denials;
 mod failures;
 mod grants;
 pub mod jwt;
@@ -68,6 +69,7 @@ use sha2::{Digest, Sha256};
 use crate::config::ConfigError;
 use crate::config::auth::AuthConfig;
 pub use crate::config::auth::check_principal_name;
+pub use denials::{Denial, Denials, Way};
 
 /// How a principal proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,6 +266,8 @@ struct Inner {
     /// Password checks running or waiting, per address
     /// ([`MAX_HASHING_PER_PEER`]); entries go when they reach 0.
     hashing_by_peer: Mutex<HashMap<IpAddr, u32>>,
+    /// Denials by why and way in (metrics, dashboard).
+    denials: Denials,
     /// (user, SHA-256 of the password) verified, and when.
     verified: Mutex<HashMap<(String, [u8; 32]), Instant>>,
     /// Password hashes checked (argon2 runs), for tests that a path pays
@@ -343,6 +347,7 @@ impl Auth {
             blocked: crate::metrics::Counter::default(),
             hashing: tokio::sync::Semaphore::new(MAX_HASHING),
             hashing_by_peer: Mutex::new(HashMap::new()),
+            denials: Denials::default(),
             verified: Mutex::new(HashMap::new()),
             hashes_checked: std::sync::atomic::AtomicU64::new(0),
         })))
@@ -387,6 +392,17 @@ impl Auth {
         self.0.failed.get()
     }
 
+    /// Denials by why and way in (metrics, dashboard).
+    pub fn denials(&self) -> &Denials {
+        &self.0.denials
+    }
+
+    /// Counts a denial decided outside [`Auth::authenticate`]: a
+    /// connection closed for bringing no credentials in time.
+    pub fn deny(&self, denial: Denial, way: Way) {
+        self.0.denials.add(denial, way);
+    }
+
     /// Attempts refused because their address was blocked (metrics).
     pub fn blocked_total(&self) -> u64 {
         self.0.blocked.get()
@@ -406,6 +422,7 @@ impl Auth {
 
     /// Who `credential` proves the client to be. `peer` is the source
     /// address, for counting failures; failures are logged with it.
+    /// `way` is how the client came in, for the denial counts.
     ///
     /// # Errors
     /// [`AuthError::Bad`] for wrong credentials,
@@ -415,6 +432,7 @@ impl Auth {
         &self,
         credential: Credential<'_>,
         peer: Option<IpAddr>,
+        way: Way,
     ) -> Result<Principal, AuthError> {
         // The attempt is counted before the credential is checked, so
         // that guesses sent at once cannot all be checked (at most
@@ -423,6 +441,7 @@ impl Auth {
             && !self.0.failures.reserve(ip)
         {
             self.0.blocked.add(1);
+            self.0.denials.add(Denial::Blocked, way);
             tracing::warn!(target: "wharf::auth", peer = ?peer, "authentication refused: too many failures");
             return Err(AuthError::TooManyFailures);
         }
@@ -444,11 +463,13 @@ impl Auth {
             }
             Err((AuthError::Busy, why)) => {
                 release();
+                self.0.denials.add(Denial::Busy, way);
                 tracing::warn!(target: "wharf::auth", peer = ?peer, user, "authentication not attempted: {why}");
                 Err(AuthError::Busy)
             }
             Err((e, why)) => {
                 self.0.failed.add(1);
+                self.0.denials.add(Denial::Bad, way);
                 let failures = peer.map_or(0, |ip| self.0.failures.count(ip));
                 tracing::warn!(target: "wharf::auth", peer = ?peer, user, failures, "authentication failed: {why}");
                 Err(e)

@@ -108,7 +108,8 @@ fn sign(alg: Algorithm, claims: &serde_json::Value) -> String {
 }
 
 async fn token(auth: &Auth, t: &str) -> Result<Principal, AuthError> {
-    auth.authenticate(Credential::Token(t), None).await
+    auth.authenticate(Credential::Token(t), None, Way::Http)
+        .await
 }
 
 #[actix_rt::test]
@@ -244,7 +245,7 @@ async fn passwords_tokens_and_failures() {
     let auth = auth();
     let pw = |user: &'static str, password: &'static [u8]| Credential::Password { user, password };
     let alice = auth
-        .authenticate(pw("alice", b"wonderland"), None)
+        .authenticate(pw("alice", b"wonderland"), None, Way::Http)
         .await
         .unwrap();
     assert_eq!((alice.name(), alice.via()), ("alice", Via::Password));
@@ -252,12 +253,12 @@ async fn passwords_tokens_and_failures() {
     assert!(!alice.may(Right::Publish("home/bob/lamp")));
     // Remembered: the second check does not hash (and still answers).
     assert!(
-        auth.authenticate(pw("alice", b"wonderland"), None)
+        auth.authenticate(pw("alice", b"wonderland"), None, Way::Http)
             .await
             .is_ok()
     );
     assert_eq!(
-        auth.authenticate(pw("alice", b"nope"), None)
+        auth.authenticate(pw("alice", b"nope"), None, Way::Http)
             .await
             .unwrap_err(),
         AuthError::Bad
@@ -266,7 +267,7 @@ async fn passwords_tokens_and_failures() {
     assert!(svc.may(Right::Enqueue("orders")));
     // A token in the password field, whatever the user name.
     let svc2 = auth
-        .authenticate(pw("anything", b"svc-token"), None)
+        .authenticate(pw("anything", b"svc-token"), None, Way::Http)
         .await
         .unwrap();
     assert_eq!(svc2.name(), "svc");
@@ -275,12 +276,12 @@ async fn passwords_tokens_and_failures() {
     let ip: IpAddr = [192, 0, 2, 7].into();
     for _ in 0..3 {
         let e = auth
-            .authenticate(Credential::Token("wrong"), Some(ip))
+            .authenticate(Credential::Token("wrong"), Some(ip), Way::Http)
             .await;
         assert_eq!(e.unwrap_err(), AuthError::Bad);
     }
     let e = auth
-        .authenticate(Credential::Token("svc-token"), Some(ip))
+        .authenticate(Credential::Token("svc-token"), Some(ip), Way::Http)
         .await;
     assert_eq!(
         e.unwrap_err(),
@@ -288,7 +289,7 @@ async fn passwords_tokens_and_failures() {
         "blocked even with a good token"
     );
     assert!(
-        auth.authenticate(Credential::Token("svc-token"), None)
+        auth.authenticate(Credential::Token("svc-token"), None, Way::Http)
             .await
             .is_ok()
     );
@@ -332,6 +333,7 @@ async fn principal_names_with_wildcards_or_separators_are_refused_from_every_sou
                     password: b"svc-token",
                 },
                 None,
+                Way::Http,
             )
             .await;
         assert!(
@@ -394,6 +396,7 @@ async fn an_unknown_user_costs_a_password_check_too() {
                     password: b"nope",
                 },
                 None,
+                Way::Http,
             )
             .await;
         assert!(matches!(r, Err(AuthError::Bad)), "{user}");
@@ -428,6 +431,7 @@ async fn one_address_cannot_fill_the_password_check_queue() {
                     password: pw.as_bytes(),
                 },
                 Some(flood),
+                Way::Http,
             )
             .await
         }
@@ -439,6 +443,7 @@ async fn one_address_cannot_fill_the_password_check_queue() {
             password: b"wonderland",
         },
         Some(legit),
+        Way::Http,
     );
     let (guesses, login) = futures_util::future::join(guesses, login).await;
     assert!(login.is_ok(), "the other address's login: {login:?}");

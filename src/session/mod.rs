@@ -284,6 +284,10 @@ impl Session {
     pub fn expired(&self) -> (u16, &'static str) {
         let format = self.out.notice_format();
         if self.principal.is_none() {
+            self.auth.deny(
+                crate::auth::Denial::NoCredentialsInTime,
+                crate::auth::Way::Native,
+            );
             self.error(
                 format,
                 ErrorCode::Unauthorized,

@@ -38,6 +38,22 @@ pub struct Overview {
     pub delivered: u64,
     /// Resident memory in bytes.
     pub resident_bytes: Option<u64>,
+    /// Clients denied since start, by why (every way in together).
+    pub denials: Denied,
+}
+
+/// Clients denied since start, by why: what a brute-force attempt looks
+/// like on the dashboard.
+#[derive(Debug, Default, Serialize)]
+pub struct Denied {
+    /// Wrong, unknown or expired credentials.
+    pub bad_credentials: u64,
+    /// Refused unchecked while their address was locked out.
+    pub blocked: u64,
+    /// Refused unchecked: password checks saturated.
+    pub busy: u64,
+    /// Closed for bringing no credentials in time.
+    pub no_credentials_in_time: u64,
 }
 
 /// Sessions by protocol.
@@ -108,6 +124,16 @@ pub(crate) async fn overview_of(
         published: m.published.get(),
         delivered: m.delivered.get(),
         resident_bytes: crate::metrics::process::read().resident_bytes,
+        denials: {
+            use crate::auth::Denial;
+            let d = app.auth.denials();
+            Denied {
+                bad_credentials: d.of(Denial::Bad),
+                blocked: d.of(Denial::Blocked),
+                busy: d.of(Denial::Busy),
+                no_credentials_in_time: d.of(Denial::NoCredentialsInTime),
+            }
+        },
     }
 }
 

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::{ApiError, AppState};
-use crate::auth::{AuthError, Credential, Principal, Right};
+use crate::auth::{AuthError, Credential, Principal, Right, Way};
 use crate::protocol::frame::ErrorCode;
 
 /// What a request presented.
@@ -89,11 +89,16 @@ pub(crate) async fn principal(
     req: &HttpRequest,
     app: &AppState,
     query: bool,
+    way: Way,
 ) -> Result<Option<Principal>, ApiError> {
     let peer = req.peer_addr().map(|a| a.ip());
     let result = match presented(req, query)? {
         None => return Ok(app.auth.anonymous()),
-        Some(Presented::Token(t)) => app.auth.authenticate(Credential::Token(&t), peer).await,
+        Some(Presented::Token(t)) => {
+            app.auth
+                .authenticate(Credential::Token(&t), peer, way)
+                .await
+        }
         Some(Presented::Basic { user, password }) => {
             app.auth
                 .authenticate(
@@ -102,6 +107,7 @@ pub(crate) async fn principal(
                         password: &password,
                     },
                     peer,
+                    way,
                 )
                 .await
         }
@@ -162,7 +168,7 @@ impl FromRequest for Caller {
             };
             // Before credentials: a forged request costs no failure count.
             super::origin::guard(&req, &app.config.server)?;
-            match principal(&req, app, false).await? {
+            match principal(&req, app, false, Way::Http).await? {
                 Some(p) => Ok(Caller(p)),
                 None => Err(bad(
                     "credentials are required: Authorization: Bearer TOKEN, or Basic",

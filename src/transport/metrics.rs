@@ -49,6 +49,8 @@ struct Snapshot {
     workers: u64,
     auth_failures: u64,
     auth_blocked: u64,
+    /// `(reason, way, count)`.
+    auth_denials: Vec<(&'static str, &'static str, u64)>,
     process: process::ProcessReading,
     store_bytes: Option<u64>,
     taskq: crate::broker::TaskqTotals,
@@ -133,6 +135,7 @@ async fn gather(app: &AppState) -> Snapshot {
     s.workers = sched.workers as u64;
     s.auth_failures = app.auth.failures_total();
     s.auth_blocked = app.auth.blocked_total();
+    s.auth_denials = app.auth.denials().series();
     s.process = process::read();
     let dir = app.config.store.data_dir.clone();
     s.store_bytes = web::block(move || process::dir_bytes(&dir))
@@ -175,6 +178,23 @@ fn counters(
     for (value, v) in series {
         let labels = [(label, *value)];
         ConstCounter::new(*v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// One counter family with a series per pair of label values.
+fn counters2(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    labels: (&str, &str),
+    series: &[(&str, &str, u64)],
+) -> Out {
+    let kind = ConstCounter::new(0u64).metric_type();
+    let mut family = enc.encode_descriptor(name, help, None, kind)?;
+    for (a, b, v) in series {
+        let set = [(labels.0, *a), (labels.1, *b)];
+        ConstCounter::new(*v).encode(family.encode_family(&set)?)?;
     }
     Ok(())
 }
@@ -423,6 +443,13 @@ impl Collector for WharfCollector {
             "wharf_auth_refused_blocked",
             "Authentications refused because the address failed too often.",
             s.auth_blocked,
+        )?;
+        counters2(
+            e,
+            "wharf_auth_denials",
+            "Clients denied, by why (bad_credentials, blocked, busy, no_credentials_in_time) and way in (native, mqtt, http, socket).",
+            ("reason", "way"),
+            &s.auth_denials,
         )?;
         if let Some(b) = s.store_bytes {
             gauge(

@@ -126,7 +126,7 @@ mod wsloop;
 use std::sync::Arc;
 
 pub use crate::protocol::jobs::{JobEnqueued, OutcomeReply, Registered};
-pub use admin::{Overview, SessionCounts, TopicPage, TopicRow};
+pub use admin::{Denied, Overview, SessionCounts, TopicPage, TopicRow};
 pub use body::BodyReader;
 pub(crate) use dashboard::stream_slots;
 pub use dashboard::{

@@ -133,7 +133,7 @@ pub(crate) async fn upgrade(
     };
     builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, protocol));
     // Credentials may come with the upgrade; CONNECT's password wins.
-    let principal = super::credentials::principal(&req, &app, true).await?;
+    let principal = super::credentials::principal(&req, &app, true, crate::auth::Way::Mqtt).await?;
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, Format::Bincode);
     // MQTT has no `dropped` notice: drops are silent (QoS 0 is at most

@@ -31,7 +31,9 @@ pub(crate) async fn upgrade<T: SocketType>(
     // A typed socket has no hello frame: credentials come with the
     // upgrade (Authorization, or ?token=), or the broker must let
     // anonymous clients in.
-    let Some(principal) = super::credentials::principal(&req, &app, true).await? else {
+    let Some(principal) =
+        super::credentials::principal(&req, &app, true, crate::auth::Way::Socket).await?
+    else {
         return Err(ApiError::coded(
             ErrorCode::Unauthorized,
             "credentials required: Authorization: Bearer or Basic, or ?token=".into(),

@@ -82,7 +82,8 @@ pub(crate) async fn upgrade(
     }
     // Credentials on the upgrade; without them (and without anonymous
     // access) the first frame must be a hello with a token.
-    let principal = super::credentials::principal(&req, &app, true).await?;
+    let principal =
+        super::credentials::principal(&req, &app, true, crate::auth::Way::Native).await?;
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, format);
     let session = Session::new(

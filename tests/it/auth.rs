@@ -1082,6 +1082,32 @@ fn connections_without_credentials_are_closed_at_the_hello_timeout() {
         ));
         n.still_works(7).await;
     });
+    // The operator sees it: the denial by why and way in on /metrics, and
+    // on the dashboard's overview, beside a wrong token over HTTP.
+    let r = call(b.addr, "GET", "/queues", Some(&bearer("wrong")), "");
+    assert_eq!(r.status, 401, "{}", r.body);
+    let auth = format!("Authorization: Bearer {ROOT_TOKEN}\r\n");
+    let (status, _, metrics) = common::http_request(b.addr, "GET", "/metrics", &auth, "");
+    assert_eq!(status, 200, "{metrics}");
+    for line in [
+        r#"wharf_auth_denials_total{reason="no_credentials_in_time",way="native"} 1"#,
+        r#"wharf_auth_denials_total{reason="bad_credentials",way="http"} 1"#,
+        r#"wharf_auth_denials_total{reason="blocked",way="mqtt"} 0"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in:\n{metrics}"
+        );
+    }
+    let o = call(
+        b.addr,
+        "GET",
+        "/admin/overview",
+        Some(&bearer(ROOT_TOKEN)),
+        "",
+    );
+    assert_eq!(o.body["denials"]["no_credentials_in_time"], 1, "{}", o.body);
+    assert_eq!(o.body["denials"]["bad_credentials"], 1, "{}", o.body);
     // MQTT over TCP: a connection that sends nothing is closed.
     let mut t = std::net::TcpStream::connect(b.mqtt_addr.unwrap()).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -218,6 +218,7 @@ fn binary_prints_password_hashes_and_tokens() {
                 password: pw,
             },
             None,
+            wharf::auth::Way::Http,
         ))
     };
     assert!(check(b"correct horse").is_ok());

@@ -208,7 +208,11 @@ impl MqttSession {
             (Some(password), _) => {
                 let user = c.username.as_deref().unwrap_or("");
                 self.auth
-                    .authenticate(Credential::Password { user, password }, self.peer)
+                    .authenticate(
+                        Credential::Password { user, password },
+                        self.peer,
+                        crate::auth::Way::Mqtt,
+                    )
                     .await
             }
             (None, Some(p)) => Ok(p.clone()),

@@ -2,7 +2,7 @@
 //! credential, and learns the session's limits; later it may present a
 //! fresh credential for the same principal.
 
-use crate::auth::{AuthError, Credential};
+use crate::auth::{AuthError, Credential, Way};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{
     ErrorCode, Hello, Limits, PROTOCOL_VERSION, Refresh, ServerFrame, Welcome,
@@ -46,7 +46,7 @@ pub(in crate::session) async fn hello(session: &mut Session, format: Format, h: 
         (Some(token), _) => {
             session
                 .auth
-                .authenticate(Credential::Token(token), session.peer)
+                .authenticate(Credential::Token(token), session.peer, Way::Native)
                 .await
         }
         (None, Some(p)) => Ok(p.clone()),
@@ -104,7 +104,7 @@ pub(in crate::session) async fn refresh(session: &mut Session, format: Format, r
     };
     match session
         .auth
-        .authenticate(Credential::Token(&r.token), session.peer)
+        .authenticate(Credential::Token(&r.token), session.peer, Way::Native)
         .await
     {
         Ok(p) if p.id() == current.id() => {
