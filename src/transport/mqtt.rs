@@ -57,6 +57,10 @@ impl Handler for Mqtt {
         self.metrics.bytes_in.add(Protocol::MqttWs, bytes as u64);
     }
 
+    fn idle_closed(&mut self) {
+        self.session.idle_closed();
+    }
+
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {
         if kind == MessageKind::Text {
             return self.close(1003, "MQTT travels in binary frames".into());

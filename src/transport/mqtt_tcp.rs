@@ -101,6 +101,7 @@ where
                     break;
                 }
                 if now >= session.idle_deadline() {
+                    session.idle_closed();
                     close(&out, 1001, close_reason::KEEP_ALIVE.into());
                     break;
                 }

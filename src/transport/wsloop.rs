@@ -90,6 +90,8 @@ pub(crate) trait Handler {
     }
     /// Bytes arrived (counted per protocol).
     fn received(&self, _bytes: usize) {}
+    /// The read loop is closing the connection for silence.
+    fn idle_closed(&mut self) {}
     /// Polled with the socket: `Ready` when the app handed the
     /// connection something ([`crate::sockets::Sockets::tell`]), which
     /// [`Handler::event`] then takes. Never, by default.
@@ -433,6 +435,7 @@ pub(crate) async fn read_loop<H: Handler, S: ByteFeed>(
                     break 'conn;
                 }
                 if now >= reader.handler.idle_deadline(last_heard) {
+                    reader.handler.idle_closed();
                     reader.close(1001, crate::session::close_reason::IDLE, false);
                     break 'conn;
                 }

@@ -1120,6 +1120,13 @@ fn connections_without_credentials_are_closed_at_the_hello_timeout() {
         "{:?}",
         started.elapsed()
     );
+    // And counted as such.
+    let (_, _, metrics) = common::http_request(b.addr, "GET", "/metrics", &auth, "");
+    let line = r#"wharf_auth_denials_total{reason="no_credentials_in_time",way="mqtt"} 1"#;
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "no {line:?} in:\n{metrics}"
+    );
 }
 
 // ---------------------------------------------------------------------

@@ -310,6 +310,18 @@ impl MqttSession {
         self.last_packet + self.idle_timeout()
     }
 
+    /// The connection is being closed for silence: one that never sent
+    /// its CONNECT is counted as denied for bringing no credentials in
+    /// time (`[session] hello_timeout_s`).
+    pub fn idle_closed(&self) {
+        if self.connected.is_none() {
+            self.auth.deny(
+                crate::auth::Denial::NoCredentialsInTime,
+                crate::auth::Way::Mqtt,
+            );
+        }
+    }
+
     /// Bytes from a WebSocket message: decodes and handles every complete
     /// packet. `Err` ends the connection (a protocol violation, or
     /// DISCONNECT with code 1000).
