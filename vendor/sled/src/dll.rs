@@ -60,7 +60,11 @@ impl Drop for DoublyLinkedList {
 
 impl Default for DoublyLinkedList {
     fn default() -> Self {
-        Self { head: ptr::null_mut(), tail: ptr::null_mut(), len: 0 }
+        Self {
+            head: ptr::null_mut(),
+            tail: ptr::null_mut(),
+            len: 0,
+        }
     }
 }
 
@@ -72,7 +76,11 @@ impl DoublyLinkedList {
     pub(crate) fn push_head(&mut self, item: PageId) -> *mut Node {
         self.len += 1;
 
-        let node = Node { inner: item, next: ptr::null_mut(), prev: self.head };
+        let node = Node {
+            inner: item,
+            next: ptr::null_mut(),
+            prev: self.head,
+        };
 
         let ptr = Box::into_raw(Box::new(node));
 
@@ -100,7 +108,11 @@ impl DoublyLinkedList {
     pub(crate) fn push_tail(&mut self, item: PageId) {
         self.len += 1;
 
-        let node = Node { inner: item, next: self.tail, prev: ptr::null_mut() };
+        let node = Node {
+            inner: item,
+            next: self.tail,
+            prev: ptr::null_mut(),
+        };
 
         let ptr = Box::into_raw(Box::new(node));
 

@@ -4,11 +4,7 @@ use parking_lot::Mutex;
 
 use crate::Lazy;
 
-type HM = HashMap<
-    &'static str,
-    u64,
-    std::hash::BuildHasherDefault<fxhash::FxHasher64>,
->;
+type HM = HashMap<&'static str, u64, std::hash::BuildHasherDefault<fxhash::FxHasher64>>;
 
 static ACTIVE: Lazy<Mutex<HM>, fn() -> Mutex<HM>> = Lazy::new(init);
 

@@ -43,16 +43,12 @@ pub struct Iter {
 
 impl Iter {
     /// Iterate over the keys of this Tree
-    pub fn keys(
-        self,
-    ) -> impl DoubleEndedIterator<Item = Result<IVec>> + Send + Sync {
+    pub fn keys(self) -> impl DoubleEndedIterator<Item = Result<IVec>> + Send + Sync {
         self.map(|r| r.map(|(k, _v)| k))
     }
 
     /// Iterate over the values of this Tree
-    pub fn values(
-        self,
-    ) -> impl DoubleEndedIterator<Item = Result<IVec>> + Send + Sync {
+    pub fn values(self) -> impl DoubleEndedIterator<Item = Result<IVec>> + Send + Sync {
         self.map(|r| r.map(|(_k, v)| v))
     }
 
@@ -61,9 +57,7 @@ impl Iter {
             (Bound::Included(ref start), Bound::Included(ref end))
             | (Bound::Included(ref start), Bound::Excluded(ref end))
             | (Bound::Excluded(ref start), Bound::Included(ref end))
-            | (Bound::Excluded(ref start), Bound::Excluded(ref end)) => {
-                start > end
-            }
+            | (Bound::Excluded(ref start), Bound::Excluded(ref end)) => start > end,
             _ => false,
         }
     }
@@ -85,15 +79,13 @@ impl Iter {
 
     pub(crate) fn next_inner(&mut self) -> Option<<Self as Iterator>::Item> {
         let guard = pin();
-        let (mut pid, mut node) = if let (true, Some((pid, node))) =
-            (self.going_forward, self.cached_node.take())
-        {
-            (pid, node)
-        } else {
-            let view =
-                iter_try!(self.tree.view_for_key(self.low_key(), &guard));
-            (view.pid, view.deref().clone())
-        };
+        let (mut pid, mut node) =
+            if let (true, Some((pid, node))) = (self.going_forward, self.cached_node.take()) {
+                (pid, node)
+            } else {
+                let view = iter_try!(self.tree.view_for_key(self.low_key(), &guard));
+                (view.pid, view.deref().clone())
+            };
 
         for _ in 0..MAX_LOOPS {
             if self.bounds_collapsed() {
@@ -102,8 +94,7 @@ impl Iter {
 
             if !node.contains_upper_bound(&self.lo) {
                 // node too low (maybe merged, maybe exhausted?)
-                let view =
-                    iter_try!(self.tree.view_for_key(self.low_key(), &guard));
+                let view = iter_try!(self.tree.view_for_key(self.low_key(), &guard));
 
                 pid = view.pid;
                 node = view.deref().clone();
@@ -167,15 +158,13 @@ impl DoubleEndedIterator for Iter {
         let guard = pin();
         let _cc = concurrency_control::read();
 
-        let (mut pid, mut node) = if let (false, Some((pid, node))) =
-            (self.going_forward, self.cached_node.take())
-        {
-            (pid, node)
-        } else {
-            let view =
-                iter_try!(self.tree.view_for_key(self.high_key(), &guard));
-            (view.pid, view.deref().clone())
-        };
+        let (mut pid, mut node) =
+            if let (false, Some((pid, node))) = (self.going_forward, self.cached_node.take()) {
+                (pid, node)
+            } else {
+                let view = iter_try!(self.tree.view_for_key(self.high_key(), &guard));
+                (view.pid, view.deref().clone())
+            };
 
         for _ in 0..MAX_LOOPS {
             if self.bounds_collapsed() {
@@ -184,8 +173,7 @@ impl DoubleEndedIterator for Iter {
 
             if !node.contains_upper_bound(&self.hi) {
                 // node too low (maybe merged, maybe exhausted?)
-                let view =
-                    iter_try!(self.tree.view_for_key(self.high_key(), &guard));
+                let view = iter_try!(self.tree.view_for_key(self.high_key(), &guard));
 
                 pid = view.pid;
                 node = view.deref().clone();

@@ -290,8 +290,7 @@ mod measure_allocs;
 
 #[cfg(feature = "measure_allocs")]
 #[global_allocator]
-static ALLOCATOR: measure_allocs::TrackingAllocator =
-    measure_allocs::TrackingAllocator;
+static ALLOCATOR: measure_allocs::TrackingAllocator = measure_allocs::TrackingAllocator;
 
 const DEFAULT_TREE_ID: &[u8] = b"__sled__default";
 
@@ -303,17 +302,14 @@ pub use {
         lazy::Lazy,
         pagecache::{
             constants::{
-                MAX_MSG_HEADER_LEN, MAX_SPACE_AMPLIFICATION,
-                MINIMUM_ITEMS_PER_SEGMENT, SEG_HEADER_LEN,
+                MAX_MSG_HEADER_LEN, MAX_SPACE_AMPLIFICATION, MINIMUM_ITEMS_PER_SEGMENT,
+                SEG_HEADER_LEN,
             },
-            BatchManifest, DiskPtr, Log, LogKind, LogOffset, LogRead, Lsn,
-            PageCache, PageId,
+            BatchManifest, DiskPtr, Log, LogKind, LogOffset, LogRead, Lsn, PageCache, PageId,
         },
         serialization::Serialize,
     },
-    crossbeam_epoch::{
-        pin as crossbeam_pin, Atomic, Guard as CrossbeamGuard, Owned, Shared,
-    },
+    crossbeam_epoch::{pin as crossbeam_pin, Atomic, Guard as CrossbeamGuard, Owned, Shared},
 };
 
 pub use self::{
@@ -364,7 +360,11 @@ use {
 
 #[doc(hidden)]
 pub fn pin() -> Guard {
-    Guard { inner: crossbeam_pin(), readset: vec![], writeset: vec![] }
+    Guard {
+        inner: crossbeam_pin(),
+        readset: vec![],
+        writeset: vec![],
+    }
 }
 
 #[doc(hidden)]
@@ -431,18 +431,13 @@ pub(crate) enum Link {
 
 /// A fast map that is not resistant to collision attacks. Works
 /// on 8 bytes at a time.
-pub(crate) type FastMap8<K, V> = std::collections::HashMap<
-    K,
-    V,
-    std::hash::BuildHasherDefault<fxhash::FxHasher64>,
->;
+pub(crate) type FastMap8<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<fxhash::FxHasher64>>;
 
 /// A fast set that is not resistant to collision attacks. Works
 /// on 8 bytes at a time.
-pub(crate) type FastSet8<V> = std::collections::HashSet<
-    V,
-    std::hash::BuildHasherDefault<fxhash::FxHasher64>,
->;
+pub(crate) type FastSet8<V> =
+    std::collections::HashSet<V, std::hash::BuildHasherDefault<fxhash::FxHasher64>>;
 
 /// A function that may be configured on a particular shared `Tree`
 /// that will be applied as a kind of read-modify-write operator
@@ -504,14 +499,8 @@ pub(crate) type FastSet8<V> = std::collections::HashSet<
 /// assert_eq!(tree.get(k), Ok(Some(IVec::from(vec![4]))));
 /// # Ok(()) }
 /// ```
-pub trait MergeOperator:
-    Fn(&[u8], Option<&[u8]>, &[u8]) -> Option<Vec<u8>>
-{
-}
-impl<F> MergeOperator for F where
-    F: Fn(&[u8], Option<&[u8]>, &[u8]) -> Option<Vec<u8>>
-{
-}
+pub trait MergeOperator: Fn(&[u8], Option<&[u8]>, &[u8]) -> Option<Vec<u8>> {}
+impl<F> MergeOperator for F where F: Fn(&[u8], Option<&[u8]>, &[u8]) -> Option<Vec<u8>> {}
 
 mod compile_time_assertions {
     use crate::*;

@@ -49,9 +49,7 @@ struct AccessQueue {
 impl Default for AccessQueue {
     fn default() -> AccessQueue {
         AccessQueue {
-            writing: AtomicPtr::new(Box::into_raw(Box::new(
-                AccessBlock::default(),
-            ))),
+            writing: AtomicPtr::new(Box::into_raw(Box::new(AccessBlock::default()))),
             full_list: AtomicPtr::default(),
         }
     }
@@ -81,8 +79,7 @@ impl AccessQueue {
                 // install new writer
                 let new = Box::into_raw(Box::new(AccessBlock::default()));
                 debug_delay();
-                let prev =
-                    self.writing.compare_and_swap(head, new, Ordering::Release);
+                let prev = self.writing.compare_and_swap(head, new, Ordering::Release);
                 if prev != head {
                     // we lost the CAS, free the new item that was
                     // never published to other threads
@@ -100,11 +97,9 @@ impl AccessQueue {
                     // we loop because maybe other threads are pushing stuff too
                     block.next.store(full_list_ptr, Ordering::Release);
                     debug_delay();
-                    ret = self.full_list.compare_and_swap(
-                        full_list_ptr,
-                        head,
-                        Ordering::Release,
-                    );
+                    ret = self
+                        .full_list
+                        .compare_and_swap(full_list_ptr, head, Ordering::Release);
                     ret != full_list_ptr
                 } {
                     full_list_ptr = ret;
@@ -118,7 +113,11 @@ impl AccessQueue {
         debug_delay();
         let ptr = self.full_list.swap(std::ptr::null_mut(), Ordering::AcqRel);
 
-        CacheAccessIter { guard, current_offset: 0, current_block: ptr }
+        CacheAccessIter {
+            guard,
+            current_offset: 0,
+            current_block: ptr,
+        }
     }
 }
 
@@ -134,8 +133,7 @@ impl Drop for AccessQueue {
         while !head.is_null() {
             unsafe {
                 debug_delay();
-                let next =
-                    (*head).next.swap(std::ptr::null_mut(), Ordering::Release);
+                let next = (*head).next.swap(std::ptr::null_mut(), Ordering::Release);
                 drop(Box::from_raw(head));
                 head = next;
             }
@@ -174,8 +172,7 @@ impl<'a> Iterator for CacheAccessIter<'a> {
                 // the offset and setting the value to something other
                 // than 0 (and 0 is an invalid value)
                 debug_delay();
-                next = current_block.block[self.current_offset]
-                    .load(Ordering::Acquire);
+                next = current_block.block[self.current_offset].load(Ordering::Acquire);
             }
             self.current_offset += 1;
             return Some(CacheAccess(next));
@@ -190,8 +187,7 @@ struct CacheAccess(u64);
 
 impl CacheAccess {
     fn new(pid: PageId, sz: u64) -> CacheAccess {
-        let rounded_up_power_of_2 =
-            u64::from(sz.next_power_of_two().trailing_zeros());
+        let rounded_up_power_of_2 = u64::from(sz.next_power_of_two().trailing_zeros());
 
         assert!(rounded_up_power_of_2 < 256);
 
@@ -224,7 +220,10 @@ impl Lru {
 
         let mut shards = Vec::with_capacity(N_SHARDS);
         shards.resize_with(N_SHARDS, || {
-            (AccessQueue::default(), FastLock::new(Shard::new(shard_capacity)))
+            (
+                AccessQueue::default(),
+                FastLock::new(Shard::new(shard_capacity)),
+            )
         });
 
         Self { shards }
@@ -239,12 +238,7 @@ impl Lru {
     ///   shards:  1 0 1 0 1 0 1 0 1 0
     ///   shard 0:   2   4   6   8   10
     ///   shard 1: 1   3   5   7   9
-    pub(crate) fn accessed(
-        &self,
-        id: PageId,
-        item_size: u64,
-        guard: &Guard,
-    ) -> Vec<PageId> {
+    pub(crate) fn accessed(&self, id: PageId, item_size: u64, guard: &Guard) -> Vec<PageId> {
         let mut ret = vec![];
         let shards = self.shards.len() as u64;
         let (shard_idx, item_pos) = (id % shards, id / shards);
@@ -258,8 +252,7 @@ impl Lru {
                 let accesses = stack.take(guard);
                 for item in accesses {
                     let (item_pos, item_size) = item.decompose();
-                    let to_evict =
-                        shard.accessed(safe_usize(item_pos), item_size);
+                    let to_evict = shard.accessed(safe_usize(item_pos), item_size);
                     // map shard internal offsets to global items ids
                     for pos in to_evict {
                         let item = (pos * shards) + shard_idx;
@@ -280,7 +273,10 @@ struct Entry {
 
 impl Default for Entry {
     fn default() -> Self {
-        Self { ptr: ptr::null_mut(), size: 0 }
+        Self {
+            ptr: ptr::null_mut(),
+            size: 0,
+        }
     }
 }
 

@@ -14,11 +14,7 @@ impl Meta {
     }
 
     /// Set the `PageId` associated with an identifier
-    pub(crate) fn set_root(
-        &mut self,
-        name: IVec,
-        pid: PageId,
-    ) -> Option<PageId> {
+    pub(crate) fn set_root(&mut self, name: IVec, pid: PageId) -> Option<PageId> {
         self.inner.insert(name, pid)
     }
 
@@ -35,20 +31,14 @@ impl Meta {
     pub(crate) fn rss(&self) -> u64 {
         self.inner
             .iter()
-            .map(|(k, _pid)| {
-                k.len() as u64 + std::mem::size_of::<PageId>() as u64
-            })
+            .map(|(k, _pid)| k.len() as u64 + std::mem::size_of::<PageId>() as u64)
             .sum()
     }
 }
 
 /// Open or create a new disk-backed Tree with its own keyspace,
 /// accessible from the `Db` via the provided identifier.
-pub(crate) fn open_tree<V>(
-    context: &Context,
-    raw_name: V,
-    guard: &Guard,
-) -> Result<Tree>
+pub(crate) fn open_tree<V>(context: &Context, raw_name: V, guard: &Guard) -> Result<Tree>
 where
     V: Into<IVec>,
 {
@@ -89,12 +79,9 @@ where
 
         debug!("allocated pid {} for root of new_tree {:?}", root_id, name);
 
-        let res = context.pagecache.cas_root_in_meta(
-            &name,
-            None,
-            Some(root_id),
-            guard,
-        )?;
+        let res = context
+            .pagecache
+            .cas_root_in_meta(&name, None, Some(root_id), guard)?;
 
         if res.is_err() {
             // clean up the tree we just created if we couldn't

@@ -294,8 +294,8 @@ impl Metrics {
             lat("pull", &self.pull),
             lat("page_out", &self.page_out),
         ]);
-        let hit_ratio = (self.get_page.count() - self.pull.count()) * 100
-            / (self.get_page.count() + 1);
+        let hit_ratio =
+            (self.get_page.count() - self.pull.count()) * 100 / (self.get_page.count() + 1);
         println!("hit ratio: {}%", hit_ratio);
 
         println!("{}", std::iter::repeat("-").take(134).collect::<String>());
@@ -320,13 +320,11 @@ impl Metrics {
             lat("reserve lat", &self.reserve_lat),
             sz("reserve sz", &self.reserve_sz),
         ]);
-        let log_reservations =
-            std::cmp::max(1, self.log_reservations.load(Acquire));
+        let log_reservations = std::cmp::max(1, self.log_reservations.load(Acquire));
         let log_reservation_attempts =
             std::cmp::max(1, self.log_reservation_attempts.load(Acquire));
         let log_reservation_retry_rate =
-            (log_reservation_attempts - log_reservations) * 100
-                / (log_reservations + 1);
+            (log_reservation_attempts - log_reservations) * 100 / (log_reservations + 1);
         println!("log reservations: {}", log_reservations);
         println!(
             "log res attempts: {}, ({}% retry rate)",
@@ -359,10 +357,7 @@ impl Metrics {
 
         #[cfg(feature = "measure_allocs")]
         {
-            println!(
-                "{}",
-                std::iter::repeat("-").take(134).collect::<String>()
-            );
+            println!("{}", std::iter::repeat("-").take(134).collect::<String>());
             println!("allocation statistics:");
             println!(
                 "total allocations: {}",

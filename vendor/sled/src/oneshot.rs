@@ -19,7 +19,12 @@ struct OneShotState<T> {
 
 impl<T> Default for OneShotState<T> {
     fn default() -> OneShotState<T> {
-        OneShotState { filled: false, fused: false, item: None, waker: None }
+        OneShotState {
+            filled: false,
+            fused: false,
+            item: None,
+            waker: None,
+        }
     }
 }
 
@@ -42,7 +47,10 @@ impl<T> OneShot<T> {
     pub fn pair() -> (OneShotFiller<T>, Self) {
         let mu = Arc::new(Mutex::new(OneShotState::default()));
         let cv = Arc::new(Condvar::new());
-        let future = Self { mu: mu.clone(), cv: cv.clone() };
+        let future = Self {
+            mu: mu.clone(),
+            cv: cv.clone(),
+        };
         let filler = OneShotFiller { mu, cv };
 
         (filler, future)
@@ -78,12 +86,11 @@ impl<T> OneShot<T> {
             if res.timed_out() {
                 return Err(std::sync::mpsc::RecvTimeoutError::Disconnected);
             }
-            timeout =
-                if let Some(timeout) = timeout.checked_sub(start.elapsed()) {
-                    timeout
-                } else {
-                    Duration::from_nanos(0)
-                };
+            timeout = if let Some(timeout) = timeout.checked_sub(start.elapsed()) {
+                timeout
+            } else {
+                Duration::from_nanos(0)
+            };
         }
         if let Some(item) = inner.item.take() {
             Ok(item)

@@ -8,9 +8,7 @@ use std::{
 
 use crate::{
     node::{Index, Leaf},
-    pagecache::{
-        BatchManifest, MessageHeader, PageState, SegmentNumber, Snapshot,
-    },
+    pagecache::{BatchManifest, MessageHeader, PageState, SegmentNumber, Snapshot},
     Data, DiskPtr, Error, IVec, Link, Meta, Node, Result,
 };
 
@@ -215,9 +213,7 @@ impl Serialize for u64 {
         }
         let (res, scoot) = match buf[0] {
             0..=240 => (u64::from(buf[0]), 1),
-            241..=248 => {
-                (240 + 256 * (u64::from(buf[0]) - 241) + u64::from(buf[1]), 2)
-            }
+            241..=248 => (240 + 256 * (u64::from(buf[0]) - 241) + u64::from(buf[1]), 2),
             249 => (2288 + 256 * u64::from(buf[1]) + u64::from(buf[2]), 3),
             other => {
                 let sz = other as usize - 247;
@@ -331,7 +327,9 @@ impl Serialize for Meta {
     }
 
     fn deserialize(buf: &mut &[u8]) -> Result<Self> {
-        Ok(Meta { inner: deserialize_sequence(buf)? })
+        Ok(Meta {
+            inner: deserialize_sequence(buf)?,
+        })
     }
 }
 
@@ -345,8 +343,7 @@ impl Serialize for Link {
                     + u64::try_from(value.len()).unwrap()
             }
             Link::Del(key) => {
-                1 + (key.len() as u64).serialized_size()
-                    + u64::try_from(key.len()).unwrap()
+                1 + (key.len() as u64).serialized_size() + u64::try_from(key.len()).unwrap()
             }
             Link::ParentMergeIntention(a) => 1 + a.serialized_size(),
             Link::ParentMergeConfirm | Link::ChildMergeCap => 1,
@@ -407,7 +404,11 @@ impl Serialize for Option<u64> {
     }
     fn deserialize(buf: &mut &[u8]) -> Result<Self> {
         let shifted = u64::deserialize(buf)?;
-        let unshifted = if shifted == 0 { None } else { Some(shifted - 1) };
+        let unshifted = if shifted == 0 {
+            None
+        } else {
+            Some(shifted - 1)
+        };
         Ok(unshifted)
     }
 }
@@ -612,9 +613,7 @@ impl Serialize for DiskPtr {
     fn serialized_size(&self) -> u64 {
         match self {
             DiskPtr::Inline(a) => 1 + a.serialized_size(),
-            DiskPtr::Blob(a, b) => {
-                1 + a.serialized_size() + b.serialized_size()
-            }
+            DiskPtr::Blob(a, b) => 1 + a.serialized_size() + b.serialized_size(),
         }
     }
 
@@ -649,9 +648,7 @@ impl Serialize for DiskPtr {
 impl Serialize for PageState {
     fn serialized_size(&self) -> u64 {
         match self {
-            PageState::Free(a, disk_ptr) => {
-                1 + a.serialized_size() + disk_ptr.serialized_size()
-            }
+            PageState::Free(a, disk_ptr) => 1 + a.serialized_size() + disk_ptr.serialized_size(),
             PageState::Present { base, frags } => {
                 1 + base.serialized_size()
                     + frags
@@ -671,8 +668,8 @@ impl Serialize for PageState {
                 disk_ptr.serialize_into(buf);
             }
             PageState::Present { base, frags } => {
-                let frags_len: u8 = 1 + u8::try_from(frags.len())
-                    .expect("should never have more than 255 frags");
+                let frags_len: u8 =
+                    1 + u8::try_from(frags.len()).expect("should never have more than 255 frags");
                 frags_len.serialize_into(buf);
                 base.serialize_into(buf);
                 serialize_3tuple_ref_sequence(frags.iter(), buf);
@@ -688,10 +685,7 @@ impl Serialize for PageState {
         let discriminant = buf[0];
         *buf = &buf[1..];
         Ok(match discriminant {
-            0 => PageState::Free(
-                i64::deserialize(buf)?,
-                DiskPtr::deserialize(buf)?,
-            ),
+            0 => PageState::Free(i64::deserialize(buf)?, DiskPtr::deserialize(buf)?),
             len => PageState::Present {
                 base: Serialize::deserialize(buf)?,
                 frags: deserialize_bounded_sequence(buf, usize::from(len - 1))?,
@@ -719,9 +713,7 @@ impl<A: Serialize, B: Serialize> Serialize for (A, B) {
 
 impl<A: Serialize, B: Serialize, C: Serialize> Serialize for (A, B, C) {
     fn serialized_size(&self) -> u64 {
-        self.0.serialized_size()
-            + self.1.serialized_size()
-            + self.2.serialized_size()
+        self.0.serialized_size() + self.1.serialized_size() + self.2.serialized_size()
     }
 
     fn serialize_into(&self, buf: &mut &mut [u8]) {
@@ -774,18 +766,23 @@ fn deserialize_sequence<T: Serialize, R>(buf: &mut &[u8]) -> Result<R>
 where
     R: FromIterator<T>,
 {
-    let iter = ConsumeSequence { buf, _t: PhantomData, done: false };
+    let iter = ConsumeSequence {
+        buf,
+        _t: PhantomData,
+        done: false,
+    };
     iter.collect()
 }
 
-fn deserialize_bounded_sequence<T: Serialize, R>(
-    buf: &mut &[u8],
-    bound: usize,
-) -> Result<R>
+fn deserialize_bounded_sequence<T: Serialize, R>(buf: &mut &[u8], bound: usize) -> Result<R>
 where
     R: FromIterator<T>,
 {
-    let iter = ConsumeSequence { buf, _t: PhantomData, done: false };
+    let iter = ConsumeSequence {
+        buf,
+        _t: PhantomData,
+        done: false,
+    };
     iter.take(bound).collect()
 }
 
@@ -841,7 +838,10 @@ mod qc {
                 for _ in &keys {
                     values.push(Arbitrary::arbitrary(g))
                 }
-                Data::Index(Index { keys, pointers: values })
+                Data::Index(Index {
+                    keys,
+                    pointers: values,
+                })
             } else {
                 let keys = Arbitrary::arbitrary(g);
                 let mut values = vec![];
@@ -858,12 +858,7 @@ mod qc {
                     let index = index.clone();
                     Box::new(index.keys.shrink().map(move |keys| {
                         Data::Index(Index {
-                            pointers: index
-                                .pointers
-                                .iter()
-                                .take(keys.len())
-                                .copied()
-                                .collect(),
+                            pointers: index.pointers.iter().take(keys.len()).copied().collect(),
                             keys,
                         })
                     }))
@@ -872,12 +867,7 @@ mod qc {
                     let leaf = leaf.clone();
                     Box::new(leaf.keys.shrink().map(move |keys| {
                         Data::Leaf(Leaf {
-                            values: leaf
-                                .values
-                                .iter()
-                                .take(keys.len())
-                                .cloned()
-                                .collect(),
+                            values: leaf.values.iter().take(keys.len()).cloned().collect(),
                             keys,
                         })
                     }))
@@ -906,7 +896,10 @@ mod qc {
         fn shrink(&self) -> Box<dyn Iterator<Item = Node>> {
             let data_shrinker = self.data.shrink().map({
                 let node = self.clone();
-                move |data| Node { data, ..node.clone() }
+                move |data| Node {
+                    data,
+                    ..node.clone()
+                }
             });
 
             let hi_shrinker = self.hi.shrink().map({
@@ -951,7 +944,9 @@ mod qc {
 
     impl Arbitrary for Meta {
         fn arbitrary<G: Gen>(g: &mut G) -> Meta {
-            Meta { inner: Arbitrary::arbitrary(g) }
+            Meta {
+                inner: Arbitrary::arbitrary(g),
+            }
         }
 
         fn shrink(&self) -> Box<dyn Iterator<Item = Meta>> {

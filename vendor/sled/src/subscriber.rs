@@ -118,12 +118,11 @@ impl Subscriber {
             } else {
                 self.rx.recv_timeout(timeout)?
             };
-            timeout =
-                if let Some(timeout) = timeout.checked_sub(start.elapsed()) {
-                    timeout
-                } else {
-                    Duration::from_nanos(0)
-                };
+            timeout = if let Some(timeout) = timeout.checked_sub(start.elapsed()) {
+                timeout
+            } else {
+                Duration::from_nanos(0)
+            };
 
             let start = Instant::now();
             match future_rx.wait_timeout(timeout) {
@@ -134,12 +133,11 @@ impl Subscriber {
                     return Err(timeout_error);
                 }
             }
-            timeout =
-                if let Some(timeout) = timeout.checked_sub(start.elapsed()) {
-                    timeout
-                } else {
-                    Duration::from_nanos(0)
-                };
+            timeout = if let Some(timeout) = timeout.checked_sub(start.elapsed()) {
+                timeout
+            } else {
+                Duration::from_nanos(0)
+            };
         }
     }
 }
@@ -147,10 +145,7 @@ impl Subscriber {
 impl Future for Subscriber {
     type Output = Option<Event>;
 
-    fn poll(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Self::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             let mut future_rx = if let Some(future_rx) = self.existing.take() {
                 future_rx
@@ -158,9 +153,7 @@ impl Future for Subscriber {
                 match self.rx.try_recv() {
                     Ok(future_rx) => future_rx,
                     Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        return Poll::Ready(None)
-                    }
+                    Err(TryRecvError::Disconnected) => return Poll::Ready(None),
                 }
             };
 
@@ -206,8 +199,7 @@ impl Drop for Subscribers {
         let watched = self.watched.read();
 
         for senders in watched.values() {
-            let senders =
-                std::mem::replace(&mut *senders.write(), Map::default());
+            let senders = std::mem::replace(&mut *senders.write(), Map::default());
             for (_, (waker, sender)) in senders {
                 drop(sender);
                 if let Some(waker) = waker {
@@ -229,10 +221,7 @@ impl Subscribers {
                 drop(r_mu);
                 let mut w_mu = self.watched.write();
                 if !w_mu.contains_key(prefix) {
-                    let old = w_mu.insert(
-                        prefix.to_vec(),
-                        Arc::new(RwLock::new(Map::default())),
-                    );
+                    let old = w_mu.insert(prefix.to_vec(), Arc::new(RwLock::new(Map::default())));
                     assert!(old.is_none());
                 }
                 drop(w_mu);
@@ -249,13 +238,15 @@ impl Subscribers {
 
         w_senders.insert(id, (None, tx));
 
-        Subscriber { id, rx, existing: None, home: arc_senders.clone() }
+        Subscriber {
+            id,
+            rx,
+            existing: None,
+            home: arc_senders.clone(),
+        }
     }
 
-    pub(crate) fn reserve<R: AsRef<[u8]>>(
-        &self,
-        key: R,
-    ) -> Option<ReservedBroadcast> {
+    pub(crate) fn reserve<R: AsRef<[u8]>>(&self, key: R) -> Option<ReservedBroadcast> {
         if !self.ever_used.load(Relaxed) {
             return None;
         }
@@ -317,11 +308,17 @@ fn basic_subscriber() {
 
     let k2: IVec = vec![].into();
     let r2 = subs.reserve(&k2).unwrap();
-    r2.complete(&Event::Insert { key: k2.clone(), value: k2.clone() });
+    r2.complete(&Event::Insert {
+        key: k2.clone(),
+        value: k2.clone(),
+    });
 
     let k3: IVec = vec![0].into();
     let r3 = subs.reserve(&k3).unwrap();
-    r3.complete(&Event::Insert { key: k3.clone(), value: k3.clone() });
+    r3.complete(&Event::Insert {
+        key: k3.clone(),
+        value: k3.clone(),
+    });
 
     let k4: IVec = vec![0, 1].into();
     let r4 = subs.reserve(&k4).unwrap();
@@ -329,7 +326,10 @@ fn basic_subscriber() {
 
     let k5: IVec = vec![0, 1, 2].into();
     let r5 = subs.reserve(&k5).unwrap();
-    r5.complete(&Event::Insert { key: k5.clone(), value: k5.clone() });
+    r5.complete(&Event::Insert {
+        key: k5.clone(),
+        value: k5.clone(),
+    });
 
     let k6: IVec = vec![1, 1, 2].into();
     let r6 = subs.reserve(&k6).unwrap();
@@ -341,7 +341,10 @@ fn basic_subscriber() {
 
     let k8: IVec = vec![1, 2, 2].into();
     let r8 = subs.reserve(&k8).unwrap();
-    r8.complete(&Event::Insert { key: k8.clone(), value: k8.clone() });
+    r8.complete(&Event::Insert {
+        key: k8.clone(),
+        value: k8.clone(),
+    });
 
     assert_eq!(s1.next().unwrap().key(), &*k2);
     assert_eq!(s1.next().unwrap().key(), &*k3);

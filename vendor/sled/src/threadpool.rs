@@ -9,10 +9,7 @@ use std::{
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::{
-    debug_delay, warn, Acquire, AtomicUsize, Error, Lazy, OneShot, Result,
-    SeqCst,
-};
+use crate::{debug_delay, warn, Acquire, AtomicUsize, Error, Lazy, OneShot, Result, SeqCst};
 
 // This is lower for CI reasons.
 #[cfg(windows)]
@@ -89,7 +86,10 @@ fn init_queue() -> Queue {
             log::error!("failed to initialize threadpool: {:?}", e);
         }
     }
-    Queue { cv: Condvar::new(), mu: Mutex::new(VecDeque::new()) }
+    Queue {
+        cv: Condvar::new(),
+        mu: Mutex::new(VecDeque::new()),
+    }
 }
 
 fn perform_work(is_immortal: bool) {
@@ -138,9 +138,7 @@ fn maybe_spawn_new_thread() -> Result<()> {
     debug_delay();
     let waiting_threads = WAITING_THREAD_COUNT.load(Acquire);
 
-    if waiting_threads >= DESIRED_WAITING_THREADS
-        || total_workers >= MAX_THREADS
-    {
+    if waiting_threads >= DESIRED_WAITING_THREADS || total_workers >= MAX_THREADS {
         return Ok(());
     }
 

@@ -83,10 +83,7 @@ use std::collections::HashMap as Map;
 #[cfg(feature = "testing")]
 use std::collections::BTreeMap as Map;
 
-use crate::{
-    concurrency_control, pin, Batch, Error, Guard, IVec, Protector, Result,
-    Tree,
-};
+use crate::{concurrency_control, pin, Batch, Error, Guard, IVec, Protector, Result, Tree};
 
 /// A transaction that will
 /// be applied atomically to the
@@ -145,9 +142,7 @@ impl From<Error> for UnabortableTransactionError {
 impl<E> From<UnabortableTransactionError> for ConflictableTransactionError<E> {
     fn from(error: UnabortableTransactionError) -> Self {
         match error {
-            UnabortableTransactionError::Conflict => {
-                ConflictableTransactionError::Conflict
-            }
+            UnabortableTransactionError::Conflict => ConflictableTransactionError::Conflict,
             UnabortableTransactionError::Storage(error) => {
                 ConflictableTransactionError::Storage(error)
             }
@@ -187,9 +182,7 @@ impl<E: fmt::Display> fmt::Display for ConflictableTransactionError<E> {
     }
 }
 
-impl<E: std::error::Error> std::error::Error
-    for ConflictableTransactionError<E>
-{
+impl<E: std::error::Error> std::error::Error for ConflictableTransactionError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConflictableTransactionError::Storage(ref e) => Some(e),
@@ -246,8 +239,7 @@ impl<T> From<Error> for ConflictableTransactionError<T> {
 /// A transaction-related `Result` which is used for returning the
 /// final result of a transaction after potentially running the provided
 /// closure several times due to underlying conflicts.
-pub type TransactionResult<T, E = ()> =
-    std::result::Result<T, TransactionError<E>>;
+pub type TransactionResult<T, E = ()> = std::result::Result<T, TransactionError<E>>;
 
 impl<T> From<Error> for TransactionError<T> {
     fn from(error: Error) -> Self {
@@ -257,27 +249,19 @@ impl<T> From<Error> for TransactionError<T> {
 
 impl TransactionalTree {
     /// Set a key to a new value
-    pub fn insert<K, V>(
-        &self,
-        key: K,
-        value: V,
-    ) -> UnabortableTransactionResult<Option<IVec>>
+    pub fn insert<K, V>(&self, key: K, value: V) -> UnabortableTransactionResult<Option<IVec>>
     where
         K: AsRef<[u8]> + Into<IVec>,
         V: Into<IVec>,
     {
         let old = self.get(key.as_ref())?;
         let mut writes = self.writes.borrow_mut();
-        let _last_write =
-            writes.insert(key.into(), Some(value.into()));
+        let _last_write = writes.insert(key.into(), Some(value.into()));
         Ok(old)
     }
 
     /// Remove a key
-    pub fn remove<K>(
-        &self,
-        key: K,
-    ) -> UnabortableTransactionResult<Option<IVec>>
+    pub fn remove<K>(&self, key: K) -> UnabortableTransactionResult<Option<IVec>>
     where
         K: AsRef<[u8]> + Into<IVec>,
     {
@@ -288,10 +272,7 @@ impl TransactionalTree {
     }
 
     /// Get the value associated with a key
-    pub fn get<K: AsRef<[u8]>>(
-        &self,
-        key: K,
-    ) -> UnabortableTransactionResult<Option<IVec>> {
+    pub fn get<K: AsRef<[u8]>>(&self, key: K) -> UnabortableTransactionResult<Option<IVec>> {
         let writes = self.writes.borrow();
         if let Some(first_try) = writes.get(key.as_ref()) {
             return Ok(first_try.clone());
@@ -315,10 +296,7 @@ impl TransactionalTree {
     }
 
     /// Atomically apply multiple inserts and removals.
-    pub fn apply_batch(
-        &self,
-        batch: &Batch,
-    ) -> UnabortableTransactionResult<()> {
+    pub fn apply_batch(&self, batch: &Batch) -> UnabortableTransactionResult<()> {
         for (k, v_opt) in &batch.writes {
             if let Some(v) = v_opt {
                 let _old = self.insert(k, v)?;
@@ -360,9 +338,11 @@ impl TransactionalTree {
         let writes = self.writes.borrow();
         let mut guard = pin();
         for (k, v_opt) in &*writes {
-            while self.tree.insert_inner(k, v_opt.clone(), &mut guard)?.is_err()
-            {
-            }
+            while self
+                .tree
+                .insert_inner(k, v_opt.clone(), &mut guard)?
+                .is_err()
+            {}
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 use std::{
-    num::NonZeroU64,
     borrow::Cow,
     fmt::{self, Debug},
+    num::NonZeroU64,
     ops::{self, Deref, RangeBounds},
     sync::atomic::Ordering::SeqCst,
 };
@@ -107,8 +107,8 @@ impl Drop for TreeInner {
                 Ok(_) => continue,
                 Err(e) => {
                     error!("failed to flush data to disk: {:?}", e);
-                    return
-                },
+                    return;
+                }
             }
         }
     }
@@ -162,9 +162,7 @@ impl Tree {
         let _cc = concurrency_control::read();
         loop {
             trace!("setting key {:?}", key.as_ref());
-            if let Ok(res) =
-                self.insert_inner(key.as_ref(), Some(value.clone()), &mut guard)?
-            {
+            if let Ok(res) = self.insert_inner(key.as_ref(), Some(value.clone()), &mut guard)? {
                 return Ok(res);
             }
         }
@@ -182,8 +180,7 @@ impl Tree {
             Measure::new(&M.tree_del)
         };
 
-        let View { node_view, pid, .. } =
-            self.view_for_key(key.as_ref(), guard)?;
+        let View { node_view, pid, .. } = self.view_for_key(key.as_ref(), guard)?;
 
         let mut subscriber_reservation = self.subscribers.reserve(&key);
 
@@ -191,7 +188,7 @@ impl Tree {
 
         if value == last_value {
             // short-circuit a no-op set or delete
-            return Ok(Ok(value))
+            return Ok(Ok(value));
         }
 
         let frag = if let Some(value) = value.clone() {
@@ -200,12 +197,7 @@ impl Tree {
             Link::Del(encoded_key)
         };
 
-        let link = self.context.pagecache.link(
-            pid,
-            node_view.0,
-            frag,
-            guard,
-        )?;
+        let link = self.context.pagecache.link(pid, node_view.0, frag, guard)?;
 
         if link.is_ok() {
             // success
@@ -216,7 +208,9 @@ impl Tree {
                         value,
                     }
                 } else {
-                    subscriber::Event::Remove { key: key.as_ref().into() }
+                    subscriber::Event::Remove {
+                        key: key.as_ref().into(),
+                    }
                 };
 
                 res.complete(&event);
@@ -337,14 +331,9 @@ impl Tree {
     /// assert_eq!(&processed.get(b"k3").unwrap().unwrap(), b"yappin' ligers");
     /// # Ok(()) }
     /// ```
-    pub fn transaction<F, A, E>(
-        &self,
-        f: F,
-    ) -> transaction::TransactionResult<A, E>
+    pub fn transaction<F, A, E>(&self, f: F) -> transaction::TransactionResult<A, E>
     where
-        F: Fn(
-            &transaction::TransactionalTree,
-        ) -> transaction::ConflictableTransactionResult<A, E>,
+        F: Fn(&transaction::TransactionalTree) -> transaction::ConflictableTransactionResult<A, E>,
     {
         Transactional::transaction(&self, f)
     }
@@ -381,11 +370,7 @@ impl Tree {
         self.apply_batch_inner(batch, &mut guard)
     }
 
-    pub(crate) fn apply_batch_inner(
-        &self,
-        batch: Batch,
-        guard: &mut Guard,
-    ) -> Result<()> {
+    pub(crate) fn apply_batch_inner(&self, batch: Batch, guard: &mut Guard) -> Result<()> {
         let peg = self.context.pin_log(guard)?;
         trace!("applying batch {:?}", batch);
         for (k, v_opt) in batch.writes {
@@ -548,11 +533,9 @@ impl Tree {
         // we need to retry caps until old != cur, since just because
         // cap fails it doesn't mean our value was changed.
         loop {
-            let View { pid, node_view, .. } =
-                self.view_for_key(key.as_ref(), &guard)?;
+            let View { pid, node_view, .. } = self.view_for_key(key.as_ref(), &guard)?;
 
-            let (encoded_key, current_value) =
-                node_view.node_kv_pair(key.as_ref());
+            let (encoded_key, current_value) = node_view.node_kv_pair(key.as_ref());
             let matches = match (old.as_ref(), &current_value) {
                 (None, None) => true,
                 (Some(o), Some(ref c)) => o.as_ref() == &**c,
@@ -573,8 +556,10 @@ impl Tree {
             } else {
                 Link::Del(encoded_key)
             };
-            let link =
-                self.context.pagecache.link(pid, node_view.0, frag, &guard)?;
+            let link = self
+                .context
+                .pagecache
+                .link(pid, node_view.0, frag, &guard)?;
 
             if link.is_ok() {
                 if let Some(res) = subscriber_reservation.take() {
@@ -584,7 +569,9 @@ impl Tree {
                             value: new,
                         }
                     } else {
-                        subscriber::Event::Remove { key: key.as_ref().into() }
+                        subscriber::Event::Remove {
+                            key: key.as_ref().into(),
+                        }
                     };
 
                     res.complete(&event);
@@ -641,11 +628,7 @@ impl Tree {
     /// assert_eq!(db.update_and_fetch("counter", increment), Ok(Some(three)));
     /// # Ok(()) }
     /// ```
-    pub fn update_and_fetch<K, V, F>(
-        &self,
-        key: K,
-        mut f: F,
-    ) -> Result<Option<IVec>>
+    pub fn update_and_fetch<K, V, F>(&self, key: K, mut f: F) -> Result<Option<IVec>>
     where
         K: AsRef<[u8]>,
         F: FnMut(Option<&[u8]>) -> Option<V>,
@@ -657,11 +640,7 @@ impl Tree {
         loop {
             let tmp = current.as_ref().map(AsRef::as_ref);
             let next = f(tmp).map(Into::into);
-            match self.compare_and_swap::<_, _, IVec>(
-                key_ref,
-                tmp,
-                next.clone(),
-            )? {
+            match self.compare_and_swap::<_, _, IVec>(key_ref, tmp, next.clone())? {
                 Ok(()) => return Ok(next),
                 Err(CompareAndSwapError { current: cur, .. }) => {
                     current = cur;
@@ -714,11 +693,7 @@ impl Tree {
     /// assert_eq!(db.fetch_and_update("counter", increment), Ok(Some(two)));
     /// # Ok(()) }
     /// ```
-    pub fn fetch_and_update<K, V, F>(
-        &self,
-        key: K,
-        mut f: F,
-    ) -> Result<Option<IVec>>
+    pub fn fetch_and_update<K, V, F>(&self, key: K, mut f: F) -> Result<Option<IVec>>
     where
         K: AsRef<[u8]>,
         F: FnMut(Option<&[u8]>) -> Option<V>,
@@ -815,8 +790,7 @@ impl Tree {
     #[allow(clippy::used_underscore_binding)]
     pub async fn flush_async(&self) -> Result<usize> {
         let pagecache = self.context.pagecache.clone();
-        if let Some(result) = threadpool::spawn(move || pagecache.flush())?.await
-        {
+        if let Some(result) = threadpool::spawn(move || pagecache.flush())?.await {
             result
         } else {
             Err(Error::ReportableBug(
@@ -1036,11 +1010,9 @@ impl Tree {
 
         loop {
             let guard = pin();
-            let View { pid, node_view, .. } =
-                self.view_for_key(key.as_ref(), &guard)?;
+            let View { pid, node_view, .. } = self.view_for_key(key.as_ref(), &guard)?;
 
-            let (encoded_key, current_value) =
-                node_view.node_kv_pair(key.as_ref());
+            let (encoded_key, current_value) = node_view.node_kv_pair(key.as_ref());
             let tmp = current_value.as_ref().map(AsRef::as_ref);
             let new = merge_operator(key, tmp, value).map(IVec::from);
 
@@ -1051,8 +1023,10 @@ impl Tree {
             } else {
                 Link::Del(encoded_key)
             };
-            let link =
-                self.context.pagecache.link(pid, node_view.0, frag, &guard)?;
+            let link = self
+                .context
+                .pagecache
+                .link(pid, node_view.0, frag, &guard)?;
 
             if link.is_ok() {
                 if let Some(res) = subscriber_reservation.take() {
@@ -1062,7 +1036,9 @@ impl Tree {
                             value: new.clone(),
                         }
                     } else {
-                        subscriber::Event::Remove { key: key.as_ref().into() }
+                        subscriber::Event::Remove {
+                            key: key.as_ref().into(),
+                        }
                     };
 
                     res.complete(&event);
@@ -1130,10 +1106,7 @@ impl Tree {
     /// assert_eq!(db.get(k), Ok(Some(IVec::from(vec![4]))));
     /// # Ok(()) }
     /// ```
-    pub fn set_merge_operator(
-        &self,
-        merge_operator: impl MergeOperator + 'static,
-    ) {
+    pub fn set_merge_operator(&self, merge_operator: impl MergeOperator + 'static) {
         let mut mo_write = self.merge_operator.write();
         *mo_write = Some(Box::new(merge_operator));
     }
@@ -1207,22 +1180,14 @@ impl Tree {
         R: RangeBounds<K>,
     {
         let lo = match range.start_bound() {
-            ops::Bound::Included(start) => {
-                ops::Bound::Included(IVec::from(start.as_ref()))
-            }
-            ops::Bound::Excluded(start) => {
-                ops::Bound::Excluded(IVec::from(start.as_ref()))
-            }
+            ops::Bound::Included(start) => ops::Bound::Included(IVec::from(start.as_ref())),
+            ops::Bound::Excluded(start) => ops::Bound::Excluded(IVec::from(start.as_ref())),
             ops::Bound::Unbounded => ops::Bound::Included(IVec::from(&[])),
         };
 
         let hi = match range.end_bound() {
-            ops::Bound::Included(end) => {
-                ops::Bound::Included(IVec::from(end.as_ref()))
-            }
-            ops::Bound::Excluded(end) => {
-                ops::Bound::Excluded(IVec::from(end.as_ref()))
-            }
+            ops::Bound::Included(end) => ops::Bound::Included(IVec::from(end.as_ref())),
+            ops::Bound::Excluded(end) => ops::Bound::Excluded(IVec::from(end.as_ref())),
             ops::Bound::Unbounded => ops::Bound::Unbounded,
         };
 
@@ -1331,11 +1296,7 @@ impl Tree {
             if let Some(first_res) = self.iter().next_back() {
                 let first = first_res?;
                 if self
-                    .compare_and_swap::<_, _, &[u8]>(
-                        &first.0,
-                        Some(&first.1),
-                        None,
-                    )?
+                    .compare_and_swap::<_, _, &[u8]>(&first.0, Some(&first.1), None)?
                     .is_ok()
                 {
                     return Ok(Some(first));
@@ -1376,11 +1337,7 @@ impl Tree {
             if let Some(first_res) = self.iter().next() {
                 let first = first_res?;
                 if self
-                    .compare_and_swap::<_, _, &[u8]>(
-                        &first.0,
-                        Some(&first.1),
-                        None,
-                    )?
+                    .compare_and_swap::<_, _, &[u8]>(&first.0, Some(&first.1), None)?
                     .is_ok()
                 {
                     return Ok(Some(first));
@@ -1466,12 +1423,10 @@ impl Tree {
 
         // replace node, pointing next to installed right
         lhs.next = Some(NonZeroU64::new(rhs_pid).unwrap());
-        let replace = self.context.pagecache.replace(
-            view.pid,
-            view.node_view.0,
-            lhs,
-            guard,
-        )?;
+        let replace = self
+            .context
+            .pagecache
+            .replace(view.pid, view.node_view.0, lhs, guard)?;
         M.tree_child_split_attempt();
         if replace.is_err() {
             // if we failed, don't follow through with the
@@ -1519,20 +1474,13 @@ impl Tree {
         Ok(())
     }
 
-    fn root_hoist(
-        &self,
-        from: PageId,
-        to: PageId,
-        at: IVec,
-        guard: &Guard,
-    ) -> Result<bool> {
+    fn root_hoist(&self, from: PageId, to: PageId, at: IVec, guard: &Guard) -> Result<bool> {
         M.tree_root_split_attempt();
         // hoist new root, pointing to lhs & rhs
 
         let new_root = Node::new_hoisted_root(from, at, to);
 
-        let (new_root_pid, new_root_ptr) =
-            self.context.pagecache.allocate(new_root, guard)?;
+        let (new_root_pid, new_root_ptr) = self.context.pagecache.allocate(new_root, guard)?;
         debug!("allocated pid {} in root_hoist", new_root_pid);
 
         debug_delay();
@@ -1551,9 +1499,7 @@ impl Tree {
             // 2 threads are at this point, and we don't want
             // to cause roots to diverge between meta and
             // our version.
-            while self.root.compare_and_swap(from, new_root_pid, SeqCst) != from
-            {
-            }
+            while self.root.compare_and_swap(from, new_root_pid, SeqCst) != from {}
 
             Ok(true)
         } else {
@@ -1581,7 +1527,11 @@ impl Tree {
             // if let Some((tree_ptr, ref leaf, size)) = &frag_opt {
             if let Some(node_view) = &node_view_opt {
                 let size = node_view.0.log_size();
-                let view = View { node_view: *node_view, pid, size };
+                let view = View {
+                    node_view: *node_view,
+                    pid,
+                    size,
+                };
                 if view.merging_child.is_some() {
                     self.merge_node(&view, view.merging_child.unwrap().get(), guard)?;
                 } else {
@@ -1601,11 +1551,7 @@ impl Tree {
     // the inherent complexity of the operation more
     // challenging to understand.
     #[allow(clippy::cognitive_complexity)]
-    pub(crate) fn view_for_key<'g, K>(
-        &self,
-        key: K,
-        guard: &'g Guard,
-    ) -> Result<View<'g>>
+    pub(crate) fn view_for_key<'g, K>(&self, key: K, guard: &'g Guard) -> Result<View<'g>>
     where
         K: AsRef<[u8]>,
     {
@@ -1625,11 +1571,7 @@ impl Tree {
 
         macro_rules! retry {
             () => {
-                trace!(
-                    "retrying at line {} when cursor was {}",
-                    line!(),
-                    cursor
-                );
+                trace!("retrying at line {} when cursor was {}", line!(), cursor);
                 cursor = self.root.load(Acquire);
                 root_pid = cursor;
                 parent_view = None;
@@ -1664,8 +1606,7 @@ impl Tree {
             }
 
             let overshot = key.as_ref() < view.lo.as_ref();
-            let undershot =
-                key.as_ref() >= view.hi.as_ref() && !view.hi.is_empty();
+            let undershot = key.as_ref() >= view.hi.as_ref() && !view.hi.is_empty();
 
             if overshot {
                 // merge interfered, reload root and retry
@@ -1679,10 +1620,13 @@ impl Tree {
 
             if undershot {
                 // half-complete split detect & completion
-                cursor = view.next.expect(
-                    "if our hi bound is not Inf (inity), \
+                cursor = view
+                    .next
+                    .expect(
+                        "if our hi bound is not Inf (inity), \
                      we should have a right sibling",
-                ).get();
+                    )
+                    .get();
                 if unsplit_parent.is_none() && parent_view.is_some() {
                     unsplit_parent = parent_view.clone();
                 } else if parent_view.is_none() && view.lo.is_empty() {
@@ -1704,8 +1648,7 @@ impl Tree {
                 // we have found the proper page for
                 // our cooperative parent split
                 let mut parent: Node = unsplit_parent.deref().clone();
-                let split_applied =
-                    parent.parent_split(view.lo.as_ref(), cursor);
+                let split_applied = parent.parent_split(view.lo.as_ref(), cursor);
 
                 if !split_applied {
                     // due to deep races, it's possible for the
@@ -1781,9 +1724,7 @@ impl Tree {
         // Get the child node and try to install a `MergeCap` frag.
         // In case we succeed, we break, otherwise we try from the start.
         loop {
-            let mut child_view = if let Some(child_view) =
-                self.view_for_pid(child_pid, guard)?
-            {
+            let mut child_view = if let Some(child_view) = self.view_for_pid(child_pid, guard)? {
                 child_view
             } else {
                 // the child was already freed, meaning
@@ -1809,10 +1750,7 @@ impl Tree {
                     return Ok(Some(child_view));
                 }
                 Err(Some((_, _))) => {
-                    trace!(
-                        "child pid {} merge cap failed, retrying",
-                        child_pid
-                    );
+                    trace!("child pid {} merge cap failed, retrying", child_pid);
                     continue;
                 }
                 Err(None) => {
@@ -1856,23 +1794,22 @@ impl Tree {
                     return Ok(false);
                 }
                 Err(_) => {
-                    let new_parent_view = if let Some(new_parent_view) =
-                        self.view_for_pid(parent_view.pid, guard)?
-                    {
-                        trace!(
-                            "failed to confirm merge \
+                    let new_parent_view =
+                        if let Some(new_parent_view) = self.view_for_pid(parent_view.pid, guard)? {
+                            trace!(
+                                "failed to confirm merge \
                              on parent pid {}, trying again",
-                            parent_view.pid
-                        );
-                        new_parent_view
-                    } else {
-                        trace!(
-                            "failed to confirm merge \
+                                parent_view.pid
+                            );
+                            new_parent_view
+                        } else {
+                            trace!(
+                                "failed to confirm merge \
                              on parent pid {}, which was freed",
-                            parent_view.pid
-                        );
-                        return Ok(false);
-                    };
+                                parent_view.pid
+                            );
+                            return Ok(false);
+                        };
 
                     if new_parent_view.merging_child.map(NonZeroU64::get) != Some(child_pid) {
                         trace!(
@@ -1903,17 +1840,18 @@ impl Tree {
             parent_view.pid
         );
 
-        let child_view = if let Some(merging_child) =
-            self.cap_merging_child(child_pid, guard)?
-        {
+        let child_view = if let Some(merging_child) = self.cap_merging_child(child_pid, guard)? {
             merging_child
         } else {
             return Ok(());
         };
 
         let index = parent_view.data.index_ref().unwrap();
-        let child_index =
-            index.pointers.iter().position(|pid| pid == &child_pid).unwrap();
+        let child_index = index
+            .pointers
+            .iter()
+            .position(|pid| pid == &child_pid)
+            .unwrap();
 
         assert_ne!(
             child_index, 0,
@@ -1937,9 +1875,7 @@ impl Tree {
                 "cursor_pid is {} while looking for left sibling",
                 cursor_pid
             );
-            let cursor_view = if let Some(cursor_view) =
-                self.view_for_pid(cursor_pid, guard)?
-            {
+            let cursor_view = if let Some(cursor_view) = self.view_for_pid(cursor_pid, guard)? {
                 cursor_view
             } else {
                 trace!(
@@ -2048,18 +1984,17 @@ impl Tree {
             parent_view.pid
         );
 
-        let should_continue =
-            self.install_parent_merge(parent_view, child_pid, guard)?;
+        let should_continue = self.install_parent_merge(parent_view, child_pid, guard)?;
 
         if !should_continue {
             return Ok(());
         }
 
-        match self.context.pagecache.free(
-            child_pid,
-            child_view.node_view.0,
-            guard,
-        )? {
+        match self
+            .context
+            .pagecache
+            .free(child_pid, child_view.node_view.0, guard)?
+        {
             Ok(_) => {
                 // we freed it
                 trace!("freed merged pid {}", child_pid);
@@ -2069,10 +2004,7 @@ impl Tree {
                 trace!("someone else freed merged pid {}", child_pid);
             }
             Err(Some(_)) => {
-                trace!(
-                    "someone was able to reuse freed merged pid {}",
-                    child_pid
-                );
+                trace!("someone was able to reuse freed merged pid {}", child_pid);
                 // it was reused somehow after we
                 // observed it as in the merging state
                 panic!(
@@ -2090,27 +2022,22 @@ impl Tree {
     // Remove all pages for this tree from the underlying
     // PageCache. This will leave orphans behind if
     // the tree crashes during gc.
-    pub(crate) fn gc_pages(
-        &self,
-        mut leftmost_chain: Vec<PageId>,
-    ) -> Result<()> {
+    pub(crate) fn gc_pages(&self, mut leftmost_chain: Vec<PageId>) -> Result<()> {
         let guard = pin();
 
         while let Some(mut pid) = leftmost_chain.pop() {
             loop {
-                let cursor_view =
-                    if let Some(view) = self.view_for_pid(pid, &guard)? {
-                        view
-                    } else {
-                        trace!("encountered Free node while GC'ing tree");
-                        break;
-                    };
+                let cursor_view = if let Some(view) = self.view_for_pid(pid, &guard)? {
+                    view
+                } else {
+                    trace!("encountered Free node while GC'ing tree");
+                    break;
+                };
 
-                let ret = self.context.pagecache.free(
-                    pid,
-                    cursor_view.node_view.0,
-                    &guard,
-                )?;
+                let ret = self
+                    .context
+                    .pagecache
+                    .free(pid, cursor_view.node_view.0, &guard)?;
 
                 if ret.is_ok() {
                     let next_pid = if let Some(next_pid) = cursor_view.next {
@@ -2136,10 +2063,7 @@ impl Tree {
 }
 
 impl Debug for Tree {
-    fn fmt(
-        &self,
-        f: &mut fmt::Formatter<'_>,
-    ) -> std::result::Result<(), fmt::Error> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> std::result::Result<(), fmt::Error> {
         let guard = pin();
 
         let mut pid = self.root.load(Acquire);
@@ -2213,10 +2137,7 @@ impl Debug for Tree {
                 let left_node = if let Ok(Some(ref view)) = left_get_res {
                     view
                 } else {
-                    panic!(
-                        "pagecache returned non-base node: {:?}",
-                        left_get_res
-                    )
+                    panic!("pagecache returned non-base node: {:?}", left_get_res)
                 };
 
                 match &left_node.data {
@@ -2258,8 +2179,7 @@ impl Debug for Tree {
 ///       proposed values.
 ///     - `Err(Error::Unsupported)` if the database is opened in read-only mode.
 ///       otherwise.
-pub type CompareAndSwapResult =
-    Result<std::result::Result<(), CompareAndSwapError>>;
+pub type CompareAndSwapResult = Result<std::result::Result<(), CompareAndSwapError>>;
 
 impl From<Error> for CompareAndSwapResult {
     fn from(error: Error) -> Self {

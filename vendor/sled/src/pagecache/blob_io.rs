@@ -1,10 +1,7 @@
 use crate::pagecache::*;
 use crate::*;
 
-pub(crate) fn read_blob(
-    blob_ptr: Lsn,
-    config: &Config,
-) -> Result<(MessageKind, Vec<u8>)> {
+pub(crate) fn read_blob(blob_ptr: Lsn, config: &Config) -> Result<(MessageKind, Vec<u8>)> {
     let path = config.blob_path(blob_ptr);
     let f_res = std::fs::OpenOptions::new().read(true).open(&path);
 
@@ -52,8 +49,11 @@ pub(crate) fn read_blob(
     let crc_actual = hasher.finalize();
 
     if crc_expected == crc_actual {
-        let buf =
-            if config.use_compression { maybe_decompress(buf)? } else { buf };
+        let buf = if config.use_compression {
+            maybe_decompress(buf)?
+        } else {
+            buf
+        };
         Ok((MessageKind::from(kind_byte[0]), buf))
     } else {
         warn!("blob {} failed crc check!", blob_ptr);
@@ -69,8 +69,10 @@ pub(crate) fn write_blob<T: Serialize>(
     item: &T,
 ) -> Result<()> {
     let path = config.blob_path(id);
-    let mut f =
-        std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
 
     let kind_buf = &[kind.into()];
 
@@ -104,7 +106,10 @@ pub(crate) fn gc_blobs(config: &Config, stable_lsn: Lsn) -> Result<()> {
     let blob_dir = base_dir;
     let blobs = std::fs::read_dir(blob_dir)?;
 
-    debug!("gc_blobs removing any blob with an lsn above {}", stable_lsn);
+    debug!(
+        "gc_blobs removing any blob with an lsn above {}",
+        stable_lsn
+    );
 
     let mut to_remove = vec![];
     for blob in blobs {

@@ -94,19 +94,12 @@ impl IoBuf {
     /// to meet this requirement.
     ///
     /// The safety of this method was discussed in #1044.
-    pub(crate) fn get_mut_range(
-        &self,
-        at: usize,
-        len: usize,
-    ) -> &'static mut [u8] {
+    pub(crate) fn get_mut_range(&self, at: usize, len: usize) -> &'static mut [u8] {
         let buf_ptr = self.buf.get();
 
         unsafe {
             assert!((*buf_ptr).1 >= at + len);
-            std::slice::from_raw_parts_mut(
-                (*buf_ptr).0.add(self.base + at),
-                len,
-            )
+            std::slice::from_raw_parts_mut((*buf_ptr).0.add(self.base + at), len)
         }
     }
 
@@ -114,12 +107,7 @@ impl IoBuf {
     // We write a new segment header to the beginning of the buffer
     // for assistance during recovery. The caller is responsible
     // for ensuring that the IoBuf's capacity has been set properly.
-    fn store_segment_header(
-        &mut self,
-        last: Header,
-        lsn: Lsn,
-        max_stable_lsn: Lsn,
-    ) {
+    fn store_segment_header(&mut self, last: Header, lsn: Lsn, max_stable_lsn: Lsn) {
         debug!("storing lsn {} in beginning of buffer", lsn);
         assert!(self.capacity >= SEG_HEADER_LEN);
 
@@ -127,7 +115,11 @@ impl IoBuf {
 
         self.lsn = lsn;
 
-        let header = SegmentHeader { lsn, max_stable_lsn, ok: true };
+        let header = SegmentHeader {
+            lsn,
+            max_stable_lsn,
+            ok: true,
+        };
         let header_bytes: [u8; SEG_HEADER_LEN] = header.into();
 
         #[allow(unsafe_code)]
@@ -248,9 +240,7 @@ impl StabilityIntervals {
         // batch has been stabilized before any parts
         // of the batch are allowed to be reused
         // due to having marked them as stable.
-        while let Some((low, high)) =
-            self.batches.iter().map(|(l, h)| (*l, *h)).next()
-        {
+        while let Some((low, high)) = self.batches.iter().map(|(l, h)| (*l, *h)).next() {
             assert!(
                 low < high,
                 "expected batch low mark {} to be below high mark {}",
@@ -337,16 +327,11 @@ impl IoBufs {
         let segment_cleaner = SegmentCleaner::default();
 
         let mut segment_accountant: SegmentAccountant =
-            SegmentAccountant::start(
-                config.clone(),
-                snapshot,
-                segment_cleaner.clone(),
-            )?;
+            SegmentAccountant::start(config.clone(), snapshot, segment_cleaner.clone())?;
 
         let segment_size = config.segment_size;
 
-        let (recovered_lid, recovered_lsn) =
-            snapshot.recovered_coords(config.segment_size);
+        let (recovered_lid, recovered_lsn) = snapshot.recovered_coords(config.segment_size);
 
         let (next_lid, next_lsn) = match (recovered_lid, recovered_lsn) {
             (Some(next_lid), Some(next_lsn)) => {
@@ -462,11 +447,7 @@ impl IoBufs {
         Ok(())
     }
 
-    pub(in crate::pagecache) fn sa_stabilize(
-        &self,
-        lsn: Lsn,
-        guard: &Guard,
-    ) -> Result<()> {
+    pub(in crate::pagecache) fn sa_stabilize(&self, lsn: Lsn, guard: &Guard) -> Result<()> {
         self.with_sa(|sa| {
             for op in self.deferred_segment_ops.take_iter(guard) {
                 sa.apply_op(op)?;
@@ -608,8 +589,7 @@ impl IoBufs {
             let data = iobuf.get_mut_range(bytes_to_write, unused_space);
 
             let segment_number = SegmentNumber(
-                u64::try_from(base_lsn).unwrap()
-                    / u64::try_from(self.config.segment_size).unwrap(),
+                u64::try_from(base_lsn).unwrap() / u64::try_from(self.config.segment_size).unwrap(),
             );
 
             let header = MessageHeader {
@@ -624,10 +604,8 @@ impl IoBufs {
 
             // initialize the remainder of this buffer (only pad_len of this
             // will be part of the Cap message)
-            let padding_bytes = vec![
-                MessageKind::Corrupted.into();
-                unused_space - header_bytes.len()
-            ];
+            let padding_bytes =
+                vec![MessageKind::Corrupted.into(); unused_space - header_bytes.len()];
 
             #[allow(unsafe_code)]
             unsafe {
@@ -707,11 +685,9 @@ impl IoBufs {
                     rio::Ordering::Link,
                 );
 
-                let sync_completion = self.io_uring.sync_file_range(
-                    &*self.config.file,
-                    offset,
-                    to_write.len(),
-                );
+                let sync_completion =
+                    self.io_uring
+                        .sync_file_range(&*self.config.file, offset, to_write.len());
 
                 sync_completion.wait()?;
 
@@ -794,8 +770,7 @@ impl IoBufs {
 
         guard.flush();
 
-        let current_max_header_stable_lsn =
-            self.max_header_stable_lsn.load(Acquire);
+        let current_max_header_stable_lsn = self.max_header_stable_lsn.load(Acquire);
 
         self.sa_stabilize(current_max_header_stable_lsn, &guard)
     }
@@ -874,10 +849,7 @@ pub(crate) fn roll_iobuf(iobufs: &Arc<IoBufs>) -> Result<usize> {
 /// been made stable on disk. Returns the number of
 /// bytes written. Suitable as a full consistency
 /// barrier.
-pub(in crate::pagecache) fn make_stable(
-    iobufs: &Arc<IoBufs>,
-    lsn: Lsn,
-) -> Result<usize> {
+pub(in crate::pagecache) fn make_stable(iobufs: &Arc<IoBufs>, lsn: Lsn) -> Result<usize> {
     make_stable_inner(iobufs, lsn, false)
 }
 
@@ -890,10 +862,7 @@ pub(in crate::pagecache) fn make_stable(
 /// so that the system can avoid a full barrier
 /// if the desired item has already been made
 /// durable.
-pub(in crate::pagecache) fn make_durable(
-    iobufs: &Arc<IoBufs>,
-    lsn: Lsn,
-) -> Result<usize> {
+pub(in crate::pagecache) fn make_durable(iobufs: &Arc<IoBufs>, lsn: Lsn) -> Result<usize> {
     make_stable_inner(iobufs, lsn, true)
 }
 
@@ -926,10 +895,7 @@ pub(in crate::pagecache) fn make_stable_inner(
 
         let iobuf = iobufs.current_iobuf();
         let header = iobuf.get_header();
-        if header::offset(header) == 0
-            || header::is_sealed(header)
-            || iobuf.lsn > lsn
-        {
+        if header::offset(header) == 0 || header::is_sealed(header) || iobuf.lsn > lsn {
             // nothing to write, don't bother sealing
             // current IO buffer.
         } else {
@@ -1182,10 +1148,7 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
         let iobuf = iobuf.clone();
         let _result = threadpool::spawn(move || {
             if let Err(e) = iobufs.write_to_log(&iobuf) {
-                error!(
-                    "hit error while writing iobuf with lsn {}: {:?}",
-                    lsn, e
-                );
+                error!("hit error while writing iobuf with lsn {}: {:?}", lsn, e);
 
                 // store error before notifying so that waiting threads will see
                 // it
@@ -1211,19 +1174,13 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
 }
 
 impl Debug for IoBufs {
-    fn fmt(
-        &self,
-        formatter: &mut fmt::Formatter<'_>,
-    ) -> std::result::Result<(), fmt::Error> {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> std::result::Result<(), fmt::Error> {
         formatter.write_fmt(format_args!("IoBufs {{ buf: {:?} }}", self.iobuf))
     }
 }
 
 impl Debug for IoBuf {
-    fn fmt(
-        &self,
-        formatter: &mut fmt::Formatter<'_>,
-    ) -> std::result::Result<(), fmt::Error> {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> std::result::Result<(), fmt::Error> {
         let header = self.get_header();
         formatter.write_fmt(format_args!(
             "\n\tIoBuf {{ lid: {}, n_writers: {}, offset: \

@@ -37,8 +37,8 @@ use parallel_io_windows::{pread_exact, pread_exact_or_eof, pwrite_all};
 use self::{
     blob_io::{gc_blobs, read_blob, remove_blob, write_blob},
     constants::{
-        BATCH_MANIFEST_PID, COUNTER_PID, META_PID,
-        PAGE_CONSOLIDATION_THRESHOLD, SEGMENT_CLEANUP_THRESHOLD,
+        BATCH_MANIFEST_PID, COUNTER_PID, META_PID, PAGE_CONSOLIDATION_THRESHOLD,
+        SEGMENT_CLEANUP_THRESHOLD,
     },
     header::Header,
     iobuf::{roll_iobuf, IoBuf, IoBufs},
@@ -48,19 +48,13 @@ use self::{
 };
 
 pub(crate) use self::{
-    logger::{
-        read_message, read_segment_header, MessageHeader, SegmentHeader,
-        SegmentNumber,
-    },
+    logger::{read_message, read_segment_header, MessageHeader, SegmentHeader, SegmentNumber},
     reservation::Reservation,
     snapshot::{read_snapshot_or_default, PageState, Snapshot},
 };
 
 pub use self::{
-    constants::{
-        MAX_MSG_HEADER_LEN, MINIMUM_ITEMS_PER_SEGMENT,
-        SEG_HEADER_LEN,
-    },
+    constants::{MAX_MSG_HEADER_LEN, MINIMUM_ITEMS_PER_SEGMENT, SEG_HEADER_LEN},
     disk_pointer::DiskPtr,
     logger::{Log, LogRead},
 };
@@ -182,9 +176,7 @@ fn log_kind_from_update(update: &Update) -> LogKind {
     match update {
         Update::Free => LogKind::Free,
         Update::Link(..) => LogKind::Link,
-        Update::Node(..) | Update::Counter(..) | Update::Meta(..) => {
-            LogKind::Replace
-        }
+        Update::Node(..) | Update::Counter(..) | Update::Meta(..) => LogKind::Replace,
     }
 }
 
@@ -198,9 +190,7 @@ impl From<MessageKind> for LogKind {
             | MessageKind::InlineMeta
             | MessageKind::BlobMeta => LogKind::Replace,
             MessageKind::InlineLink | MessageKind::BlobLink => LogKind::Link,
-            MessageKind::Canceled
-            | MessageKind::Cap
-            | MessageKind::BatchManifest => LogKind::Skip,
+            MessageKind::Canceled | MessageKind::Cap | MessageKind::BatchManifest => LogKind::Skip,
             other => {
                 debug!("encountered unexpected message kind byte {:?}", other);
                 LogKind::Corrupted
@@ -427,8 +417,7 @@ impl<'a> RecoveryGuard<'a> {
     /// Writes the last LSN for a batch into an earlier
     /// reservation, releasing it.
     pub(crate) fn seal_batch(self) -> Result<()> {
-        let max_reserved =
-            self.batch_res.log.iobufs.max_reserved_lsn.load(Acquire);
+        let max_reserved = self.batch_res.log.iobufs.max_reserved_lsn.load(Acquire);
         self.batch_res.mark_writebatch(max_reserved).map(|_| ())
     }
 }
@@ -450,11 +439,7 @@ impl Page {
             let mut frags: Vec<(Lsn, DiskPtr, u64)> = vec![];
 
             for cache_info in self.cache_infos.iter().skip(1) {
-                frags.push((
-                    cache_info.lsn,
-                    cache_info.pointer,
-                    cache_info.log_size,
-                ));
+                frags.push((cache_info.lsn, cache_info.pointer, cache_info.log_size));
             }
 
             PageState::Present {
@@ -477,8 +462,7 @@ impl Page {
     }
 
     pub(crate) fn is_free(&self) -> bool {
-        self.update.as_ref().map_or(false, |u| u.is_free())
-            || self.cache_infos.is_empty()
+        self.update.as_ref().map_or(false, |u| u.is_free()) || self.cache_infos.is_empty()
     }
 
     pub(crate) fn last_lsn(&self) -> Lsn {
@@ -494,8 +478,7 @@ impl Page {
     }
 
     fn lone_blob(&self) -> Option<DiskPtr> {
-        if self.cache_infos.len() == 1 && self.cache_infos[0].pointer.is_blob()
-        {
+        if self.cache_infos.len() == 1 && self.cache_infos[0].pointer.is_blob() {
             Some(self.cache_infos[0].pointer)
         } else {
             None
@@ -524,10 +507,7 @@ unsafe impl Send for PageCache {}
 unsafe impl Sync for PageCache {}
 
 impl Debug for PageCache {
-    fn fmt(
-        &self,
-        f: &mut fmt::Formatter<'_>,
-    ) -> std::result::Result<(), fmt::Error> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> std::result::Result<(), fmt::Error> {
         f.write_str(&*format!(
             "PageCache {{ max: {:?} free: {:?} }}\n",
             *self.next_pid_to_allocate.lock(),
@@ -563,12 +543,13 @@ impl Drop for PageCache {
                 } else {
                     continue;
                 };
-                let pointers =
-                    pte.cache_infos.iter().map(|ci| ci.pointer).collect();
+                let pointers = pte.cache_infos.iter().map(|ci| ci.pointer).collect();
                 pages_before_restart.insert(pid, pointers);
             }
 
-            self.config.event_log.pages_before_restart(pages_before_restart);
+            self.config
+                .event_log
+                .pages_before_restart(pages_before_restart);
         }
 
         trace!("pagecache dropped");
@@ -592,12 +573,9 @@ impl PageCache {
             // these checks are in place to catch non-idempotent
             // recovery which could trigger feedback loops and
             // emergent behavior.
-            trace!(
-                "\n\n~~~~ regenerating snapshot for idempotency test ~~~~\n"
-            );
+            trace!("\n\n~~~~ regenerating snapshot for idempotency test ~~~~\n");
 
-            let snapshot2 = read_snapshot_or_default(&config)
-                .expect("second read snapshot");
+            let snapshot2 = read_snapshot_or_default(&config).expect("second read snapshot");
             assert_eq!(
                 snapshot.active_segment, snapshot2.active_segment,
                 "snapshot active_segment diverged across recoveries.\n\n \
@@ -612,9 +590,7 @@ impl PageCache {
                 second: {:?}\n\n",
                 snapshot, snapshot2
             );
-            for (pid, (p1, p2)) in
-                snapshot.pt.iter().zip(snapshot2.pt.iter()).enumerate()
-            {
+            for (pid, (p1, p2)) in snapshot.pt.iter().zip(snapshot2.pt.iter()).enumerate() {
                 assert_eq!(
                     p1, p2,
                     "snapshot pid {} diverged across recoveries.\n\n \
@@ -678,8 +654,7 @@ impl PageCache {
                 } else {
                     continue;
                 };
-                let pointers =
-                    pte.cache_infos.iter().map(|ci| ci.pointer).collect();
+                let pointers = pte.cache_infos.iter().map(|ci| ci.pointer).collect();
                 pages_after_restart.insert(pid, pointers);
             }
 
@@ -714,8 +689,7 @@ impl PageCache {
 
                 let counter_update = Update::Counter(0);
 
-                let (counter_id, _) =
-                    pc.allocate_inner(counter_update, &guard)?;
+                let (counter_id, _) = pc.allocate_inner(counter_update, &guard)?;
 
                 assert_eq!(
                     counter_id, COUNTER_PID,
@@ -730,8 +704,8 @@ impl PageCache {
             } else {
                 0
             };
-            let idgen_persists = counter / pc.config.idgen_persist_interval
-                * pc.config.idgen_persist_interval;
+            let idgen_persists =
+                counter / pc.config.idgen_persist_interval * pc.config.idgen_persist_interval;
 
             pc.idgen.store(idgen_recovery, Release);
             pc.idgen_persists.store(idgen_persists, Release);
@@ -774,11 +748,7 @@ impl PageCache {
         self.allocate_inner(Update::Node(new), guard)
     }
 
-    fn allocate_inner<'g>(
-        &self,
-        new: Update,
-        guard: &'g Guard,
-    ) -> Result<(PageId, PageView<'g>)> {
+    fn allocate_inner<'g>(&self, new: Update, guard: &'g Guard) -> Result<(PageId, PageView<'g>)> {
         let mut allocation_serializer;
 
         let free_opt = self.free.lock().pop();
@@ -820,7 +790,10 @@ impl PageCache {
 
             trace!("allocating pid {} for the first time", pid);
 
-            let new_page = Page { update: None, cache_infos: Vec::default() };
+            let new_page = Page {
+                update: None,
+                cache_infos: Vec::default(),
+            };
 
             let page_view = self.inner.insert(pid, new_page, guard);
 
@@ -962,8 +935,7 @@ impl PageCache {
             ));
         }
 
-        let new_pointer =
-            self.cas_page(pid, old, Update::Free, false, guard)?;
+        let new_pointer = self.cas_page(pid, old, Update::Free, false, guard)?;
 
         if new_pointer.is_ok() {
             let free = self.free.clone();
@@ -1007,8 +979,7 @@ impl PageCache {
                 pub static COUNT: RefCell<u32> = RefCell::new(1);
             }
 
-            let time_now =
-                SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            let time_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
 
             #[allow(clippy::cast_possible_truncation)]
             let fail_seed = std::cmp::max(3, time_now.as_nanos() as u32 % 128);
@@ -1020,10 +991,7 @@ impl PageCache {
             });
 
             if inject_failure {
-                debug!(
-                    "injecting a randomized failure in the link of pid {}",
-                    pid
-                );
+                debug!("injecting a randomized failure in the link of pid {}", pid);
                 if let Some(current_pointer) = self.get(pid, guard)? {
                     return Ok(Err(Some((current_pointer.0, new))));
                 } else {
@@ -1049,8 +1017,7 @@ impl PageCache {
         loop {
             // TODO handle replacement on threshold here instead
 
-            let log_reservation =
-                self.log.reserve(LogKind::Link, pid, &new, guard)?;
+            let log_reservation = self.log.reserve(LogKind::Link, pid, &new, guard)?;
             let lsn = log_reservation.lsn();
             let pointer = log_reservation.pointer();
 
@@ -1077,8 +1044,7 @@ impl PageCache {
                 log_size: log_reservation.reservation_len() as u64,
             };
 
-            let mut new_cache_infos =
-                Vec::with_capacity(old.cache_infos.len() + 1);
+            let mut new_cache_infos = Vec::with_capacity(old.cache_infos.len() + 1);
             new_cache_infos.extend_from_slice(&old.cache_infos);
             new_cache_infos.push(cache_info);
 
@@ -1086,8 +1052,7 @@ impl PageCache {
             page_ptr.cache_infos = new_cache_infos;
 
             debug_delay();
-            let result =
-                old.entry.compare_and_set(old.read, page_ptr, SeqCst, guard);
+            let result = old.entry.compare_and_set(old.read, page_ptr, SeqCst, guard);
 
             match result {
                 Ok(new_shared) => {
@@ -1109,15 +1074,9 @@ impl PageCache {
                     log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
-                    let to_evict =
-                        self.lru.accessed(pid, total_page_size, guard);
-                    trace!(
-                        "accessed pid {} -> paging out pids {:?}",
-                        pid,
-                        to_evict
-                    );
+                    let total_page_size = unsafe { new_shared.deref().log_size() };
+                    let to_evict = self.lru.accessed(pid, total_page_size, guard);
+                    trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
                     if !to_evict.is_empty() {
                         self.page_out(to_evict, guard)?;
                     }
@@ -1131,10 +1090,7 @@ impl PageCache {
                     let actual = cas_error.current;
                     let actual_ts = unsafe { actual.deref().ts() };
                     if actual_ts == old.ts() {
-                        trace!(
-                            "link of pid {} failed due to movement, retrying",
-                            pid
-                        );
+                        trace!("link of pid {} failed due to movement, retrying", pid);
                         new_page = Some(cas_error.new);
 
                         old.read = actual;
@@ -1175,8 +1131,7 @@ impl PageCache {
                 pub static COUNT: RefCell<u32> = RefCell::new(1);
             }
 
-            let time_now =
-                SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            let time_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
 
             #[allow(clippy::cast_possible_truncation)]
             let fail_seed = std::cmp::max(3, time_now.as_nanos() as u32 % 128);
@@ -1200,12 +1155,9 @@ impl PageCache {
             }
         }
 
-        let result =
-            self.cas_page(pid, old, Update::Node(new), false, guard)?;
+        let result = self.cas_page(pid, old, Update::Node(new), false, guard)?;
 
-        if let Some((pid_to_clean, segment_to_clean)) =
-            self.log.iobufs.segment_cleaner.pop()
-        {
+        if let Some((pid_to_clean, segment_to_clean)) = self.log.iobufs.segment_cleaner.pop() {
             self.rewrite_page(pid_to_clean, segment_to_clean, guard)?;
         }
 
@@ -1223,22 +1175,15 @@ impl PageCache {
     // (at least partially) located in. This happens when a
     // segment has had enough resident page replacements moved
     // away to trigger the `segment_cleanup_threshold`.
-    fn rewrite_page(
-        &self,
-        pid: PageId,
-        segment_to_purge: LogOffset,
-        guard: &Guard,
-    ) -> Result<()> {
+    fn rewrite_page(&self, pid: PageId, segment_to_purge: LogOffset, guard: &Guard) -> Result<()> {
         let _measure = Measure::new(&M.rewrite_page);
 
         trace!("rewriting pid {}", pid);
 
-        let purge_segment_id =
-            segment_to_purge / self.config.segment_size as u64;
+        let purge_segment_id = segment_to_purge / self.config.segment_size as u64;
 
         loop {
-            let page_view = if let Some(page_view) = self.inner.get(pid, guard)
-            {
+            let page_view = if let Some(page_view) = self.inner.get(pid, guard) {
                 page_view
             } else {
                 panic!("rewriting pid {} failed (no longer exists)", pid);
@@ -1247,10 +1192,7 @@ impl PageCache {
             let already_moved = !unsafe { page_view.read.deref() }
                 .cache_infos
                 .iter()
-                .any(|ce| {
-                    ce.pointer.lid() / self.config.segment_size as u64
-                        == purge_segment_id
-                });
+                .any(|ce| ce.pointer.lid() / self.config.segment_size as u64 == purge_segment_id);
             if already_moved {
                 return Ok(());
             }
@@ -1260,15 +1202,13 @@ impl PageCache {
                 trace!("rewriting blob with pid {}", pid);
                 let blob_pointer = disk_pointer.blob().1;
 
-                let log_reservation =
-                    self.log.rewrite_blob_pointer(pid, blob_pointer, guard)?;
+                let log_reservation = self.log.rewrite_blob_pointer(pid, blob_pointer, guard)?;
 
                 let cache_info = CacheInfo {
                     ts: page_view.ts(),
                     lsn: log_reservation.lsn,
                     pointer: log_reservation.pointer,
-                    log_size: u64::try_from(log_reservation.reservation_len())
-                        .unwrap(),
+                    log_size: u64::try_from(log_reservation.reservation_len()).unwrap(),
                 };
 
                 let new_page = Owned::new(Page {
@@ -1277,12 +1217,10 @@ impl PageCache {
                 });
 
                 debug_delay();
-                let result = page_view.entry.compare_and_set(
-                    page_view.read,
-                    new_page,
-                    SeqCst,
-                    guard,
-                );
+                let result =
+                    page_view
+                        .entry
+                        .compare_and_set(page_view.read, new_page, SeqCst, guard);
 
                 if let Ok(new_shared) = result {
                     unsafe {
@@ -1305,15 +1243,9 @@ impl PageCache {
                     let _pointer = log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
-                    let to_evict =
-                        self.lru.accessed(pid, total_page_size, guard);
-                    trace!(
-                        "accessed pid {} -> paging out pids {:?}",
-                        pid,
-                        to_evict
-                    );
+                    let total_page_size = unsafe { new_shared.deref().log_size() };
+                    let to_evict = self.lru.accessed(pid, total_page_size, guard);
+                    trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
                     if !to_evict.is_empty() {
                         self.page_out(to_evict, guard)?;
                     }
@@ -1361,16 +1293,10 @@ impl PageCache {
                     }
                 };
 
-                let res = self.cas_page(pid, key, update, true, guard).map(
-                    |res| {
-                        trace!(
-                            "rewriting pid {} success: {}",
-                            pid,
-                            res.is_ok()
-                        );
-                        res
-                    },
-                )?;
+                let res = self.cas_page(pid, key, update, true, guard).map(|res| {
+                    trace!("rewriting pid {} success: {}", pid, res.is_ok());
+                    res
+                })?;
                 if res.is_ok() {
                     return Ok(());
                 }
@@ -1387,9 +1313,8 @@ impl PageCache {
     #[doc(hidden)]
     pub(crate) fn space_amplification(&self) -> Result<f64> {
         let on_disk_bytes = self.size_on_disk()? as f64;
-        let logical_size = (self.logical_size_of_all_pages()?
-            + self.config.segment_size as u64)
-            as f64;
+        let logical_size =
+            (self.logical_size_of_all_pages()? + self.config.segment_size as u64) as f64;
 
         Ok(on_disk_bytes / logical_size)
     }
@@ -1398,9 +1323,9 @@ impl PageCache {
         let mut size = self.config.file.metadata()?.len();
 
         let stable = self.config.blob_path(0);
-        let blob_dir = stable.parent().expect(
-            "should be able to determine the parent for the blob directory",
-        );
+        let blob_dir = stable
+            .parent()
+            .expect("should be able to determine the parent for the blob directory");
         let blob_files = std::fs::read_dir(blob_dir)?;
 
         for blob_file in blob_files {
@@ -1471,16 +1396,10 @@ impl PageCache {
         loop {
             let mut page_ptr = new_page.take().unwrap();
             let log_reservation = match &**page_ptr.update.as_ref().unwrap() {
-                Update::Counter(ref c) => {
-                    self.log.reserve(log_kind, pid, c, guard)?
-                }
-                Update::Meta(ref m) => {
-                    self.log.reserve(log_kind, pid, m, guard)?
-                }
+                Update::Counter(ref c) => self.log.reserve(log_kind, pid, c, guard)?,
+                Update::Meta(ref m) => self.log.reserve(log_kind, pid, m, guard)?,
                 Update::Free => self.log.reserve(log_kind, pid, &(), guard)?,
-                Update::Node(ref node) => {
-                    self.log.reserve(log_kind, pid, node, guard)?
-                }
+                Update::Node(ref node) => self.log.reserve(log_kind, pid, node, guard)?,
                 other => {
                     panic!("non-replacement used in cas_page: {:?}", other)
                 }
@@ -1511,15 +1430,13 @@ impl PageCache {
                 ts,
                 lsn,
                 pointer: new_pointer,
-                log_size: u64::try_from(log_reservation.reservation_len())
-                    .unwrap(),
+                log_size: u64::try_from(log_reservation.reservation_len()).unwrap(),
             };
 
             page_ptr.cache_infos = vec![cache_info];
 
             debug_delay();
-            let result =
-                old.entry.compare_and_set(old.read, page_ptr, SeqCst, guard);
+            let result = old.entry.compare_and_set(old.read, page_ptr, SeqCst, guard);
 
             match result {
                 Ok(new_shared) => {
@@ -1542,15 +1459,9 @@ impl PageCache {
                     let _pointer = log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
-                    let to_evict =
-                        self.lru.accessed(pid, total_page_size, guard);
-                    trace!(
-                        "accessed pid {} -> paging out pids {:?}",
-                        pid,
-                        to_evict
-                    );
+                    let total_page_size = unsafe { new_shared.deref().log_size() };
+                    let to_evict = self.lru.accessed(pid, total_page_size, guard);
+                    trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
                     if !to_evict.is_empty() {
                         self.page_out(to_evict, guard)?;
                     }
@@ -1571,15 +1482,14 @@ impl PageCache {
 
                     if actual_ts != old.ts() || is_rewrite {
                         return Ok(Err(Some((
-                            PageView { read: current, entry: old.entry },
+                            PageView {
+                                read: current,
+                                entry: old.entry,
+                            },
                             *returned_update.update.take().unwrap(),
                         ))));
                     }
-                    trace!(
-                        "retrying CAS on pid {} with same ts of {}",
-                        pid,
-                        old.ts()
-                    );
+                    trace!("retrying CAS on pid {} with same ts of {}", pid, old.ts());
                     old.read = current;
                     new_page = Some(returned_update);
                 }
@@ -1588,10 +1498,7 @@ impl PageCache {
     }
 
     /// Retrieve the current meta page
-    pub(crate) fn get_meta<'g>(
-        &self,
-        guard: &'g Guard,
-    ) -> Result<MetaView<'g>> {
+    pub(crate) fn get_meta<'g>(&self, guard: &'g Guard) -> Result<MetaView<'g>> {
         trace!("getting page iter for META");
 
         let page_view = match self.inner.get(META_PID, guard) {
@@ -1617,10 +1524,7 @@ impl PageCache {
     }
 
     /// Retrieve the current persisted IDGEN value
-    pub(crate) fn get_idgen<'g>(
-        &self,
-        guard: &'g Guard,
-    ) -> Result<(PageView<'g>, u64)> {
+    pub(crate) fn get_idgen<'g>(&self, guard: &'g Guard) -> Result<(PageView<'g>, u64)> {
         trace!("getting page iter for idgen");
 
         let page_view = match self.inner.get(COUNTER_PID, guard) {
@@ -1647,11 +1551,7 @@ impl PageCache {
     }
 
     /// Try to retrieve a page by its logical ID.
-    pub(crate) fn get<'g>(
-        &self,
-        pid: PageId,
-        guard: &'g Guard,
-    ) -> Result<Option<NodeView<'g>>> {
+    pub(crate) fn get<'g>(&self, pid: PageId, guard: &'g Guard) -> Result<Option<NodeView<'g>>> {
         trace!("getting page iterator for pid {}", pid);
         let _measure = Measure::new(&M.get_page);
 
@@ -1686,11 +1586,7 @@ impl PageCache {
                 // possibly evict an item now that our cache has grown
                 let total_page_size = page_view.log_size();
                 let to_evict = self.lru.accessed(pid, total_page_size, guard);
-                trace!(
-                    "accessed pid {} -> paging out pids {:?}",
-                    pid,
-                    to_evict
-                );
+                trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
                 if !to_evict.is_empty() {
                     self.page_out(to_evict, guard)?;
                 }
@@ -1703,13 +1599,10 @@ impl PageCache {
                 page_view,
                 page_view.deref()
             );
-            if page_view.cache_infos.first()
-                == last_attempted_cache_info.as_ref()
-            {
+            if page_view.cache_infos.first() == last_attempted_cache_info.as_ref() {
                 return Err(last_err.unwrap());
             } else {
-                last_attempted_cache_info =
-                    page_view.cache_infos.first().copied();
+                last_attempted_cache_info = page_view.cache_infos.first().copied();
             }
 
             // need to page-in
@@ -1744,12 +1637,9 @@ impl PageCache {
         });
 
         debug_delay();
-        let result = page_view.entry.compare_and_set(
-            page_view.read,
-            page,
-            SeqCst,
-            guard,
-        );
+        let result = page_view
+            .entry
+            .compare_and_set(page_view.read, page, SeqCst, guard);
 
         if let Ok(new_shared) = result {
             trace!("fix-up for pid {} succeeded", pid);
@@ -1859,11 +1749,7 @@ impl PageCache {
     /// sled's `Tree` root tracking for an example of
     /// avoiding this in a lock-free way that handles
     /// various race conditions.
-    pub(crate) fn meta_pid_for_name(
-        &self,
-        name: &[u8],
-        guard: &Guard,
-    ) -> Result<PageId> {
+    pub(crate) fn meta_pid_for_name(&self, name: &[u8], guard: &Guard) -> Result<PageId> {
         let m = self.get_meta(guard)?;
         if let Some(root) = m.get_root(name) {
             Ok(root)
@@ -1898,13 +1784,7 @@ impl PageCache {
 
             let new_meta_link = Update::Meta(new_meta);
 
-            let res = self.cas_page(
-                META_PID,
-                meta_view.0,
-                new_meta_link,
-                false,
-                guard,
-            )?;
+            let res = self.cas_page(META_PID, meta_view.0, new_meta_link, false, guard)?;
 
             match res {
                 Ok(_worked) => return Ok(Ok(())),
@@ -1923,10 +1803,7 @@ impl PageCache {
     fn page_out(&self, to_evict: Vec<PageId>, guard: &Guard) -> Result<()> {
         let _measure = Measure::new(&M.page_out);
         for pid in to_evict {
-            if pid == COUNTER_PID
-                || pid == META_PID
-                || pid == BATCH_MANIFEST_PID
-            {
+            if pid == COUNTER_PID || pid == META_PID || pid == BATCH_MANIFEST_PID {
                 // should not page these suckas out
                 continue;
             }
@@ -1944,12 +1821,7 @@ impl PageCache {
                     debug_delay();
                     if page_view
                         .entry
-                        .compare_and_set(
-                            page_view.read,
-                            new_page,
-                            SeqCst,
-                            guard,
-                        )
+                        .compare_and_set(page_view.read, new_page, SeqCst, guard)
                         .is_ok()
                     {
                         unsafe {
@@ -1968,12 +1840,16 @@ impl PageCache {
     fn pull(&self, pid: PageId, lsn: Lsn, pointer: DiskPtr) -> Result<Update> {
         use MessageKind::*;
 
-        trace!("pulling pid {} lsn {} pointer {} from disk", pid, lsn, pointer);
+        trace!(
+            "pulling pid {} lsn {} pointer {} from disk",
+            pid,
+            lsn,
+            pointer
+        );
         let _measure = Measure::new(&M.pull);
 
         let expected_segment_number: SegmentNumber = SegmentNumber(
-            u64::try_from(lsn).unwrap()
-                / u64::try_from(self.config.segment_size).unwrap(),
+            u64::try_from(lsn).unwrap() / u64::try_from(self.config.segment_size).unwrap(),
         );
 
         let (header, bytes) = match self.log.read(pid, lsn, pointer) {
@@ -2028,15 +1904,9 @@ impl PageCache {
 
             match header.kind {
                 Counter => u64::deserialize(buf).map(Update::Counter),
-                BlobMeta | InlineMeta => {
-                    Meta::deserialize(buf).map(Update::Meta)
-                }
-                BlobLink | InlineLink => {
-                    Link::deserialize(buf).map(Update::Link)
-                }
-                BlobNode | InlineNode => {
-                    Node::deserialize(buf).map(Update::Node)
-                }
+                BlobMeta | InlineMeta => Meta::deserialize(buf).map(Update::Meta),
+                BlobLink | InlineLink => Link::deserialize(buf).map(Update::Link),
+                BlobNode | InlineNode => Node::deserialize(buf).map(Update::Node),
                 Free => Ok(Update::Free),
                 Corrupted | Canceled | Cap | BatchManifest => {
                     panic!("unexpected pull: {:?}", header.kind)
@@ -2062,11 +1932,12 @@ impl PageCache {
 
         self.next_pid_to_allocate = Mutex::new(next_pid_to_allocate);
 
-        debug!("load_snapshot loading pages from 0..{}", next_pid_to_allocate);
+        debug!(
+            "load_snapshot loading pages from 0..{}",
+            next_pid_to_allocate
+        );
         for pid in 0..next_pid_to_allocate {
-            let state = if let Some(state) =
-                snapshot.pt.get(usize::try_from(pid).unwrap())
-            {
+            let state = if let Some(state) = snapshot.pt.get(usize::try_from(pid).unwrap()) {
                 state
             } else {
                 panic!(
@@ -2119,15 +1990,17 @@ impl PageCache {
             trace!("installing page for pid {}", pid);
 
             let update = if pid == META_PID || pid == COUNTER_PID {
-                let update =
-                    self.pull(pid, cache_infos[0].lsn, cache_infos[0].pointer)?;
+                let update = self.pull(pid, cache_infos[0].lsn, cache_infos[0].pointer)?;
                 Some(Box::new(update))
             } else if state.is_free() {
                 Some(Box::new(Update::Free))
             } else {
                 None
             };
-            let page = Page { update, cache_infos };
+            let page = Page {
+                update,
+                cache_infos,
+            };
 
             self.inner.insert(pid, page, &guard);
         }

@@ -32,11 +32,7 @@ fn seek_read_exact<F: FileExt>(
     }
 }
 
-fn seek_write_all<F: FileExt>(
-    file: &mut F,
-    mut buf: &[u8],
-    mut offset: u64,
-) -> io::Result<()> {
+fn seek_write_all<F: FileExt>(file: &mut F, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
     while !buf.is_empty() {
         match file.seek_write(buf, offset) {
             Ok(0) => {
@@ -77,20 +73,12 @@ pub(crate) fn pread_exact_or_eof(
     Ok(total)
 }
 
-pub(crate) fn pread_exact(
-    file: &File,
-    buf: &mut [u8],
-    offset: LogOffset,
-) -> io::Result<()> {
+pub(crate) fn pread_exact(file: &File, buf: &mut [u8], offset: LogOffset) -> io::Result<()> {
     let mut f = file.try_clone()?;
     seek_read_exact(&mut f, buf, offset)
 }
 
-pub(crate) fn pwrite_all(
-    file: &File,
-    buf: &[u8],
-    offset: LogOffset,
-) -> io::Result<()> {
+pub(crate) fn pwrite_all(file: &File, buf: &[u8], offset: LogOffset) -> io::Result<()> {
     let mut f = file.try_clone()?;
     seek_write_all(&mut f, buf, offset)
 }

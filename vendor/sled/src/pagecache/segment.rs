@@ -136,10 +136,12 @@ impl Drop for SegmentAccountant {
         for segment in &self.segments {
             let segment_utilization = match segment {
                 Segment::Free(_) | Segment::Draining(_) => 0,
-                Segment::Active(Active { rss, .. })
-                | Segment::Inactive(Inactive { rss, .. }) => *rss,
+                Segment::Active(Active { rss, .. }) | Segment::Inactive(Inactive { rss, .. }) => {
+                    *rss
+                }
             };
-            M.segment_utilization_shutdown.measure(segment_utilization as u64);
+            M.segment_utilization_shutdown
+                .measure(segment_utilization as u64);
         }
     }
 }
@@ -253,11 +255,7 @@ impl Segment {
     /// Transitions a segment to being in the `Inactive` state.
     /// Returns the set of page replacements that happened
     /// while this Segment was Active
-    fn active_to_inactive(
-        &mut self,
-        lsn: Lsn,
-        config: &Config,
-    ) -> Result<FastSet8<Lsn>> {
+    fn active_to_inactive(&mut self, lsn: Lsn, config: &Config) -> Result<FastSet8<Lsn>> {
         trace!("setting Segment with lsn {:?} to Inactive", self.lsn());
 
         let (inactive, ret) = if let Segment::Active(active) = self {
@@ -286,10 +284,7 @@ impl Segment {
                 latest_replacement_lsn: active.latest_replacement_lsn,
             });
 
-            let can_free = mem::replace(
-                &mut active.can_free_upon_deactivation,
-                Default::default(),
-            );
+            let can_free = mem::replace(&mut active.can_free_upon_deactivation, Default::default());
 
             (inactive, can_free)
         } else {
@@ -333,7 +328,9 @@ impl Segment {
             let old_lsn = draining.lsn;
             assert!(lsn >= old_lsn);
             let replacement_lsn = draining.latest_replacement_lsn;
-            *self = Segment::Free(Free { previous_lsn: Some(old_lsn) });
+            *self = Segment::Free(Free {
+                previous_lsn: Some(old_lsn),
+            });
             replacement_lsn
         } else {
             panic!("called draining_to_free on {:?}", self);
@@ -432,11 +429,7 @@ impl Segment {
         }
     }
 
-    fn remove_blob(
-        &mut self,
-        blob_ptr: BlobPointer,
-        config: &Config,
-    ) -> Result<()> {
+    fn remove_blob(&mut self, blob_ptr: BlobPointer, config: &Config) -> Result<()> {
         match self {
             Segment::Active(active) => {
                 // we have received a removal before
@@ -511,9 +504,12 @@ impl SegmentAccountant {
     fn initial_segments(&self, snapshot: &Snapshot) -> Result<Vec<Segment>> {
         let segment_size = self.config.segment_size;
         let file_len = self.config.file.metadata()?.len();
-        let number_of_segments =
-            usize::try_from(file_len / segment_size as u64).unwrap()
-                + if file_len % segment_size as u64 == 0 { 0 } else { 1 };
+        let number_of_segments = usize::try_from(file_len / segment_size as u64).unwrap()
+            + if file_len % segment_size as u64 == 0 {
+                0
+            } else {
+                1
+            };
 
         // generate segments from snapshot lids
         let mut segments = vec![Segment::default(); number_of_segments];
@@ -521,8 +517,7 @@ impl SegmentAccountant {
         // sometimes the current segment is still empty, after only
         // recovering the segment header but no valid messages yet
         if let Some(tip_lid) = snapshot.active_segment {
-            let tip_idx =
-                usize::try_from(tip_lid / segment_size as LogOffset).unwrap();
+            let tip_idx = usize::try_from(tip_lid / segment_size as LogOffset).unwrap();
             if tip_idx == number_of_segments {
                 segments.push(Segment::default());
             }
@@ -540,37 +535,26 @@ impl SegmentAccountant {
             );
         }
 
-        let add =
-            |pid, lsn: Lsn, sz, lid: LogOffset, segments: &mut Vec<Segment>| {
-                let idx = assert_usize(lid / segment_size as LogOffset);
-                trace!(
-                    "adding lsn: {} lid: {} sz: {} for \
+        let add = |pid, lsn: Lsn, sz, lid: LogOffset, segments: &mut Vec<Segment>| {
+            let idx = assert_usize(lid / segment_size as LogOffset);
+            trace!(
+                "adding lsn: {} lid: {} sz: {} for \
                      pid {} to segment {} during SA recovery",
-                    lsn,
-                    lid,
-                    sz,
-                    pid,
-                    idx
-                );
-                let segment_lsn = self.config.normalize(lsn);
-                segments[idx].recovery_ensure_initialized(segment_lsn);
-                segments[idx].insert_pid(
-                    pid,
-                    segment_lsn,
-                    usize::try_from(sz).unwrap(),
-                );
-            };
+                lsn,
+                lid,
+                sz,
+                pid,
+                idx
+            );
+            let segment_lsn = self.config.normalize(lsn);
+            segments[idx].recovery_ensure_initialized(segment_lsn);
+            segments[idx].insert_pid(pid, segment_lsn, usize::try_from(sz).unwrap());
+        };
 
         for (pid, state) in snapshot.pt.iter().enumerate() {
             match state {
                 PageState::Present { base, frags } => {
-                    add(
-                        pid as PageId,
-                        base.0,
-                        base.2,
-                        base.1.lid(),
-                        &mut segments,
-                    );
+                    add(pid as PageId, base.0, base.2, base.1.lid(), &mut segments);
                     for (lsn, ptr, sz) in frags {
                         add(pid as PageId, *lsn, *sz, ptr.lid(), &mut segments);
                     }
@@ -610,10 +594,7 @@ impl SegmentAccountant {
             if segment_base >= self.tip {
                 // set tip above the beginning of any
                 self.tip = segment_base + segment_size as LogOffset;
-                trace!(
-                    "raised self.tip to {} during SA initialization",
-                    self.tip
-                );
+                trace!("raised self.tip to {} during SA initialization", self.tip);
             }
 
             if segment.is_free() {
@@ -686,13 +667,17 @@ impl SegmentAccountant {
             self.tip,
         );
         assert!(self.segments[idx].is_free());
-        assert!(!self.free.contains(&lid), "double-free of a segment occurred");
+        assert!(
+            !self.free.contains(&lid),
+            "double-free of a segment occurred"
+        );
 
         self.free.insert(lid);
 
         // remove the old ordering from our list
-        if let Segment::Free(Free { previous_lsn: Some(last_lsn) }) =
-            self.segments[idx]
+        if let Segment::Free(Free {
+            previous_lsn: Some(last_lsn),
+        }) = self.segments[idx]
         {
             trace!(
                 "removing segment {} with lsn {} from ordering",
@@ -727,9 +712,12 @@ impl SegmentAccountant {
         use SegmentOp::*;
         match op {
             Link { pid, cache_info } => self.mark_link(*pid, *cache_info),
-            Replace { pid, lsn, old_cache_infos, new_cache_info } => {
-                self.mark_replace(*pid, *lsn, old_cache_infos, *new_cache_info)?
-            }
+            Replace {
+                pid,
+                lsn,
+                old_cache_infos,
+                new_cache_info,
+            } => self.mark_replace(*pid, *lsn, old_cache_infos, *new_cache_info)?,
         }
         Ok(())
     }
@@ -763,8 +751,8 @@ impl SegmentAccountant {
         // Not if we just moved the pointer without changing
         // the underlying blob, as is the case with a single Blob
         // with nothing else.
-        let schedule_rm_blob = !(old_cache_infos.len() == 1
-            && old_cache_infos[0].pointer.is_blob());
+        let schedule_rm_blob =
+            !(old_cache_infos.len() == 1 && old_cache_infos[0].pointer.is_blob());
 
         let mut removals = FastMap8::default();
 
@@ -773,12 +761,8 @@ impl SegmentAccountant {
             let old_lid = old_ptr.lid();
 
             if schedule_rm_blob && old_ptr.is_blob() {
-                trace!(
-                    "queueing blob removal for {} in our own segment",
-                    old_ptr
-                );
-                self.segments[new_idx]
-                    .remove_blob(old_ptr.blob().1, &self.config)?;
+                trace!("queueing blob removal for {} in our own segment", old_ptr);
+                self.segments[new_idx].remove_blob(old_ptr.blob().1, &self.config)?;
             }
 
             let old_idx = self.segment_id(old_lid);
@@ -809,8 +793,8 @@ impl SegmentAccountant {
 
         let segment = &mut self.segments[idx];
 
-        let segment_lsn = cache_info.lsn / self.config.segment_size as Lsn
-            * self.config.segment_size as Lsn;
+        let segment_lsn =
+            cache_info.lsn / self.config.segment_size as Lsn * self.config.segment_size as Lsn;
 
         // a race happened, and our Lsn does not apply anymore
         assert_eq!(
@@ -829,11 +813,7 @@ impl SegmentAccountant {
         );
     }
 
-    fn possibly_clean_or_free_segment(
-        &mut self,
-        idx: usize,
-        lsn: Lsn,
-    ) -> Result<()> {
+    fn possibly_clean_or_free_segment(&mut self, idx: usize, lsn: Lsn) -> Result<()> {
         let cleanup_threshold = SEGMENT_CLEANUP_THRESHOLD;
 
         let segment_start = (idx * self.config.segment_size) as LogOffset;
@@ -862,10 +842,8 @@ impl SegmentAccountant {
 
             if self.ordering.contains_key(&replacement_lsn) {
                 let replacement_lid = self.ordering[&replacement_lsn];
-                let replacement_idx = usize::try_from(
-                    replacement_lid / self.config.segment_size as u64,
-                )
-                .unwrap();
+                let replacement_idx =
+                    usize::try_from(replacement_lid / self.config.segment_size as u64).unwrap();
 
                 if self.segments[replacement_idx].is_active() {
                     trace!(
@@ -960,16 +938,17 @@ impl SegmentAccountant {
         // if we have a lot of free segments in our whole file,
         // let's start relocating the current tip to boil it down
         let free_segs = self.segments.iter().filter(|s| s.is_free()).count();
-        let inactive_segs =
-            self.segments.iter().filter(|s| s.is_inactive()).count();
+        let inactive_segs = self.segments.iter().filter(|s| s.is_inactive()).count();
         let free_ratio = (free_segs * 100) / (1 + free_segs + inactive_segs);
 
         if free_ratio >= SEGMENT_CLEANUP_THRESHOLD && inactive_segs > 5 {
-            let last_index =
-                self.segments.iter().rposition(Segment::is_inactive).unwrap();
+            let last_index = self
+                .segments
+                .iter()
+                .rposition(Segment::is_inactive)
+                .unwrap();
 
-            let segment_start =
-                (last_index * self.config.segment_size) as LogOffset;
+            let segment_start = (last_index * self.config.segment_size) as LogOffset;
 
             let to_clean = self.segments[last_index].inactive_to_draining(lsn);
             self.segment_cleaner.add_pids(segment_start, to_clean);
@@ -1047,10 +1026,7 @@ impl SegmentAccountant {
 
     /// Returns an iterator over a snapshot of current segment
     /// log sequence numbers and their corresponding file offsets.
-    pub(super) fn segment_snapshot_iter_from(
-        &mut self,
-        lsn: Lsn,
-    ) -> BTreeMap<Lsn, LogOffset> {
+    pub(super) fn segment_snapshot_iter_from(&mut self, lsn: Lsn) -> BTreeMap<Lsn, LogOffset> {
         assert!(
             !self.ordering.is_empty(),
             "expected ordering to have been initialized already"
@@ -1088,7 +1064,10 @@ impl SegmentAccountant {
 
         self.tip = at;
 
-        assert!(!self.free.contains(&at), "double-free of a segment occurred");
+        assert!(
+            !self.free.contains(&at),
+            "double-free of a segment occurred"
+        );
 
         let (completer, promise) = OneShot::pair();
 
