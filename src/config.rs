@@ -105,11 +105,13 @@ pub struct ServerConfig {
     pub lean_websockets: bool,
     /// Web origins (`https://app.example.com`) whose pages may open
     /// WebSockets to the broker, besides the broker's own; `"*"` allows
-    /// every origin. Upgrades from browsers on other origins get 403.
+    /// every origin. Upgrades and changing HTTP requests (POST, PUT,
+    /// PATCH, DELETE) from browsers on other origins get 403.
     pub allowed_origins: Vec<String>,
     /// Host names the broker answers to besides IP addresses and
     /// `localhost` (`broker.example.com`); `"*"` answers to every name.
-    /// A request whose `Host` names anything else gets 403, so that a
+    /// An upgrade or API request (every route but `/health` and the
+    /// dashboard's page) whose `Host` names anything else gets 403, so that a
     /// web page cannot reach a broker on the user's machine through a
     /// name it controls (DNS rebinding).
     pub allowed_hosts: Vec<String>,

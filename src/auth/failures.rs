@@ -36,7 +36,9 @@ impl Failures {
         }
     }
 
-    /// Whether `ip` has used up its failures for the current window.
+    /// Whether `ip` has used up its failures for the current window
+    /// (what [`Failures::reserve`] refuses; for tests).
+    #[cfg(test)]
     pub fn blocked(&self, ip: IpAddr) -> bool {
         if self.max == 0 {
             return false;

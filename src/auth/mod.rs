@@ -518,10 +518,14 @@ impl Auth {
             // As slow as a wrong password for a real user, so that the
             // time taken does not tell which user names exist.
             if !self.0.users.is_empty() {
-                // Made once, off the async thread (a hash is slow on purpose).
-                let phc = actix_web::rt::task::spawn_blocking(|| dummy_hash().to_owned())
-                    .await
-                    .unwrap_or_default();
+                let phc = match DUMMY_HASH.get() {
+                    Some(phc) => phc.clone(),
+                    // Made once, off the async thread (a hash is slow on
+                    // purpose).
+                    None => actix_web::rt::task::spawn_blocking(|| dummy_hash().to_owned())
+                        .await
+                        .unwrap_or_default(),
+                };
                 let _ = self.check_hash(phc, password, peer).await?;
             }
             return Err(match as_token {
@@ -627,9 +631,11 @@ impl Drop for PeerShare<'_> {
 /// A hash of no one's password, made once: an unknown user's password is
 /// checked against it, as long as a known user's.
 fn dummy_hash() -> &'static str {
-    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DUMMY.get_or_init(|| hash_password(b"wharf: no such user").unwrap_or_default())
+    DUMMY_HASH.get_or_init(|| hash_password(b"wharf: no such user").unwrap_or_default())
 }
+
+/// [`dummy_hash`]'s hash, once made.
+static DUMMY_HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Whether `password` matches the PHC string `phc`.
 fn verify_password(phc: &str, password: &[u8]) -> bool {

@@ -11,7 +11,9 @@
 //! - A page on a name its owner controls can make that name resolve to
 //!   the user's own machine (DNS rebinding): the browser then thinks the
 //!   broker is the page's own origin, and the `Origin` check passes. So
-//!   every request's `Host` must name the broker: an IP address (which no
+//!   the `Host` of every upgrade and of every request through `Caller`
+//!   (every route but `/health` and the dashboard's static page, which
+//!   carry no data) must name the broker: an IP address (which no
 //!   one can rebind), `localhost` or a name under `.localhost`, or a name
 //!   in `[server] allowed_hosts`; anything else is refused with 403
 //!   `forbidden_host`, before credentials are looked at.
