@@ -21,6 +21,11 @@ struct Key {
     kid: Option<String>,
     algorithm: Algorithm,
     key: DecodingKey,
+    /// A JWKS key's SHA-256 fingerprint (of its JWK as read), so that a
+    /// session can be asked, after a reload, whether the key that
+    /// verified its token is still there; `None` for configured keys,
+    /// which a reload does not change.
+    fingerprint: Option<[u8; 32]>,
 }
 
 /// What a valid token says.
@@ -32,6 +37,9 @@ pub struct Claims {
     pub grants: Grants,
     /// `exp`.
     pub expires: Option<SystemTime>,
+    /// The fingerprint of the JWKS key that verified it (`None`: a
+    /// configured key).
+    pub key: Option<[u8; 32]>,
 }
 
 /// Checks tokens against the configured keys.
@@ -64,6 +72,7 @@ impl Verifier {
                 kid: (!k.kid.is_empty()).then(|| k.kid.clone()),
                 algorithm,
                 key,
+                fingerprint: None,
             });
         }
         let configured = keys.len();
@@ -99,6 +108,7 @@ impl Verifier {
                 kid: k.kid.clone(),
                 algorithm: k.algorithm,
                 key: k.key.clone(),
+                fingerprint: k.fingerprint,
             });
         }
         all.extend(fresh);
@@ -159,16 +169,26 @@ impl Verifier {
                 &key.key,
                 &validation,
             ) {
-                Ok(data) => return self.claims(data.claims),
+                Ok(data) => return self.claims(data.claims, key.fingerprint),
                 Err(e) => last = e.to_string(),
             }
         }
         Err(last)
     }
 
+    /// Whether the JWKS key with this fingerprint is still in force (a
+    /// reload may have withdrawn it).
+    pub fn has_key(&self, fingerprint: &[u8; 32]) -> bool {
+        self.keys
+            .read()
+            .iter()
+            .any(|k| k.fingerprint.as_ref() == Some(fingerprint))
+    }
+
     fn claims(
         &self,
         mut claims: serde_json::Map<String, serde_json::Value>,
+        key: Option<[u8; 32]>,
     ) -> Result<Claims, String> {
         let subject = match claims.get("sub") {
             Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
@@ -197,6 +217,7 @@ impl Verifier {
             subject,
             grants,
             expires,
+            key,
         })
     }
 }
@@ -258,10 +279,14 @@ fn read_jwks(path: &Path) -> Result<Vec<Key>, String> {
             (None, _) => return Err(format!("keys[{i}]: needs \"alg\"")),
         };
         let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("keys[{i}]: {e}"))?;
+        let fingerprint = serde_json::to_vec(jwk)
+            .map(|bytes| <sha2::Sha256 as sha2::Digest>::digest(bytes).into())
+            .map_err(|e| format!("keys[{i}]: {e}"))?;
         keys.push(Key {
             kid: jwk.common.key_id.clone(),
             algorithm,
             key,
+            fingerprint: Some(fingerprint),
         });
     }
     Ok(keys)

@@ -108,6 +108,9 @@ struct PrincipalInner {
     grants: Grants,
     /// When a JWT's `exp` passes.
     expires: Option<SystemTime>,
+    /// The JWKS key that verified its JWT, if one did: a reload that
+    /// withdraws the key ends the sessions it verified.
+    key: Option<[u8; 32]>,
 }
 
 impl Principal {
@@ -117,6 +120,24 @@ impl Principal {
             via,
             grants,
             expires,
+            key: None,
+        }))
+    }
+
+    /// Whether a reload of the keys can withdraw its credential (a JWT
+    /// verified by a JWKS key): only such connections need watching.
+    pub fn revocable(&self) -> bool {
+        self.0.key.is_some()
+    }
+
+    /// A principal proven by a JWT.
+    fn from_jwt(c: jwt::Claims) -> Principal {
+        Principal(Arc::new(PrincipalInner {
+            name: c.subject,
+            via: Via::Jwt,
+            grants: c.grants,
+            expires: c.expires,
+            key: c.key,
         }))
     }
 
@@ -273,6 +294,9 @@ struct Inner {
     /// Password hashes checked (argon2 runs), for tests that a path pays
     /// for one.
     hashes_checked: std::sync::atomic::AtomicU64,
+    /// Bumped by each reload of the keys: a session that sees it move
+    /// asks [`Auth::still_verified`] once.
+    generation: std::sync::atomic::AtomicU32,
 }
 
 /// The verifier every endpoint shares. Cheap to clone.
@@ -350,6 +374,7 @@ impl Auth {
             denials: Denials::default(),
             verified: Mutex::new(HashMap::new()),
             hashes_checked: std::sync::atomic::AtomicU64::new(0),
+            generation: std::sync::atomic::AtomicU32::new(0),
         })))
     }
 
@@ -415,8 +440,32 @@ impl Auth {
     /// Why the file was not taken.
     pub fn reload(&self) -> Result<usize, String> {
         match &self.0.jwt {
-            Some(v) => v.reload(),
+            Some(v) => {
+                let n = v.reload()?;
+                self.0
+                    .generation
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+                Ok(n)
+            }
             None => Ok(0),
+        }
+    }
+
+    /// How many times the keys were reloaded: sessions compare it with
+    /// the value they last saw (one atomic load) before asking
+    /// [`Auth::still_verified`].
+    pub fn generation(&self) -> u32 {
+        self.0.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the key that verified `p`'s credential is still in force:
+    /// `false` for a JWT whose JWKS key a reload withdrew, so that its
+    /// session is ended rather than kept on a key no longer trusted.
+    pub fn still_verified(&self, p: &Principal) -> bool {
+        match (&p.0.key, &self.0.jwt) {
+            (None, _) => true,
+            (Some(fp), Some(v)) => v.has_key(fp),
+            (Some(_), None) => false,
         }
     }
 
@@ -485,7 +534,7 @@ impl Auth {
         match &self.0.jwt {
             Some(v) if token.matches('.').count() == 2 => v
                 .verify(token)
-                .map(|c| Principal::new(&c.subject, Via::Jwt, c.grants, c.expires))
+                .map(Principal::from_jwt)
                 .map_err(|why| (AuthError::Bad, format!("JWT refused: {why}"))),
             _ if self.0.users.is_empty() && self.0.tokens.is_empty() && self.0.jwt.is_none() => {
                 Err((

@@ -73,6 +73,10 @@ pub enum SubTag {
     Prefix(Bytes),
     /// An MQTT subscription's granted QoS and MQTT 5 options.
     Mqtt(MqttSubOptions),
+    /// A native durable subscription's topic filter (its consumer's
+    /// `filter` is the queue's name), so that rights can be checked
+    /// against it again after a `refresh`.
+    Durable(Arc<str>),
 }
 
 /// What an MQTT subscription asked for, kept with it so a delivery is

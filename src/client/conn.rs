@@ -204,6 +204,15 @@ fn answer(
             }
         }
         ServerFrame::Dropped(d) => dropped.set(dropped.get().saturating_add(d.count)),
+        // The broker ended a subscription: its stream ends (`recv` gives
+        // `None`), and the application hears why on the error stream.
+        ServerFrame::Ended(e) => {
+            w.subs.remove(&e.sub);
+            let _ = errors.try_send((
+                e.code,
+                format!("subscription {:?} ended: {}", e.sub, e.message),
+            ));
+        }
     }
 }
 

@@ -315,18 +315,24 @@ async fn job_answer(jobs: &Jobs, call: JobCall) -> Answer {
         }
         JobCall::Retry { id } => value(jobs.retry(id).await),
         JobCall::Cancel { id } => value(jobs.cancel(id).await),
-        JobCall::Register { kinds } => value(jobs.register(kinds).await),
-        JobCall::Ping { worker } => value(jobs.ping(worker).await),
-        JobCall::Dequeue { worker, wait_ms } => {
-            value(jobs.dequeue(worker, Duration::from_millis(wait_ms)).await)
-        }
+        JobCall::Register { kinds, owner } => value(jobs.register(kinds, owner).await),
+        JobCall::Ping { worker, owner } => value(jobs.ping(worker, owner).await),
+        JobCall::Dequeue {
+            worker,
+            owner,
+            wait_ms,
+        } => value(
+            jobs.dequeue(worker, owner, Duration::from_millis(wait_ms))
+                .await,
+        ),
         JobCall::Outcome {
             id,
             worker,
+            owner,
             token,
             outcome,
             error,
-        } => value(jobs.outcome(id, worker, token, outcome, error).await),
+        } => value(jobs.outcome(id, worker, owner, token, outcome, error).await),
         JobCall::Info => value(jobs.info().await),
     }
 }

@@ -18,6 +18,10 @@ use super::Error;
 use super::Wharf;
 use crate::broker::jobs::{JobError, JobView, Jobs, Outcome};
 
+/// The owner of embedded workers: no principal's id has this form (ids
+/// are `anonymous` or `via:name`), so no client can use their ids.
+const OWNER: &str = "embedded";
+
 /// How long an idle embedded worker's dequeue waits before asking again.
 const POLL: Duration = Duration::from_secs(1);
 
@@ -106,7 +110,7 @@ where
     while !stop.load(Ordering::Acquire) {
         let id = match worker {
             Some(id) => id,
-            None => match jobs.register(kinds.clone()).await {
+            None => match jobs.register(kinds.clone(), OWNER.to_owned()).await {
                 Ok((id, _)) => {
                     worker = Some(id);
                     id
@@ -119,7 +123,7 @@ where
             },
         };
         // A dequeue checks the lease and extends it over its wait.
-        let job = match jobs.dequeue(id, POLL).await {
+        let job = match jobs.dequeue(id, OWNER.to_owned(), POLL).await {
             Ok(Some(job)) => job,
             Ok(None) => continue,
             Err(JobError::WorkerExpired) => {
@@ -154,7 +158,7 @@ where
                     Err(panic) => Ended::Panicked(panic),
                 },
                 _ = pings.tick() => {
-                    if !jobs.ping(id).await.unwrap_or(false) {
+                    if !jobs.ping(id, OWNER.to_owned()).await.unwrap_or(false) {
                         break Ended::LeaseLost;
                     }
                 }
@@ -182,7 +186,10 @@ where
                 continue;
             }
         };
-        if let Err(e) = jobs.outcome(job_id, id, token, outcome, error).await {
+        if let Err(e) = jobs
+            .outcome(job_id, id, OWNER.to_owned(), token, outcome, error)
+            .await
+        {
             tracing::warn!(job = %job_id, "embedded job worker's outcome refused: {e}");
         }
     }

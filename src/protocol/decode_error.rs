@@ -132,6 +132,7 @@ impl Tagged for ServerFrame {
         "enqueued",
         "job_reply",
         "draining",
+        "ended",
     ];
 
     fn check_variant(op: &str, fields: Value) -> Option<Result<(), PathError>> {
@@ -146,6 +147,7 @@ impl Tagged for ServerFrame {
             "enqueued" => check::<frame::Enqueued>(fields),
             "job_reply" => check::<jobs::JobReply>(fields),
             "draining" => check::<frame::Draining>(fields),
+            "ended" => check::<frame::Ended>(fields),
             _ => None,
         }
     }

@@ -349,6 +349,20 @@ pub struct Draining {
     pub in_flight: u64,
 }
 
+/// `ended`: the broker ended one of the session's subscriptions or queue
+/// consumers on its own (a `refresh` narrowed the rights it needs): nothing
+/// more arrives for `sub`, and its id may be used again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+#[serde(deny_unknown_fields)]
+pub struct Ended {
+    /// The subscription or consumer id.
+    pub sub: String,
+    /// Why, as a code (`forbidden`).
+    pub code: ErrorCode,
+    /// Why, in words.
+    pub message: String,
+}
+
 /// `ping`: the server answers `pong` with the same `rid`.
 #[derive(
     Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, bincode::Encode, bincode::Decode,
@@ -396,6 +410,8 @@ pub enum ServerFrame {
     JobReply(super::jobs::JobReply),
     /// Answers a draining `delete_queue` still under way.
     Draining(Draining),
+    /// A subscription or consumer the broker ended.
+    Ended(Ended),
 }
 
 impl ServerFrame {
@@ -412,7 +428,8 @@ impl ServerFrame {
             ServerFrame::Welcome(_)
             | ServerFrame::Message(_)
             | ServerFrame::Dropped(_)
-            | ServerFrame::Delivery(_) => None,
+            | ServerFrame::Delivery(_)
+            | ServerFrame::Ended(_) => None,
         }
     }
 }

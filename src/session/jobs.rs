@@ -15,6 +15,11 @@ use crate::protocol::jobs::{JobReply, JsonText, NewJob, Register, ReportOutcome}
 /// Decodes one job or worker frame, runs its operation and encodes the
 /// typed reply as the `job_reply` body (canonical JSON, as HTTP's).
 async fn run(jobs: Jobs, frame: ClientFrame, who: Option<Principal>) -> Result<JsonText, JobError> {
+    // A worker belongs to the principal that registered it.
+    let owner = || {
+        who.as_ref()
+            .map_or_else(|| "anonymous".to_owned(), Principal::id)
+    };
     match frame {
         ClientFrame::JobEnqueue(e) => {
             let new = NewJob {
@@ -33,15 +38,17 @@ async fn run(jobs: Jobs, frame: ClientFrame, who: Option<Principal>) -> Result<J
         }
         ClientFrame::WorkerRegister(r) => {
             let req = Register { kinds: r.kinds };
-            Ok(JsonText::of(&api::register(&jobs, req).await?))
+            Ok(JsonText::of(&api::register(&jobs, req, owner()).await?))
         }
         ClientFrame::WorkerPing(p) => {
             let worker = parse_id(&p.worker_id, "worker_id")?;
-            Ok(JsonText::of(&api::ping(&jobs, worker).await?))
+            Ok(JsonText::of(&api::ping(&jobs, worker, owner()).await?))
         }
         ClientFrame::JobDequeue(d) => {
             let worker = parse_id(&d.worker_id, "worker_id")?;
-            Ok(JsonText::of(&api::dequeue(&jobs, worker, d.wait_ms).await?))
+            Ok(JsonText::of(
+                &api::dequeue(&jobs, worker, owner(), d.wait_ms).await?,
+            ))
         }
         ClientFrame::JobOutcome(o) => {
             let outcome = parse_outcome(&o.outcome)?;
@@ -52,7 +59,7 @@ async fn run(jobs: Jobs, frame: ClientFrame, who: Option<Principal>) -> Result<J
                 outcome,
                 error: o.error,
             };
-            Ok(JsonText::of(&api::outcome(&jobs, id, req).await?))
+            Ok(JsonText::of(&api::outcome(&jobs, id, req, owner()).await?))
         }
         _ => Err(JobError::Invalid("not a job frame".into())),
     }

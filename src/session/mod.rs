@@ -173,6 +173,9 @@ pub struct Session {
     may_publish: crate::auth::PublishVerdicts,
     /// When the principal's credential expires, on the monotonic clock.
     expires_at: Option<std::time::Instant>,
+    /// The key reloads seen ([`crate::auth::Auth::generation`]): when it
+    /// moves, the session asks once whether its credential still holds.
+    auth_seen: u32,
 }
 
 /// Most confirmations one session may have waiting for the disk before
@@ -216,6 +219,7 @@ impl Session {
             peer: None,
             may_publish: crate::auth::PublishVerdicts::default(),
             expires_at: None,
+            auth_seen: 0,
         }
     }
 
@@ -228,10 +232,38 @@ impl Session {
         principal: Option<crate::auth::Principal>,
         peer: Option<std::net::IpAddr>,
     ) -> Self {
+        self.auth_seen = auth.generation();
         self.auth = auth;
         self.peer = peer;
         self.set_principal(principal);
         self
+    }
+
+    /// Whether a reload of the keys withdrew the one that verified the
+    /// session's credential: then the client has been told
+    /// (`unauthorized`) and the answer says how to close (4403). One
+    /// atomic load unless the keys were reloaded since the last call;
+    /// the read loops ask after each read (the client's pongs included),
+    /// so a session is ended within a ping interval or keep-alive.
+    pub fn revoked(&mut self) -> Option<(u16, &'static str)> {
+        let seen = self.auth.generation();
+        if seen == self.auth_seen {
+            return None;
+        }
+        self.auth_seen = seen;
+        let p = self.principal.as_ref()?;
+        if self.auth.still_verified(p) {
+            return None;
+        }
+        tracing::info!(target: "wharf::auth", principal = %p.id(), "ending a session: its token's key was withdrawn");
+        self.error(
+            self.out.notice_format(),
+            ErrorCode::Unauthorized,
+            "the key that signed the session's token was withdrawn (the JWKS was reloaded); \
+             reconnect with a fresh token",
+            None,
+        );
+        Some((CLOSE_EXPIRED, "credentials revoked"))
     }
 
     /// What rules see of this session's publishes.

@@ -105,7 +105,9 @@ pub(crate) async fn register(
     for kind in &r.kinds {
         caller.require(Right::WorkJob(kind))?;
     }
-    let reply = api::register(&app.jobs, r).await.map_err(job_error)?;
+    let reply = api::register(&app.jobs, r, caller.0.id())
+        .await
+        .map_err(job_error)?;
     Ok(HttpResponse::Created().json(reply))
 }
 
@@ -116,7 +118,9 @@ pub(crate) async fn ping(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_worker()?;
     let id = parse_id(&id, "worker id").map_err(job_error)?;
-    let reply = api::ping(&app.jobs, id).await.map_err(job_error)?;
+    let reply = api::ping(&app.jobs, id, caller.0.id())
+        .await
+        .map_err(job_error)?;
     Ok(HttpResponse::Ok().json(reply))
 }
 
@@ -136,7 +140,7 @@ pub(crate) async fn dequeue(
     caller.require_worker()?;
     let id = parse_id(&id, "worker id").map_err(job_error)?;
     let q: DequeueQuery = query(&req)?;
-    match api::dequeue(&app.jobs, id, q.wait_ms)
+    match api::dequeue(&app.jobs, id, caller.0.id(), q.wait_ms)
         .await
         .map_err(job_error)?
     {
@@ -154,7 +158,9 @@ pub(crate) async fn outcome(
     caller.require_worker()?;
     let id = parse_id(&id, "job id").map_err(job_error)?;
     let b: ReportOutcome = json_body(&app.bodies, &mut body, None).await?;
-    let reply = api::outcome(&app.jobs, id, b).await.map_err(job_error)?;
+    let reply = api::outcome(&app.jobs, id, b, caller.0.id())
+        .await
+        .map_err(job_error)?;
     Ok(HttpResponse::Ok().json(reply))
 }
 

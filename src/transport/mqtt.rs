@@ -53,6 +53,12 @@ impl Handler for Mqtt {
         self.session.expires_at()
     }
 
+    fn revoked(&mut self) -> Option<(u16, &'static str)> {
+        self.session
+            .revoked()
+            .map(|_| (crate::session::CLOSE_EXPIRED, "credentials revoked"))
+    }
+
     fn received(&self, bytes: usize) {
         self.metrics.bytes_in.add(Protocol::MqttWs, bytes as u64);
     }

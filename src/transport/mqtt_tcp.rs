@@ -72,6 +72,10 @@ where
                 None | Some(Err(_)) => break,
                 Some(Ok(chunk)) => {
                     crate::tidy::traffic();
+                    if let Some(c) = session.revoked() {
+                        close(&out, c.code, c.reason);
+                        break;
+                    }
                     metrics.frames_in.add(Protocol::MqttTcp, 1);
                     metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
                     if let Verdict::Close = rate.check(Instant::now()) {

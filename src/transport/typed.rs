@@ -74,8 +74,12 @@ pub(crate) async fn upgrade<T: SocketType>(
     tracing::debug!(kind = T::KIND, id = socket.id(), "socket opened");
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::Socket, 1);
+    let revocation = principal
+        .revocable()
+        .then(|| Box::new((app.auth.clone(), principal.clone(), app.auth.generation())));
     let handler = Typed {
         expires: principal.expires_at(),
+        revocation,
         state: Some(state),
         socket,
         events,
@@ -96,6 +100,9 @@ struct Typed<T: SocketType> {
     /// An event [`Handler::poll_event`] took, for [`Handler::event`].
     pending: Option<T::Event>,
     expires: Option<Instant>,
+    /// For a credential a key reload can withdraw: the verifier, the
+    /// principal and the reloads seen (boxed: most sockets have none).
+    revocation: Option<Box<(crate::auth::Auth, crate::auth::Principal, u32)>>,
     rate: RateLimiter,
     cfg: SessionConfig,
     metrics: Arc<Metrics>,
@@ -123,6 +130,17 @@ impl<T: SocketType> Handler for Typed<T> {
 
     fn expires_at(&self) -> Option<Instant> {
         self.expires
+    }
+
+    fn revoked(&mut self) -> Option<(u16, &'static str)> {
+        let (auth, principal, seen) = &mut **self.revocation.as_mut()?;
+        let now = auth.generation();
+        if now == *seen {
+            return None;
+        }
+        *seen = now;
+        (!auth.still_verified(principal))
+            .then_some((crate::session::CLOSE_EXPIRED, "credentials revoked"))
     }
 
     fn received(&self, bytes: usize) {

@@ -136,6 +136,10 @@ impl Handler for Native {
         self.session.expired()
     }
 
+    fn revoked(&mut self) -> Option<(u16, &'static str)> {
+        self.session.revoked()
+    }
+
     async fn message(&mut self, kind: MessageKind, bytes: Bytes, now: Instant) -> Flow {
         // Text frames are JSON, binary frames bincode.
         let format = match kind {

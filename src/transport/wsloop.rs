@@ -88,6 +88,11 @@ pub(crate) trait Handler {
     fn expired(&mut self) -> (u16, &'static str) {
         (CLOSE_EXPIRED, "credentials expired")
     }
+    /// Whether the connection's credential was withdrawn (a key reload):
+    /// how to close it, after telling the client. Asked after each read.
+    fn revoked(&mut self) -> Option<(u16, &'static str)> {
+        None
+    }
     /// Bytes arrived (counted per protocol).
     fn received(&self, _bytes: usize) {}
     /// The read loop is closing the connection for silence.
@@ -407,6 +412,10 @@ pub(crate) async fn read_loop<H: Handler, S: ByteFeed>(
                     reader.handler.received(n);
                     last_heard = Instant::now();
                     reader.now = last_heard;
+                    if let Some((code, reason)) = reader.handler.revoked() {
+                        reader.close(code, reason, true);
+                        break 'conn;
+                    }
                 }
                 None => break 'conn,
             },

@@ -1431,3 +1431,261 @@ fn a_resumed_mqtt_session_gets_only_what_its_rights_allow() {
         );
     });
 }
+
+// ---------------------------------------------------------------------
+// Rights that change under a live session: workers bound to their
+// principal, a refresh that narrows rights, a JWKS key withdrawn
+// ---------------------------------------------------------------------
+
+/// A worker id is not a capability: another principal that learns it
+/// (even the admin) cannot ping, dequeue with it or report its outcomes,
+/// over HTTP or the native protocol; its own principal can.
+#[test]
+fn a_worker_serves_only_the_principal_that_registered_it() {
+    let b = auth_broker();
+    let thief = jwt(
+        "thief",
+        unix_now() + 600,
+        json!({"work_jobs": ["email"], "enqueue_jobs": ["email"]}),
+    );
+    let url = b.ws_url();
+    let (worker, job_id, token) = block_on(async {
+        let options = |t: &str| ClientOptions {
+            token: Some(t.to_owned()),
+            timeout: WAIT,
+            ..ClientOptions::default()
+        };
+        let svc = Client::connect(&url, options(SVC_TOKEN)).await.unwrap();
+        let (worker, _) = svc.jobs().register_worker(&["email"]).await.unwrap();
+        let job = NewJob {
+            kind: "email".into(),
+            entity_id: ENTITY.parse().unwrap(),
+            data: json!({"to": "a@example.com", "secret": "reset-link"}),
+            priority: 0,
+            timeout_ms: None,
+        };
+        svc.jobs().enqueue_job(job).await.unwrap();
+        // The other principal, with the same rights, over the native
+        // protocol: refused with forbidden, and no job leaks.
+        let other = Client::connect(&url, options(&thief)).await.unwrap();
+        match other.jobs().dequeue_job(worker, Duration::ZERO).await {
+            Err(ClientError::Server { code, .. }) => assert_eq!(code, ErrorCode::Forbidden),
+            got => panic!("another principal dequeued with svc's worker: {got:?}"),
+        }
+        // svc itself still can.
+        let job = svc
+            .jobs()
+            .dequeue_job(worker, Duration::ZERO)
+            .await
+            .unwrap()
+            .expect("svc's worker gets the job");
+        (worker, job.id, job.token.unwrap())
+    });
+    // Over HTTP, for the JWT principal and for root (admin): 403 on
+    // every worker route; the job stays svc's, running.
+    for auth in [bearer(&thief), bearer(ROOT_TOKEN)] {
+        let r = call(
+            b.addr,
+            "POST",
+            &format!("/workers/{worker}/ping"),
+            Some(&auth),
+            "",
+        );
+        assert_eq!(
+            (r.status, r.code().clone()),
+            (403, json!("forbidden")),
+            "{}",
+            r.body
+        );
+        let r = call(
+            b.addr,
+            "POST",
+            &format!("/workers/{worker}/dequeue"),
+            Some(&auth),
+            "",
+        );
+        assert_eq!(r.status, 403, "{}", r.body);
+        let body = json!({"worker_id": worker, "token": token, "outcome": "failed", "error": "x"});
+        let path = format!("/jobs/{job_id}/outcome");
+        let r = call(b.addr, "POST", &path, Some(&auth), &body.to_string());
+        assert_eq!(r.status, 403, "{}", r.body);
+    }
+    let r = call(
+        b.addr,
+        "GET",
+        &format!("/jobs/{job_id}"),
+        Some(&bearer(SVC_TOKEN)),
+        "",
+    );
+    assert_eq!(r.body["status"], "running", "{}", r.body);
+    let body = json!({"worker_id": worker, "token": token, "outcome": "succeeded"});
+    let path = format!("/jobs/{job_id}/outcome");
+    let r = call(
+        b.addr,
+        "POST",
+        &path,
+        Some(&bearer(SVC_TOKEN)),
+        &body.to_string(),
+    );
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("succeeded")),
+        "{}",
+        r.body
+    );
+}
+
+/// A `refresh` whose token grants less ends the subscriptions and
+/// consumers the new rights do not cover, each with an `ended` frame,
+/// and keeps the others; nothing more arrives for an ended one.
+#[test]
+fn a_refresh_that_narrows_rights_ends_what_they_no_longer_allow() {
+    let b = jwt_broker();
+    let exp = unix_now() + 600;
+    let broad = jwt(
+        "device-3",
+        exp,
+        json!({"subscribe": ["cmd/#"], "consume": ["cmd/#"]}),
+    );
+    let narrow = jwt("device-3", exp, json!({"subscribe": ["cmd/a"]}));
+    let root = bearer(ROOT_TOKEN);
+    block_on(async {
+        let mut n = Native::open(&b, Format::Json, "", None).await;
+        n.hello("device-3", Some(&broad)).await;
+        let subs = [
+            json!({"op": "subscribe", "id": "a", "filter": "cmd/a", "rid": 1}),
+            json!({"op": "subscribe", "id": "b", "filter": "cmd/b", "rid": 2}),
+            json!({"op": "subscribe", "id": "d", "filter": "cmd/#", "durable": true, "rid": 3}),
+        ];
+        for (rid, s) in subs.iter().enumerate() {
+            n.send(s).await;
+            assert_eq!(
+                n.reply(WAIT).await,
+                json!({"op": "receipt", "rid": rid + 1})
+            );
+        }
+        n.send(&json!({"op": "refresh", "token": narrow, "rid": 4}))
+            .await;
+        assert_eq!(n.reply(WAIT).await, json!({"op": "receipt", "rid": 4}));
+        let mut ended = Vec::new();
+        for _ in 0..2 {
+            let e = n.reply(WAIT).await;
+            assert_eq!(
+                (&e["op"], &e["code"]),
+                (&json!("ended"), &json!("forbidden")),
+                "{e}"
+            );
+            ended.push(e["sub"].as_str().unwrap().to_owned());
+        }
+        ended.sort();
+        assert_eq!(ended, ["b", "d"]);
+        // cmd/b and the durable cmd/# get nothing; cmd/a still does.
+        for topic in ["cmd/b", "cmd/a"] {
+            let r = call(
+                b.addr,
+                "POST",
+                &format!("/topics/{topic}"),
+                Some(&root),
+                topic,
+            );
+            assert_eq!(r.status, 202, "{}", r.body);
+        }
+        match n.recv(WAIT).await {
+            Incoming::Frame(m) => {
+                assert_eq!(
+                    (&m["op"], &m["sub"]),
+                    (&json!("message"), &json!("a")),
+                    "{m}"
+                );
+            }
+            _ => panic!("no message for the subscription still allowed"),
+        }
+        n.still_works(5).await;
+        // The ended ids are free again; the narrowed rights still hold.
+        n.send(&json!({"op": "subscribe", "id": "b", "filter": "cmd/b", "rid": 6}))
+            .await;
+        assert_eq!(n.reply(WAIT).await["code"], "forbidden");
+    });
+    // The durable subscription's queue stays, without its consumer, and
+    // keeps what it collected (cmd/b and cmd/a).
+    let r = call(b.addr, "GET", "/queues", Some(&root), "");
+    let q = &r.body[0];
+    assert!(
+        q["name"].as_str().unwrap().ends_with("device-3/d"),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        (&q["consumers"], &q["depth"]),
+        (&json!(0), &json!(2)),
+        "{}",
+        r.body
+    );
+}
+
+/// A JWKS reload that withdraws a key ends the native and MQTT sessions
+/// whose tokens it verified (an `unauthorized` error, then 4403), and
+/// leaves sessions verified by the keys that stay.
+#[test]
+fn a_withdrawn_jwks_key_ends_the_sessions_it_verified() {
+    use base64::Engine as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let jwks = tmp.path().join("jwks.json");
+    let secret = |kid: &str| format!("{kid}-secret-0123456789abcdef-0123456789");
+    let jwk = |kid: &str| {
+        let k = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret(kid));
+        format!(r#"{{"kty":"oct","alg":"HS256","kid":"{kid}","k":"{k}"}}"#)
+    };
+    let write = |kids: &[&str]| {
+        let keys: Vec<String> = kids.iter().map(|k| jwk(k)).collect();
+        std::fs::write(&jwks, format!(r#"{{"keys":[{}]}}"#, keys.join(","))).unwrap();
+    };
+    write(&["old", "kept"]);
+    let signed = |kid: &str, sub: &str| {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.kid = Some(kid.into());
+        jsonwebtoken::encode(
+            &header,
+            &json!({"sub": sub, "exp": unix_now() + 600, "wharf": {"publish": ["#"], "subscribe": ["#"]}}),
+            &jsonwebtoken::EncodingKey::from_secret(secret(kid).as_bytes()),
+        )
+        .unwrap()
+    };
+    let path = jwks.clone();
+    let b = TestBroker::start(|c| {
+        c.auth.jwt.jwks_file = path;
+        c.auth.max_failures = 100;
+    });
+    let (old, kept) = (signed("old", "dev-old"), signed("kept", "dev-kept"));
+    block_on(async {
+        let mut gone = Native::open(&b, Format::Json, "", None).await;
+        gone.hello("gone", Some(&old)).await;
+        let mut stays = Native::open(&b, Format::Bincode, "", None).await;
+        stays.hello("stays", Some(&kept)).await;
+        let mqtt = mqtt_opts("gone-mqtt", Some(("ignored".into(), old.clone())));
+        let mut m = MqttClient::connect(&mqtt_url(&b), mqtt).await.unwrap();
+
+        write(&["kept"]);
+        b.reload();
+        // The reload has run once the old key is refused over HTTP.
+        let reloaded = common::eventually_every(Duration::from_millis(20), WAIT, || {
+            call(b.addr, "POST", "/topics/t", Some(&bearer(&old)), "x").status == 401
+        })
+        .await;
+        assert!(reloaded, "the reload did not withdraw the key");
+
+        // The next thing the withdrawn sessions send is answered by the
+        // error and the close.
+        gone.send(&json!({"op": "ping", "rid": 1})).await;
+        let e = gone.reply(WAIT).await;
+        assert_eq!(
+            (&e["op"], &e["code"]),
+            (&json!("error"), &json!("unauthorized")),
+            "{e}"
+        );
+        assert_eq!(gone.close_code(WAIT).await, Some(4403));
+        let _ = m.publish("t/x", &b"after"[..], 0, false).await;
+        assert_eq!(m.closed().await, Some(4403));
+        stays.still_works(2).await;
+    });
+}

@@ -62,12 +62,13 @@ pub async fn status(
     Ok(view)
 }
 
-/// Registers a worker.
+/// Registers a worker for the principal `owner` (its id), the only one
+/// that may then use it.
 ///
 /// # Errors
 /// As [`Jobs::register`].
-pub async fn register(jobs: &Jobs, req: Register) -> Result<Registered, JobError> {
-    let (worker_id, lease_ms) = jobs.register(req.kinds).await?;
+pub async fn register(jobs: &Jobs, req: Register, owner: String) -> Result<Registered, JobError> {
+    let (worker_id, lease_ms) = jobs.register(req.kinds, owner).await?;
     Ok(Registered {
         worker_id,
         lease_ms,
@@ -78,9 +79,9 @@ pub async fn register(jobs: &Jobs, req: Register) -> Result<Registered, JobError
 ///
 /// # Errors
 /// As [`Jobs::ping`].
-pub async fn ping(jobs: &Jobs, worker: Uuid) -> Result<PingReply, JobError> {
+pub async fn ping(jobs: &Jobs, worker: Uuid, owner: String) -> Result<PingReply, JobError> {
     Ok(PingReply {
-        valid: jobs.ping(worker).await?,
+        valid: jobs.ping(worker, owner).await?,
     })
 }
 
@@ -88,17 +89,28 @@ pub async fn ping(jobs: &Jobs, worker: Uuid) -> Result<PingReply, JobError> {
 ///
 /// # Errors
 /// As [`Jobs::dequeue`].
-pub async fn dequeue(jobs: &Jobs, worker: Uuid, wait_ms: u64) -> Result<Option<JobView>, JobError> {
-    jobs.dequeue(worker, Duration::from_millis(wait_ms)).await
+pub async fn dequeue(
+    jobs: &Jobs,
+    worker: Uuid,
+    owner: String,
+    wait_ms: u64,
+) -> Result<Option<JobView>, JobError> {
+    jobs.dequeue(worker, owner, Duration::from_millis(wait_ms))
+        .await
 }
 
 /// Records a worker's outcome for job `id`; answers once it is durable.
 ///
 /// # Errors
 /// As [`Jobs::outcome`].
-pub async fn outcome(jobs: &Jobs, id: Uuid, req: ReportOutcome) -> Result<OutcomeReply, JobError> {
+pub async fn outcome(
+    jobs: &Jobs,
+    id: Uuid,
+    req: ReportOutcome,
+    owner: String,
+) -> Result<OutcomeReply, JobError> {
     let status = jobs
-        .outcome(id, req.worker_id, req.token, req.outcome, req.error)
+        .outcome(id, req.worker_id, owner, req.token, req.outcome, req.error)
         .await?;
     Ok(OutcomeReply { id, status })
 }

@@ -50,16 +50,22 @@ pub enum JobCall {
     Register {
         /// The kinds taken.
         kinds: Vec<String>,
+        /// The principal asking (the worker's owner).
+        owner: String,
     },
     /// `Jobs::ping`.
     Ping {
         /// The worker.
         worker: Uuid,
+        /// The principal asking (the worker's owner).
+        owner: String,
     },
     /// `Jobs::dequeue`.
     Dequeue {
         /// The worker.
         worker: Uuid,
+        /// The principal asking (the worker's owner).
+        owner: String,
         /// How long to wait for a job.
         wait_ms: u64,
     },
@@ -69,6 +75,8 @@ pub enum JobCall {
         id: Uuid,
         /// The worker.
         worker: Uuid,
+        /// The principal asking (the worker's owner).
+        owner: String,
         /// The attempt.
         token: u32,
         /// How it went.

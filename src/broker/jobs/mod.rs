@@ -60,8 +60,9 @@ pub struct JobRecord {
     pub status: JobStatus,
     /// Attempts started so far (the fencing token of the current one).
     pub attempt: u32,
-    /// The worker running it; only in the dequeue's answer (a worker id
-    /// is that worker's credential).
+    /// The worker running it; only in the dequeue's answer (a worker's id
+    /// is kept among the worker and its principal, the only one that may
+    /// use it).
     pub worker: Option<Uuid>,
     /// When the current attempt started (Unix ms).
     pub started_ms: Option<u64>,
@@ -118,6 +119,10 @@ pub enum JobError {
     /// The worker's lease ended (or it never registered): register again.
     #[error("the worker is not (or no longer) registered; register again")]
     WorkerExpired,
+    /// The worker was registered by another principal: a worker id is
+    /// not a credential, only its registering principal may use it.
+    #[error("the worker was registered by another principal")]
+    NotYourWorker,
     /// The token is not the job's current attempt by this worker: the job
     /// was handed to someone else, or already has an outcome.
     #[error("stale token: the job is {status} at attempt {current}")]
@@ -167,6 +172,7 @@ impl JobError {
         match self {
             JobError::UnknownJob => ErrorCode::UnknownJob,
             JobError::WorkerExpired => ErrorCode::WorkerExpired,
+            JobError::NotYourWorker => ErrorCode::Forbidden,
             JobError::StaleToken { .. } => ErrorCode::StaleToken,
             JobError::Invalid(_) => ErrorCode::InvalidField,
             JobError::Conflict(_) => ErrorCode::Conflict,
@@ -313,9 +319,9 @@ impl Jobs {
     }
 
     /// A job's current record, as anyone who knows its id may see it:
-    /// without the worker's id and the fencing token. A worker's id is
-    /// what lets it report outcomes, so only the worker itself (from its
-    /// registration and its dequeue) knows it.
+    /// without the worker's id and the fencing token: only the worker
+    /// (from its registration and its dequeue) knows them, and only its
+    /// registering principal may use them.
     ///
     /// # Errors
     /// [`JobError::UnknownJob`], or the resource refusing the task.
@@ -433,16 +439,22 @@ impl Jobs {
         self.tq.stats()
     }
 
-    /// Registers a worker for `kinds` (empty: every kind); returns its id
-    /// and its lease in ms.
+    /// Registers a worker for `kinds` (empty: every kind) on behalf of
+    /// the principal `owner` (its [`crate::auth::Principal::id`]), the
+    /// only one that may use it; returns its id and its lease in ms.
     ///
     /// # Errors
     /// [`JobError::TooManyWorkers`], or the resource refusing the task.
-    pub async fn register(&self, kinds: Vec<String>) -> Result<(Uuid, u64), JobError> {
+    pub async fn register(
+        &self,
+        kinds: Vec<String>,
+        owner: String,
+    ) -> Result<(Uuid, u64), JobError> {
         if let Some(r) = self
             .at_home(
                 || JobCall::Register {
                     kinds: kinds.clone(),
+                    owner: owner.clone(),
                 },
                 Duration::ZERO,
             )
@@ -455,22 +467,36 @@ impl Jobs {
                 "kinds must be 1 to {MAX_KIND} bytes"
             )));
         }
-        self.tq.submit(move |s| s.register(kinds, now_ms())).await?
+        self.tq
+            .submit(move |s| s.register(kinds, owner, now_ms()))
+            .await?
     }
 
     /// Extends a worker's lease; `false` means it is no longer valid and
     /// must register again.
     ///
     /// # Errors
-    /// The resource refusing the task.
-    pub async fn ping(&self, worker: Uuid) -> Result<bool, JobError> {
+    /// [`JobError::NotYourWorker`] unless `owner` registered it, or the
+    /// resource refusing the task.
+    pub async fn ping(&self, worker: Uuid, owner: String) -> Result<bool, JobError> {
         if let Some(r) = self
-            .at_home(|| JobCall::Ping { worker }, Duration::ZERO)
+            .at_home(
+                || JobCall::Ping {
+                    worker,
+                    owner: owner.clone(),
+                },
+                Duration::ZERO,
+            )
             .await
         {
             return r;
         }
-        Ok(self.tq.submit(move |s| s.ping(worker, now_ms())).await?)
+        self.tq
+            .submit(move |s| {
+                s.check_owner(worker, &owner)?;
+                Ok(s.ping(worker, now_ms()))
+            })
+            .await?
     }
 
     /// The worker's next job (highest priority, then oldest, of the kinds
@@ -478,12 +504,19 @@ impl Jobs {
     /// one to arrive. `None`: none arrived in time.
     ///
     /// # Errors
-    /// [`JobError::WorkerExpired`], or the resource refusing the task.
-    pub async fn dequeue(&self, worker: Uuid, wait: Duration) -> Result<Option<JobView>, JobError> {
+    /// [`JobError::WorkerExpired`], [`JobError::NotYourWorker`] unless
+    /// `owner` registered it, or the resource refusing the task.
+    pub async fn dequeue(
+        &self,
+        worker: Uuid,
+        owner: String,
+        wait: Duration,
+    ) -> Result<Option<JobView>, JobError> {
         if let Some(r) = self
             .at_home(
                 || JobCall::Dequeue {
                     worker,
+                    owner: owner.clone(),
                     wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                 },
                 wait,
@@ -498,6 +531,7 @@ impl Jobs {
         if let Some(job) = self
             .tq
             .submit(move |s| {
+                s.check_owner(worker, &owner)?;
                 let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
                 s.dequeue(worker, waiter, wait_ms, now_ms())
             })
@@ -537,11 +571,14 @@ impl Jobs {
     ///
     /// # Errors
     /// [`JobError::UnknownJob`], [`JobError::WorkerExpired`],
+    /// [`JobError::NotYourWorker`] unless `owner` registered the worker,
     /// [`JobError::StaleToken`] (nothing changes), or a store failure.
+    #[allow(clippy::too_many_arguments)]
     pub async fn outcome(
         &self,
         id: Uuid,
         worker: Uuid,
+        owner: String,
         token: u32,
         outcome: Outcome,
         error: Option<String>,
@@ -551,6 +588,7 @@ impl Jobs {
                 || JobCall::Outcome {
                     id,
                     worker,
+                    owner: owner.clone(),
                     token,
                     outcome,
                     error: error.clone(),
@@ -563,7 +601,10 @@ impl Jobs {
         }
         let (status, durable) = self
             .tq
-            .submit(move |s| s.outcome(id, worker, token, outcome, error, now_ms()))
+            .submit(move |s| {
+                s.check_owner(worker, &owner)?;
+                s.outcome(id, worker, token, outcome, error, now_ms())
+            })
             .await??;
         if let Some(d) = durable {
             d.await.map_err(JobError::Store)?;

@@ -104,6 +104,9 @@ use crate::config::JobsConfig;
 use crate::store::{Durable, WriterHandle, jobs as records};
 
 struct Worker {
+    /// The principal that registered it (its id): only it may use the
+    /// worker, so that a leaked worker id is not a capability.
+    owner: String,
     kinds: Vec<String>,
     lease_until: u64,
     running: HashSet<Uuid>,
@@ -298,10 +301,11 @@ impl JobsState {
         self.jobs.get(&id).map(JobView::from)
     }
 
-    /// Registers a worker for `kinds` (empty: all).
+    /// Registers a worker for `kinds` (empty: all), owned by `owner`.
     pub(crate) fn register(
         &mut self,
         kinds: Vec<String>,
+        owner: String,
         now: u64,
     ) -> Result<(Uuid, u64), JobError> {
         if self.workers.len() >= self.cfg.max_workers {
@@ -311,12 +315,22 @@ impl JobsState {
         self.workers.insert(
             id,
             Worker {
+                owner,
                 kinds,
                 lease_until: now.saturating_add(self.cfg.worker_lease_ms),
                 running: HashSet::new(),
             },
         );
         Ok((id, self.cfg.worker_lease_ms))
+    }
+
+    /// `Ok` unless the worker is registered by a principal other than
+    /// `owner` (an unknown worker is left to the operation to refuse).
+    pub(crate) fn check_owner(&self, worker: Uuid, owner: &str) -> Result<(), JobError> {
+        match self.workers.get(&worker) {
+            Some(w) if w.owner != owner => Err(JobError::NotYourWorker),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the worker is registered with a lease in force.

@@ -47,7 +47,9 @@ fn enqueue_dequeue_outcome_succeeded() {
     let (mut s, dead) = state(JobsConfig::default());
     let id = enqueue(&mut s, job("email"), 1_000);
     assert_eq!(status(&s, id), JobStatus::Queued);
-    let (worker, lease) = s.register(vec!["email".into()], 1_000).expect("register");
+    let (worker, lease) = s
+        .register(vec!["email".into()], "anonymous".into(), 1_000)
+        .expect("register");
     assert_eq!(lease, 30_000);
 
     let got = s
@@ -75,14 +77,18 @@ fn enqueue_dequeue_outcome_succeeded() {
 fn a_worker_of_other_kinds_gets_nothing() {
     let (mut s, _) = state(JobsConfig::default());
     enqueue(&mut s, job("email"), 0);
-    let (worker, _) = s.register(vec!["sms".into()], 0).expect("register");
+    let (worker, _) = s
+        .register(vec!["sms".into()], "anonymous".into(), 0)
+        .expect("register");
     assert_eq!(s.dequeue(worker, None, 0, 1).expect("dequeue"), None);
 }
 
 #[test]
 fn a_parked_dequeue_gets_the_next_job() {
     let (mut s, _) = state(JobsConfig::default());
-    let (worker, _) = s.register(Vec::new(), 0).expect("register");
+    let (worker, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     let (tx, mut rx) = oneshot::channel();
     assert_eq!(
         s.dequeue(worker, Some(tx), 5_000, 0).expect("dequeue"),
@@ -103,7 +109,9 @@ fn an_expired_lease_requeues_the_running_job_keeping_its_attempt() {
     };
     let (mut s, _) = state(cfg);
     let id = enqueue(&mut s, job("email"), 0);
-    let (w1, _) = s.register(Vec::new(), 0).expect("register");
+    let (w1, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     s.dequeue(w1, None, 0, 0).expect("dequeue").expect("a job");
 
     // Still valid one ms before the lease ends.
@@ -122,7 +130,9 @@ fn an_expired_lease_requeues_the_running_job_keeping_its_attempt() {
         Some(JobError::WorkerExpired)
     );
     assert!(!s.ping(w1, 1_001));
-    let (w2, _) = s.register(Vec::new(), 1_001).expect("register");
+    let (w2, _) = s
+        .register(Vec::new(), "anonymous".into(), 1_001)
+        .expect("register");
     let got = s
         .dequeue(w2, None, 0, 1_002)
         .expect("dequeue")
@@ -137,7 +147,9 @@ fn a_ping_keeps_the_lease() {
         ..JobsConfig::default()
     };
     let (mut s, _) = state(cfg);
-    let (w, _) = s.register(Vec::new(), 0).expect("register");
+    let (w, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     assert!(s.ping(w, 900));
     s.tick(1_500);
     assert!(s.is_valid(w, 1_500));
@@ -148,8 +160,12 @@ fn a_ping_keeps_the_lease() {
 fn an_outcome_with_a_stale_token_is_refused_and_changes_nothing() {
     let (mut s, _) = state(JobsConfig::default());
     let id = enqueue(&mut s, job("email"), 0);
-    let (w, _) = s.register(Vec::new(), 0).expect("register");
-    let (other, _) = s.register(Vec::new(), 0).expect("register");
+    let (w, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
+    let (other, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     s.dequeue(w, None, 0, 1).expect("dequeue").expect("a job");
 
     let stale = JobError::StaleToken {
@@ -199,7 +215,9 @@ fn a_timed_out_attempt_retries_while_attempts_remain_then_dies() {
     let (mut s, dead) = state(cfg);
     let id = enqueue(&mut s, job("email"), 0);
     assert_eq!(s.status(id).expect("job").timeout_ms, Some(100));
-    let (w, _) = s.register(Vec::new(), 0).expect("register");
+    let (w, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     s.dequeue(w, None, 0, 0).expect("dequeue").expect("a job");
 
     // Attempt 1 of 2 times out: retried after the backoff.
@@ -238,7 +256,9 @@ fn a_reported_failure_retries_then_dies() {
     };
     let (mut s, dead) = state(cfg);
     let id = enqueue(&mut s, job("email"), 0);
-    let (w, _) = s.register(Vec::new(), 0).expect("register");
+    let (w, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     s.dequeue(w, None, 0, 1).expect("dequeue").expect("a job");
     let err = Some("smtp".to_owned());
     // No backoff: queued again at once.
@@ -270,7 +290,9 @@ fn a_timed_out_job_ends_timed_out_unless_its_kind_retries_timeouts() {
     let reported = enqueue(&mut s, job("email"), 0);
     let expired = enqueue(&mut s, job("email"), 0);
     let retried = enqueue(&mut s, job("retried"), 0);
-    let (w, _) = s.register(Vec::new(), 0).expect("register");
+    let (w, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     for _ in 0..3 {
         s.dequeue(w, None, 0, 0).expect("dequeue").expect("a job");
     }
@@ -310,7 +332,9 @@ fn finished_jobs_go_after_their_retention() {
     };
     let (mut s, _) = state(cfg);
     let id = enqueue(&mut s, job("email"), 0);
-    let (w, _) = s.register(Vec::new(), 0).expect("register");
+    let (w, _) = s
+        .register(Vec::new(), "anonymous".into(), 0)
+        .expect("register");
     s.dequeue(w, None, 0, 0).expect("dequeue").expect("a job");
     s.outcome(id, w, 1, Outcome::Succeeded, None, 1_000)
         .expect("outcome");
@@ -318,4 +342,19 @@ fn finished_jobs_go_after_their_retention() {
     assert!(s.status(id).is_some());
     s.tick(11_000);
     assert!(s.status(id).is_none());
+}
+
+#[test]
+fn a_worker_answers_only_to_the_principal_that_registered_it() {
+    let (mut s, _) = state(JobsConfig::default());
+    let (w, _) = s
+        .register(Vec::new(), "token:billing".into(), 0)
+        .expect("register");
+    assert_eq!(s.check_owner(w, "token:billing"), Ok(()));
+    assert_eq!(
+        s.check_owner(w, "jwt:billing"),
+        Err(JobError::NotYourWorker)
+    );
+    // An unknown worker is the operation's to refuse (worker_expired).
+    assert_eq!(s.check_owner(Uuid::nil(), "jwt:billing"), Ok(()));
 }

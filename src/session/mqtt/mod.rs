@@ -204,6 +204,8 @@ pub struct MqttSession {
     may_publish: crate::auth::PublishVerdicts,
     /// When the principal's credential expires.
     expires_at: Option<std::time::Instant>,
+    /// The key reloads seen (as the native session's).
+    auth_seen: u32,
 }
 
 struct Connected {
@@ -254,6 +256,7 @@ impl MqttSession {
             peer: None,
             may_publish: crate::auth::PublishVerdicts::default(),
             expires_at: None,
+            auth_seen: 0,
         }
     }
 
@@ -266,10 +269,35 @@ impl MqttSession {
         principal: Option<Principal>,
         peer: Option<IpAddr>,
     ) -> Self {
+        self.auth_seen = auth.generation();
         self.auth = auth;
         self.principal = principal;
         self.peer = peer;
         self
+    }
+
+    /// Whether a reload of the keys withdrew the one that verified the
+    /// session's credential: then the connection must close (4403; at
+    /// MQTT 5 a DISCONNECT "not authorized" has been queued). As the
+    /// native session's, asked after each read.
+    pub fn revoked(&mut self) -> Option<MqttClose> {
+        let seen = self.auth.generation();
+        if seen == self.auth_seen {
+            return None;
+        }
+        self.auth_seen = seen;
+        let p = self.principal.as_ref()?;
+        if self.auth.still_verified(p) {
+            return None;
+        }
+        tracing::info!(target: "wharf::auth", principal = %p.id(), "ending an MQTT session: its token's key was withdrawn");
+        let close = MqttClose {
+            code: crate::session::CLOSE_EXPIRED,
+            reason: "credentials revoked".into(),
+            mqtt: None,
+        };
+        self.goodbye(&close);
+        Some(close)
     }
 
     /// When the session's credential expires: the connection is closed

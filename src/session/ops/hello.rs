@@ -110,6 +110,8 @@ pub(in crate::session) async fn refresh(session: &mut Session, format: Format, r
         Ok(p) if p.id() == current.id() => {
             session.set_principal(Some(p));
             session.receipt(format, r.rid);
+            // Rights may have narrowed: what they no longer allow ends.
+            super::subscribe::end_unpermitted(session, format).await;
         }
         Ok(p) => session.error(
             format,

@@ -1,10 +1,12 @@
 //! `subscribe` and `unsubscribe`: topic subscriptions, plain or durable.
 
+use crate::auth::{Principal, Right};
+use crate::broker::SubTag;
 use crate::broker::{
     DURABLE_PREFETCH, DURABLE_PREFIX, Sink as _, Subscription, durable_queue_name,
 };
 use crate::protocol::codec::{self, Format};
-use crate::protocol::frame::{ErrorCode, Subscribe, Unsubscribe};
+use crate::protocol::frame::{Ended, ErrorCode, Priority, ServerFrame, Subscribe, Unsubscribe};
 use crate::session::{Session, encoding_slot};
 
 /// Subscribes to `s.filter` under the id `s.id`: a plain subscription, or a
@@ -63,7 +65,7 @@ async fn subscribe_durable(session: &mut Session, format: Format, s: Subscribe) 
         session.out.clone(),
         &s.id,
         &name,
-        crate::broker::SubTag::None,
+        crate::broker::SubTag::Durable(s.filter.as_str().into()),
         Some(encoding_slot(format)),
     );
     let prefetch = s.prefetch.unwrap_or(DURABLE_PREFETCH);
@@ -127,4 +129,68 @@ pub(in crate::session) async fn unsubscribe(session: &mut Session, format: Forma
             session.receipt(format, u.rid);
         }
     }
+}
+
+/// The right a subscription (`consumer`: a queue consumer or durable
+/// subscription) needs and `p` lacks, if any: what `permit` checks when
+/// it is made, checked again after a `refresh`.
+fn lacking<'a>(p: &Principal, sub: &'a Subscription, consumer: bool) -> Option<Right<'a>> {
+    let needs: &[Right<'a>] = match (&sub.tag, consumer) {
+        (SubTag::Durable(filter), _) => &[Right::Subscribe(filter), Right::ConsumeFilter(filter)],
+        (_, true) => &[Right::Consume(&sub.filter)],
+        (_, false) => &[Right::Subscribe(&sub.filter)],
+    };
+    needs.iter().copied().find(|r| !p.may(*r))
+}
+
+/// Ends the subscriptions and consumers the session's principal no
+/// longer has the rights for (a `refresh` narrowed them), each with an
+/// `ended` frame saying which right is missing. A durable subscription's
+/// queue and backlog stay (only its consumer ends): a later credential
+/// with the right takes it up again.
+pub(in crate::session) async fn end_unpermitted(session: &mut Session, format: Format) {
+    let Some(p) = session.principal.clone() else {
+        return;
+    };
+    let mut ended: Vec<(String, bool, String)> = Vec::new();
+    for (consumer, map) in [(false, &session.subs), (true, &session.consumers)] {
+        for (id, sub) in map {
+            if let Some(right) = lacking(&p, sub, consumer) {
+                let what = right.object().map_or(String::new(), |o| format!(" {o:?}"));
+                let why = format!(
+                    "{:?} may no longer {}{what} (the refreshed credential)",
+                    p.name(),
+                    right.name()
+                );
+                ended.push((id.clone(), consumer, why));
+            }
+        }
+    }
+    let sink = session.out.id();
+    for (id, consumer, message) in ended {
+        if consumer {
+            if let Some(c) = session.consumers.remove(&id) {
+                c.cancel();
+                // Its unsettled deliveries go back to the queue.
+                let _ = session
+                    .broker
+                    .queues()
+                    .cancel_consumer(&c.filter, sink, &id)
+                    .await;
+            }
+        } else if let Some(sub) = session.subs.remove(&id) {
+            sub.cancel();
+            let _ = session.broker.unsubscribe(sink, &id, &sub.filter).await;
+        }
+        tracing::info!(target: "wharf::auth", principal = %p.id(), sub = %id, "subscription ended: {message}");
+        let frame = ServerFrame::Ended(Ended {
+            sub: id,
+            code: ErrorCode::Forbidden,
+            message,
+        });
+        let _ = session.out.push_frame(Priority::High, format, &frame);
+    }
+    session
+        .sessions
+        .set_counts(session.id, session.subs.len(), session.consumers.len());
 }

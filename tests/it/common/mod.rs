@@ -168,6 +168,8 @@ pub struct TestBroker {
     /// The MQTT-over-TLS listener, when `[server.tls]` was set too.
     pub mqtt_tls_addr: Option<std::net::SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// What SIGHUP is to the binary: re-read the keys and rules.
+    reload: tokio::sync::mpsc::Sender<()>,
     thread: Option<thread::JoinHandle<Result<(), wharf::Error>>>,
     _dir: tempfile::TempDir,
 }
@@ -226,10 +228,10 @@ impl TestBroker {
         let local = |l: &Option<std::net::TcpListener>| l.as_ref().map(|l| l.local_addr().unwrap());
         let (mqtt_addr, mqtt_tls_addr) = (local(&listeners.mqtt), local(&listeners.mqtt_tls));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (reloads, reload) = tokio::sync::mpsc::channel(1);
         let thread = thread::Builder::new()
             .name("test-broker".into())
             .spawn(move || {
-                let (_keep, reload) = tokio::sync::mpsc::channel(1);
                 actix_rt::System::new().block_on(wharf::serve(
                     listeners,
                     config,
@@ -245,9 +247,16 @@ impl TestBroker {
             mqtt_addr,
             mqtt_tls_addr,
             stop: Some(stop),
+            reload: reloads,
             thread: Some(thread),
             _dir: dir,
         }
+    }
+
+    /// Asks the broker to re-read its keys and rules, as SIGHUP asks the
+    /// binary (the reload runs after this returns: wait for its effect).
+    pub fn reload(&self) {
+        self.reload.try_send(()).unwrap();
     }
 
     pub fn ws_url(&self) -> String {
