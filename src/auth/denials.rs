@@ -25,7 +25,7 @@ pub enum Denial {
     /// Refused unchecked: its address failed too often (a lockout).
     Blocked,
     /// Refused unchecked: password checks were saturated, or its address
-    /// had its share of them.
+    /// had its share of them or of connections not yet authenticated.
     Busy,
     /// Closed for bringing no credentials within `hello_timeout_s`.
     NoCredentialsInTime,

@@ -52,10 +52,12 @@ mod denials;
 mod failures;
 mod grants;
 pub mod jwt;
+mod unproven;
 mod verdicts;
 
 pub use failures::Failures;
 pub use grants::{Grants, Right};
+pub use unproven::Unproven;
 pub use verdicts::PublishVerdicts;
 
 use std::collections::HashMap;
@@ -250,6 +252,13 @@ pub enum AuthError {
     /// Password checks are all busy.
     #[error("authentication is busy; try again")]
     Busy,
+    /// This address holds its `max_unauthenticated_per_address`
+    /// connections that have not authenticated yet.
+    #[error(
+        "too many connections from this address are waiting to authenticate; \
+         authenticate those first, or try again later"
+    )]
+    TooManyUnauthenticated,
 }
 
 /// Most argon2 verifications running at once: each takes ~20 MiB and a
@@ -294,6 +303,8 @@ struct Inner {
     /// Password hashes checked (argon2 runs), for tests that a path pays
     /// for one.
     hashes_checked: std::sync::atomic::AtomicU64,
+    /// Connections not yet authenticated, per address.
+    unproven: unproven::Table,
     /// Bumped by each reload of the keys: a session that sees it move
     /// asks [`Auth::still_verified`] once.
     generation: std::sync::atomic::AtomicU32,
@@ -375,6 +386,7 @@ impl Auth {
             verified: Mutex::new(HashMap::new()),
             hashes_checked: std::sync::atomic::AtomicU64::new(0),
             generation: std::sync::atomic::AtomicU32::new(0),
+            unproven: unproven::Table::new(cfg.max_unauthenticated_per_address),
         })))
     }
 
@@ -448,6 +460,33 @@ impl Auth {
                 Ok(n)
             }
             None => Ok(0),
+        }
+    }
+
+    /// Counts a connection from `peer` that has not authenticated yet,
+    /// until the returned guard is dropped (when it authenticates or
+    /// closes); `Ok(None)` when nothing needs counting (the broker lets
+    /// anonymous clients in, or the address is unknown).
+    ///
+    /// # Errors
+    /// [`AuthError::TooManyUnauthenticated`] when `peer` holds its
+    /// `[auth] max_unauthenticated_per_address` (counted as a `busy`
+    /// denial for `way`).
+    pub fn admit_unproven(
+        &self,
+        peer: Option<IpAddr>,
+        way: Way,
+    ) -> Result<Option<Unproven>, AuthError> {
+        let Some(ip) = peer.filter(|_| self.required()) else {
+            return Ok(None);
+        };
+        match self.0.unproven.admit(ip) {
+            Some(u) => Ok(Some(u)),
+            None => {
+                self.0.denials.add(Denial::Busy, way);
+                tracing::warn!(target: "wharf::auth", peer = %ip, "connection refused: too many from this address waiting to authenticate");
+                Err(AuthError::TooManyUnauthenticated)
+            }
         }
     }
 

@@ -34,6 +34,11 @@ pub struct AuthConfig {
     pub max_failures: u32,
     /// The window of `max_failures`, in seconds.
     pub failure_window_s: u64,
+    /// Connections one source IP may hold that have not authenticated
+    /// yet (no `hello` token, no MQTT CONNECT) while authentication is
+    /// required; past it new ones are refused (429, or closed at once on
+    /// MQTT/TCP); 0 = no limit.
+    pub max_unauthenticated_per_address: u32,
 }
 
 impl Default for AuthConfig {
@@ -46,6 +51,7 @@ impl Default for AuthConfig {
             jwt: JwtConfig::default(),
             max_failures: 10,
             failure_window_s: 60,
+            max_unauthenticated_per_address: 64,
         }
     }
 }

@@ -176,6 +176,9 @@ pub struct Session {
     /// The key reloads seen ([`crate::auth::Auth::generation`]): when it
     /// moves, the session asks once whether its credential still holds.
     auth_seen: u32,
+    /// Counted against its address until `hello` authenticates it
+    /// (boxed: most sessions hold none).
+    unproven: Option<Box<crate::auth::Unproven>>,
 }
 
 /// Most confirmations one session may have waiting for the disk before
@@ -220,6 +223,7 @@ impl Session {
             may_publish: crate::auth::PublishVerdicts::default(),
             expires_at: None,
             auth_seen: 0,
+            unproven: None,
         }
     }
 
@@ -236,6 +240,15 @@ impl Session {
         self.auth = auth;
         self.peer = peer;
         self.set_principal(principal);
+        self
+    }
+
+    /// Holds `unproven` (the connection counted against its address)
+    /// until `hello` authenticates it or the session ends.
+    pub fn holding(mut self, unproven: Option<crate::auth::Unproven>) -> Self {
+        if self.principal.is_none() {
+            self.unproven = unproven.map(Box::new);
+        }
         self
     }
 
@@ -283,6 +296,7 @@ impl Session {
     fn set_principal(&mut self, principal: Option<crate::auth::Principal>) {
         if let Some(p) = &principal {
             self.sessions.set_principal(self.id, &p.id());
+            self.unproven = None;
         }
         self.expires_at = match &principal {
             Some(p) => p.expires_at(),

@@ -76,6 +76,7 @@ pub(crate) fn auth_error(e: &AuthError) -> ApiError {
     let code = match e {
         AuthError::TooManyFailures => ErrorCode::TooManyFailures,
         AuthError::Busy => ErrorCode::Overloaded,
+        AuthError::TooManyUnauthenticated => ErrorCode::RateLimited,
         AuthError::Missing | AuthError::Bad => ErrorCode::Unauthorized,
     };
     ApiError::coded(code, e.to_string())

@@ -144,6 +144,15 @@ pub(crate) async fn upgrade(
     builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, protocol));
     // Credentials may come with the upgrade; CONNECT's password wins.
     let principal = super::credentials::principal(&req, &app, true, crate::auth::Way::Mqtt).await?;
+    let peer = req.peer_addr().map(|a| a.ip());
+    // Not yet authenticated: counted against its address until CONNECT.
+    let unproven = match principal {
+        Some(_) => None,
+        None => app
+            .auth
+            .admit_unproven(peer, crate::auth::Way::Mqtt)
+            .map_err(|e| super::credentials::auth_error(&e))?,
+    };
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, Format::Bincode);
     // MQTT has no `dropped` notice: drops are silent (QoS 0 is at most
@@ -155,7 +164,8 @@ pub(crate) async fn upgrade(
         out.clone(),
         cfg.clone(),
     )
-    .with_auth(app.auth.clone(), principal, req.peer_addr().map(|a| a.ip()));
+    .with_auth(app.auth.clone(), principal, peer)
+    .holding(unproven);
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::MqttWs, 1);
     let mqtt = Mqtt {

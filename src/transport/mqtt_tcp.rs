@@ -33,6 +33,13 @@ pub(crate) async fn serve<S>(stream: S, peer: Option<IpAddr>, app: AppState)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    // Counted against its address until CONNECT authenticates it; past
+    // the address's share the connection is closed at once (MQTT has no
+    // answer before CONNECT).
+    let unproven = match app.auth.admit_unproven(peer, crate::auth::Way::Mqtt) {
+        Ok(u) => u,
+        Err(_) => return,
+    };
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, Format::Bincode);
     out.disable_notices();
@@ -43,7 +50,8 @@ where
         out.clone(),
         cfg.clone(),
     )
-    .with_auth(app.auth.clone(), None, peer);
+    .with_auth(app.auth.clone(), None, peer)
+    .holding(unproven);
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::MqttTcp, 1);
     let (rd, wr) = tokio::io::split(stream);

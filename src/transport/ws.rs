@@ -84,6 +84,15 @@ pub(crate) async fn upgrade(
     // access) the first frame must be a hello with a token.
     let principal =
         super::credentials::principal(&req, &app, true, crate::auth::Way::Native).await?;
+    let peer = req.peer_addr().map(|a| a.ip());
+    // Not yet authenticated: counted against its address until `hello`.
+    let unproven = match principal {
+        Some(_) => None,
+        None => app
+            .auth
+            .admit_unproven(peer, crate::auth::Way::Native)
+            .map_err(|e| super::credentials::auth_error(&e))?,
+    };
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, format);
     let session = Session::new(
@@ -93,7 +102,8 @@ pub(crate) async fn upgrade(
         cfg.clone(),
     )
     .with_jobs(app.jobs.clone())
-    .with_auth(app.auth.clone(), principal, req.peer_addr().map(|a| a.ip()));
+    .with_auth(app.auth.clone(), principal, peer)
+    .holding(unproven);
     tracing::debug!(session = %session.id(), ?format, "websocket session opened");
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::Native, 1);

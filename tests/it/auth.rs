@@ -1129,6 +1129,74 @@ fn connections_without_credentials_are_closed_at_the_hello_timeout() {
     );
 }
 
+/// One address may hold at most `max_unauthenticated_per_address`
+/// connections that have not authenticated: past it a native or MQTT
+/// WebSocket upgrade gets 429 `rate_limited` and an MQTT/TCP connection is
+/// closed at once; one that authenticates frees its place, another
+/// address is unaffected, and upgrades that bring credentials are never
+/// counted.
+#[test]
+fn an_address_may_hold_only_so_many_unauthenticated_connections() {
+    let b = TestBroker::start_tcp(|c| {
+        configure(c);
+        c.auth.max_unauthenticated_per_address = 3;
+    });
+    block_on(async {
+        let mut waiting = Vec::new();
+        for _ in 0..3 {
+            waiting.push(Native::open(&b, Format::Json, "", None).await);
+        }
+        // The fourth, native and MQTT over WebSocket: refused before the
+        // upgrade.
+        let (mut t, head) = common::ws_upgrade(b.addr, "/ws", "");
+        assert_eq!(status_of(&head), 429, "{head}");
+        let mut body = String::new();
+        let _ = std::io::Read::read_to_string(&mut t, &mut body);
+        assert!(body.contains("rate_limited"), "{body}");
+        let head = upgrade_head(b.addr, "/mqtt", "Sec-WebSocket-Protocol: mqtt\r\n");
+        assert_eq!(status_of(&head), 429, "{head}");
+        // MQTT over TCP: closed at once, before any CONNECT.
+        let mut t = std::net::TcpStream::connect(b.mqtt_addr.unwrap()).unwrap();
+        t.set_read_timeout(Some(WAIT)).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(std::io::Read::read(&mut t, &mut buf).unwrap_or(99), 0);
+        // Credentials on the upgrade are not counted.
+        let head = upgrade_head(b.addr, &format!("/ws?token={SVC_TOKEN}"), "");
+        assert_eq!(status_of(&head), 101, "{head}");
+        // Another address (127.0.0.2, on loopback) has its own share.
+        let other = tokio::net::TcpSocket::new_v4().unwrap();
+        other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut s = other.connect(b.addr).await.unwrap();
+        let req = format!(
+            "GET /ws HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            b.addr
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes())
+            .await
+            .unwrap();
+        let mut head = vec![0u8; 256];
+        let n = actix_rt::time::timeout(WAIT, tokio::io::AsyncReadExt::read(&mut s, &mut head))
+            .await
+            .unwrap()
+            .unwrap();
+        let head = String::from_utf8_lossy(&head[..n]).into_owned();
+        assert_eq!(status_of(&head), 101, "{head}");
+        // One of the three authenticates: its place is free again.
+        waiting[0].hello("now-proven", Some(SVC_TOKEN)).await;
+        let head = upgrade_head(b.addr, "/ws", "");
+        assert_eq!(status_of(&head), 101, "{head}");
+        // Closing the others frees theirs too.
+        waiting.truncate(1);
+        let freed = common::eventually_every(Duration::from_millis(20), WAIT, || {
+            status_of(&upgrade_head(b.addr, "/ws", "")) == 101
+        })
+        .await;
+        assert!(freed, "closed connections kept their places");
+        waiting[0].still_works(1).await;
+    });
+}
+
 // ---------------------------------------------------------------------
 // 4. JWT expiry and refresh
 // ---------------------------------------------------------------------
@@ -1688,4 +1756,63 @@ fn a_withdrawn_jwks_key_ends_the_sessions_it_verified() {
         assert_eq!(m.closed().await, Some(4403));
         stays.still_works(2).await;
     });
+}
+
+/// A principal name with a wildcard or a level separator would turn a
+/// `%u` grant into a grant over other principals' topics: a JWT `sub`,
+/// an MQTT user name and an HTTP Basic user name of `+`, `#` or `a/b`
+/// are refused on every way in (HTTP, native, typed sockets' upgrade,
+/// MQTT), and no such principal publishes into `dev/victim/`.
+#[test]
+fn principal_names_with_wildcards_are_refused_on_every_way_in() {
+    let b = TestBroker::start(|c| {
+        configure(c);
+        c.auth.max_failures = 1000;
+    });
+    let rights = json!({"publish": ["dev/%u/#"], "subscribe": ["dev/%u/#"]});
+    let exp = unix_now() + 600;
+    block_on(async {
+        for name in ["+", "#", "dev/victim", "victim/#"] {
+            let token = jwt(name, exp, rights.clone());
+            // HTTP, as a bearer token and as a Basic password.
+            for auth in [bearer(&token), basic("x", &token), basic(name, SVC_TOKEN)] {
+                let r = call(b.addr, "POST", "/topics/dev/victim/x", Some(&auth), "x");
+                assert_eq!(r.status, 401, "{name:?} {auth}: {}", r.body);
+            }
+            // The WebSocket upgrade.
+            let head = upgrade_head(b.addr, &format!("/ws?token={token}"), "");
+            assert_eq!(status_of(&head), 401, "{name:?}: {head}");
+            // Native hello.
+            let mut n = Native::open(&b, Format::Json, "", None).await;
+            n.refused(
+                &json!({"op": "hello", "token": token}),
+                "unauthorized",
+                4401,
+            )
+            .await;
+            // MQTT: the JWT as the password, and the name as a user name.
+            let e = connack_refusal(&b, Some(("x".into(), token.clone()))).await;
+            assert!(e.ends_with("code 4"), "{name:?}: {e}");
+            let e = connack_refusal(&b, Some((name.into(), SVC_TOKEN.into()))).await;
+            assert!(e.ends_with("code 4"), "{name:?} as MQTT user: {e}");
+        }
+    });
+    // A well-formed sub still gets its own topics, and only those.
+    let token = jwt("victim", exp, rights);
+    let r = call(
+        b.addr,
+        "POST",
+        "/topics/dev/victim/x",
+        Some(&bearer(&token)),
+        "x",
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let r = call(
+        b.addr,
+        "POST",
+        "/topics/dev/other/x",
+        Some(&bearer(&token)),
+        "x",
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
 }

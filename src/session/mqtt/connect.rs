@@ -223,7 +223,7 @@ impl MqttSession {
             Err(e) => {
                 let code = match e {
                     AuthError::Bad => reason::BAD_USER_NAME_OR_PASSWORD,
-                    AuthError::Busy => reason::SERVER_BUSY,
+                    AuthError::Busy | AuthError::TooManyUnauthenticated => reason::SERVER_BUSY,
                     AuthError::Missing | AuthError::TooManyFailures => reason::NOT_AUTHORIZED,
                 };
                 return self.refuse(code, &e.to_string());
@@ -255,6 +255,8 @@ impl MqttSession {
             }
         }
         self.expires_at = principal.expires_at();
+        // Authenticated: no longer counted against its address.
+        self.unproven = None;
         let assigned = c.client_id.is_empty();
         let client_id = if assigned {
             format!("anon-{}", self.id.simple())

@@ -206,6 +206,9 @@ pub struct MqttSession {
     expires_at: Option<std::time::Instant>,
     /// The key reloads seen (as the native session's).
     auth_seen: u32,
+    /// Counted against its address until CONNECT authenticates it
+    /// (boxed: most connections hold none for long).
+    unproven: Option<Box<crate::auth::Unproven>>,
 }
 
 struct Connected {
@@ -257,6 +260,7 @@ impl MqttSession {
             may_publish: crate::auth::PublishVerdicts::default(),
             expires_at: None,
             auth_seen: 0,
+            unproven: None,
         }
     }
 
@@ -273,6 +277,13 @@ impl MqttSession {
         self.auth = auth;
         self.principal = principal;
         self.peer = peer;
+        self
+    }
+
+    /// Holds `unproven` (the connection counted against its address)
+    /// until CONNECT authenticates it or the connection ends.
+    pub fn holding(mut self, unproven: Option<crate::auth::Unproven>) -> Self {
+        self.unproven = unproven.map(Box::new);
         self
     }
 

@@ -14,6 +14,7 @@ fn auth_code(e: &AuthError) -> ErrorCode {
     match e {
         AuthError::TooManyFailures => ErrorCode::TooManyFailures,
         AuthError::Busy => ErrorCode::Overloaded,
+        AuthError::TooManyUnauthenticated => ErrorCode::RateLimited,
         AuthError::Missing | AuthError::Bad => ErrorCode::Unauthorized,
     }
 }
