@@ -50,6 +50,7 @@
 
 mod denials;
 mod failures;
+mod gate;
 mod grants;
 pub mod jwt;
 mod unproven;
@@ -262,13 +263,14 @@ pub enum AuthError {
 }
 
 /// Most argon2 verifications running at once: each takes ~20 MiB and a
-/// core for tens of milliseconds.
+/// core for tens of milliseconds. Waiting checks are served fairly
+/// between addresses ([`gate`]).
 const MAX_HASHING: usize = 2;
 
 /// Most password checks one address may have running or waiting at once:
 /// past it its next one is refused as busy at once, so that a flood from
-/// a few addresses cannot fill the queue in front of everyone else's
-/// login (the queue is first come, first served).
+/// one address holds a bounded part of the line (which serves addresses
+/// with fewer checks in hand first).
 const MAX_HASHING_PER_PEER: u32 = 4;
 /// Longest a password check waits for a turn.
 const HASH_WAIT: Duration = Duration::from_secs(5);
@@ -292,7 +294,8 @@ struct Inner {
     failed: crate::metrics::Counter,
     /// Attempts refused because the address was blocked, for metrics.
     blocked: crate::metrics::Counter,
-    hashing: tokio::sync::Semaphore,
+    /// The pool password checks run on, fair between addresses.
+    hashing: Arc<gate::Gate>,
     /// Password checks running or waiting, per address
     /// ([`MAX_HASHING_PER_PEER`]); entries go when they reach 0.
     hashing_by_peer: Mutex<HashMap<IpAddr, u32>>,
@@ -380,7 +383,7 @@ impl Auth {
             failures: Failures::new(cfg.max_failures, Duration::from_secs(cfg.failure_window_s)),
             failed: crate::metrics::Counter::default(),
             blocked: crate::metrics::Counter::default(),
-            hashing: tokio::sync::Semaphore::new(MAX_HASHING),
+            hashing: gate::Gate::new(MAX_HASHING),
             hashing_by_peer: Mutex::new(HashMap::new()),
             denials: Denials::default(),
             verified: Mutex::new(HashMap::new()),
@@ -659,28 +662,40 @@ impl Auth {
         password: &[u8],
         peer: Option<IpAddr>,
     ) -> Result<bool, (AuthError, String)> {
-        // One address's share of the checks, running or waiting.
-        let _share = match peer {
-            Some(ip) => Some(PeerShare::take(&self.0.hashing_by_peer, ip).ok_or_else(|| {
-                (
-                    AuthError::Busy,
-                    "too many password checks from this address at once".to_owned(),
-                )
-            })?),
-            None => None,
+        // One address's share of the checks, running or waiting; how many
+        // it had in hand ranks this one in the line (fewest first).
+        let (_share, rank) = match peer {
+            Some(ip) => {
+                let (share, rank) =
+                    PeerShare::take(&self.0.hashing_by_peer, ip).ok_or_else(|| {
+                        (
+                            AuthError::Busy,
+                            "too many password checks from this address at once".to_owned(),
+                        )
+                    })?;
+                (Some(share), rank)
+            }
+            None => (None, 0),
         };
-        let permit = tokio::time::timeout(HASH_WAIT, self.0.hashing.acquire())
+        let permit = self
+            .0
+            .hashing
+            .acquire(rank, HASH_WAIT)
             .await
-            .map_err(|_| (AuthError::Busy, "password checks are saturated".to_owned()))?
-            .map_err(|_| (AuthError::Busy, "shutting down".to_owned()))?;
+            .ok_or_else(|| (AuthError::Busy, "password checks are saturated".to_owned()))?;
         let pw = password.to_vec();
         self.0
             .hashes_checked
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ok = actix_web::rt::task::spawn_blocking(move || verify_password(&phc, &pw))
-            .await
-            .unwrap_or(false);
-        drop(permit);
+        // The permit goes with the hash: if this request is dropped, the
+        // next check still waits until the hash has finished.
+        let ok = actix_web::rt::task::spawn_blocking(move || {
+            let ok = verify_password(&phc, &pw);
+            drop(permit);
+            ok
+        })
+        .await
+        .unwrap_or(false);
         Ok(ok)
     }
 }
@@ -692,15 +707,17 @@ struct PeerShare<'a> {
 }
 
 impl<'a> PeerShare<'a> {
-    /// Counts a check for `ip`, or `None` when it has its share already.
-    fn take(map: &'a Mutex<HashMap<IpAddr, u32>>, ip: IpAddr) -> Option<PeerShare<'a>> {
+    /// Counts a check for `ip`, with how many it had in hand before;
+    /// `None` when it has its share already.
+    fn take(map: &'a Mutex<HashMap<IpAddr, u32>>, ip: IpAddr) -> Option<(PeerShare<'a>, u32)> {
         let mut m = map.lock();
         let n = m.entry(ip).or_insert(0);
         if *n >= MAX_HASHING_PER_PEER {
             return None;
         }
+        let before = *n;
         *n += 1;
-        Some(PeerShare { map, ip })
+        Some((PeerShare { map, ip }, before))
     }
 }
 

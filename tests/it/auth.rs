@@ -1002,6 +1002,14 @@ fn after_max_failures_even_good_credentials_are_refused() {
 /// and then the right password is refused too.
 #[test]
 fn simultaneous_guesses_are_counted_before_they_are_checked() {
+    for at_once in [60, 300] {
+        guesses_at_once(at_once);
+    }
+}
+
+/// `at_once` simultaneous wrong passwords from one address, then more
+/// one by one, on a fresh broker (limit 10).
+fn guesses_at_once(at_once: usize) {
     let b = TestBroker::start(|c| {
         configure(c);
         c.auth.max_failures = 10;
@@ -1011,21 +1019,21 @@ fn simultaneous_guesses_are_counted_before_they_are_checked() {
         let wrong = basic("alice", &format!("guess-{i}"));
         call(addr, "POST", "/topics/home/alice/x", Some(&wrong), "x").status
     };
-    let guesses: Vec<_> = (0..60)
+    let guesses: Vec<_> = (0..at_once)
         .map(|i| std::thread::spawn(move || guess(i)))
         .collect();
     let statuses: Vec<u16> = guesses.into_iter().map(|g| g.join().unwrap()).collect();
     let mut checked = statuses.iter().filter(|&&s| s == 401).count();
     assert!(
         checked <= 10,
-        "{checked} guesses were checked: {statuses:?}"
+        "{checked} of {at_once} guesses were checked: {statuses:?}"
     );
     assert!(
         statuses.iter().all(|s| [401, 429, 503].contains(s)),
         "{statuses:?}"
     );
     // One by one: checked until the window's attempts are used up.
-    for i in 60..80 {
+    for i in at_once..at_once + 20 {
         match guess(i) {
             401 => checked += 1,
             429 => break,
@@ -1039,6 +1047,110 @@ fn simultaneous_guesses_are_counted_before_they_are_checked() {
         r.status, 429,
         "the right password after the guesses: {}",
         r.body
+    );
+}
+
+/// The status of an HTTP request sent from the loopback address `from`
+/// (any of 127.0.0.0/8), so that a test can be several clients.
+fn status_from(from: std::net::Ipv4Addr, to: SocketAddr, path: &str, authorization: &str) -> u16 {
+    use std::io::{Read, Write};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    socket.connect_timeout(&to.into(), WAIT).unwrap();
+    let mut t: std::net::TcpStream = socket.into();
+    t.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        t,
+        "POST {path} HTTP/1.1\r\nHost: {to}\r\nAuthorization: {authorization}\r\n\
+         Content-Length: 1\r\nConnection: close\r\n\r\nx"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    match t.read_exact(&mut head) {
+        Ok(()) => status_of(&String::from_utf8_lossy(&head)),
+        Err(_) => 0,
+    }
+}
+
+/// A flood of wrong passwords from 24 addresses, each with as many checks
+/// in hand as it may have (and no failure limit to stop them): logins
+/// from another address, each a first login (no remembered check), are
+/// served ahead of the flood's line, not behind it. First come, first
+/// served, each would wait behind ~96 argon2 checks run two at a time.
+#[test]
+fn a_password_flood_from_many_addresses_does_not_hold_up_another_login() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let b = TestBroker::start(|c| {
+        configure(c);
+        c.auth.max_failures = 0;
+        for i in 0..3 {
+            c.auth.users.push(wharf::config::auth::UserConfig {
+                name: format!("late-{i}"),
+                password_hash: alice_hash(),
+                allow: Permissions {
+                    publish: list(&["home/%u/#"]),
+                    ..Permissions::default()
+                },
+            });
+        }
+    });
+    let addr = b.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let checked = Arc::new(AtomicUsize::new(0));
+    // How long each checked guess took, once the line had formed.
+    let waits = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut flood = Vec::new();
+    for a in 2..26u8 {
+        for t in 0..4 {
+            let (stop, checked, waits) = (stop.clone(), checked.clone(), waits.clone());
+            flood.push(std::thread::spawn(move || {
+                let from = std::net::Ipv4Addr::new(127, 0, 0, a);
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let wrong = basic("alice", &format!("guess-{a}-{t}-{i}"));
+                    let started = Instant::now();
+                    if status_from(from, addr, "/topics/home/alice/x", &wrong) == 401 {
+                        if i > 0 {
+                            waits.lock().unwrap().push(started.elapsed());
+                        }
+                        checked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i += 1;
+                }
+            }));
+        }
+    }
+    // Under way: the line has formed and checks are being answered.
+    assert!(common::wait_until(Duration::from_secs(30), || {
+        checked.load(Ordering::Relaxed) >= 8
+    }));
+    let mut took = Vec::new();
+    for i in 0..3 {
+        let started = Instant::now();
+        let late = basic(&format!("late-{i}"), ALICE_PASSWORD);
+        let path = format!("/topics/home/late-{i}/x");
+        let status = status_from(std::net::Ipv4Addr::LOCALHOST, addr, &path, &late);
+        took.push(started.elapsed());
+        assert_eq!(status, 202, "login {i} during the flood");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.join().unwrap();
+    }
+    let mut waits = std::mem::take(&mut *waits.lock().unwrap());
+    waits.sort();
+    let flood_median = waits[waits.len() / 2];
+    eprintln!(
+        "logins during the flood took {took:?}; the flood's guesses {flood_median:?} (median)"
+    );
+    // Relative to the flood's own wait, so that a slow machine slows
+    // both: first come, first served, a login waits as long as a guess.
+    assert!(
+        took.iter().all(|t| *t < flood_median / 3),
+        "logins during the flood took {took:?}, the flood's guesses {flood_median:?} \
+         (median of {})",
+        waits.len()
     );
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+mod auth;
 mod cluster;
 mod jobs;
 mod mqtt;
@@ -116,6 +117,10 @@ struct Args {
     /// starts, against one node.
     #[arg(long)]
     cluster_only: bool,
+    /// Only the login scenarios: password logins during floods of wrong
+    /// passwords from several loopback addresses (brokers it starts).
+    #[arg(long)]
+    auth_only: bool,
     /// Jobs per jobs scenario (0 skips them).
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
@@ -710,6 +715,10 @@ fn main() {
     }
     if args.cluster_only {
         print_rows(cluster::scenarios(&args));
+        return;
+    }
+    if args.auth_only {
+        print_rows(auth::scenarios(&args));
         return;
     }
     if !args.queues_only {
