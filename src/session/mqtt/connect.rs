@@ -541,6 +541,40 @@ impl MqttSession {
     }
 }
 
+/// The credentials a session holds after CONNECT.
+impl MqttSession {
+    /// Holds `unproven` (the connection counted against its address)
+    /// until CONNECT authenticates it or the connection ends.
+    pub fn holding(mut self, unproven: Option<crate::auth::Unproven>) -> Self {
+        self.unproven = unproven.map(Box::new);
+        self
+    }
+
+    /// Whether a reload of the keys withdrew the one that verified the
+    /// session's credential: then the connection must close (4403; at
+    /// MQTT 5 a DISCONNECT "not authorized" has been queued). As the
+    /// native session's, asked after each read.
+    pub fn revoked(&mut self) -> Option<MqttClose> {
+        let seen = self.auth.generation();
+        if seen == self.auth_seen {
+            return None;
+        }
+        self.auth_seen = seen;
+        let p = self.principal.as_ref()?;
+        if self.auth.still_verified(p) {
+            return None;
+        }
+        tracing::info!(target: "wharf::auth", principal = %p.id(), "ending an MQTT session: its token's key was withdrawn");
+        let close = MqttClose {
+            code: crate::session::CLOSE_EXPIRED,
+            reason: "credentials revoked".into(),
+            mqtt: None,
+        };
+        self.goodbye(&close);
+        Some(close)
+    }
+}
+
 #[cfg(test)]
 mod id_tests {
     use super::*;
