@@ -455,7 +455,11 @@ async fn one_address_cannot_fill_the_password_check_queue() {
         .iter()
         .filter(|r| matches!(r, Err(AuthError::Bad)))
         .count();
-    assert_eq!(checked, super::hashing::MAX_HASHING_PER_PEER as usize, "{guesses:?}");
+    assert_eq!(
+        checked,
+        super::hashing::MAX_HASHING_PER_PEER as usize,
+        "{guesses:?}"
+    );
     assert_eq!(busy, 20 - checked, "{guesses:?}");
 }
 
