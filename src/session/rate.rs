@@ -1,6 +1,13 @@
-//! A token bucket: how many frames a session may send.
+//! A token bucket: how many frames a session may send. The native
+//! protocol refuses a frame past the rate (and closes far past it); MQTT,
+//! which has no way to refuse a packet, is slowed instead
+//! ([`RateLimiter::charge`]): its connection is not read until it is back
+//! within the rate. Neither counts a client's settlement of what the
+//! broker delivered to it (native `ack`, `nack`, `reject`, `touch`; MQTT
+//! PUBACK, PUBREC, PUBCOMP): those are bounded by the delivery windows,
+//! and a fast subscriber must never be cut off for keeping up.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Refills `rate` tokens per second up to `burst`; each frame takes one.
 #[derive(Debug)]
@@ -35,6 +42,26 @@ impl RateLimiter {
             last: Instant::now(),
             refused_run: 0,
         }
+    }
+
+    /// Takes `n` tokens for frames that arrived by `now`, going into debt
+    /// past an empty bucket: how long to stop reading the connection so
+    /// that it keeps to the rate (zero within it; at most a second per
+    /// call, the rest of a debt is waited for at the next). The pause is
+    /// counted as passed, so that frames of the same read (which share
+    /// its `now`) are not charged for it again.
+    pub fn charge(&mut self, now: Instant, n: u32) -> Duration {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = self.last.max(now);
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst) - f64::from(n);
+        if self.tokens >= 0.0 {
+            return Duration::ZERO;
+        }
+        let pause = (-self.tokens / self.rate).min(1.0);
+        self.tokens += pause * self.rate;
+        let pause = Duration::from_secs_f64(pause);
+        self.last += pause;
+        pause
     }
 
     /// Takes a token for a frame arriving `now`.
@@ -74,5 +101,23 @@ mod tests {
         }
         assert_eq!(r.check(t0), Verdict::Close);
         assert_eq!(r.check(t0 + Duration::from_millis(100)), Verdict::Allow);
+    }
+
+    #[test]
+    fn charging_past_the_bucket_asks_for_a_pause_as_long_as_the_debt() {
+        let t0 = Instant::now();
+        let mut r = RateLimiter::new(1000, 100);
+        assert_eq!(r.charge(t0, 100), Duration::ZERO, "the burst is free");
+        // 50 more at once: 50 tokens owed at 1000/s = 50 ms.
+        let pause = r.charge(t0, 50);
+        assert!((49..=51).contains(&pause.as_millis()), "{pause:?}");
+        // The pause counts as passed: one more frame of the same read
+        // costs its own 1 ms, not the 50 again.
+        let pause = r.charge(t0, 1);
+        assert!(pause <= Duration::from_millis(2), "{pause:?}");
+        // A huge debt asks for a second at most per call, and the rest
+        // at the next.
+        assert_eq!(r.charge(t0, 1_000_000), Duration::from_secs(1));
+        assert_eq!(r.charge(t0, 0), Duration::from_secs(1));
     }
 }

@@ -17,7 +17,7 @@ use super::{ApiError, AppState};
 use crate::metrics::{Metrics, Protocol};
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
-use crate::session::{CloseRequest, Outbound, RateLimiter, Verdict};
+use crate::session::{CloseRequest, Outbound, RateLimiter};
 
 /// Subprotocols MQTT clients offer.
 const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
@@ -72,16 +72,18 @@ impl Handler for Mqtt {
             return self.close(1003, "MQTT travels in binary frames".into());
         }
         self.metrics.frames_in.add(Protocol::MqttWs, 1);
-        // Frames past the rate are let through (dropping bytes would break
-        // the packet stream); far past it the connection is closed.
-        if let Verdict::Close = self.rate.check(now) {
+        if let Err(c) = self.session.data(&bytes).await {
+            return self.close(c.code, c.reason);
+        }
+        // Past the rate the connection is slowed, not closed: it is not
+        // read again until it is back within it (MQTT cannot refuse a
+        // packet, and dropping bytes would break the stream).
+        let pause = self.rate.charge(now, self.session.take_charged());
+        if !pause.is_zero() {
             self.metrics.rate_limited.add(1);
-            return self.close(1008, crate::session::close_reason::RATE_LIMIT.into());
+            actix_rt::time::sleep(pause).await;
         }
-        match self.session.data(&bytes).await {
-            Ok(()) => Flow::Go,
-            Err(c) => self.close(c.code, c.reason),
-        }
+        Flow::Go
     }
 
     async fn end(self) {

@@ -20,7 +20,7 @@ use super::wsloop::{BURST_BYTES, outbound};
 use crate::metrics::Protocol;
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
-use crate::session::{CloseRequest, Outbound, RateLimiter, Verdict, close_reason};
+use crate::session::{CloseRequest, Outbound, RateLimiter, close_reason};
 
 /// Longest the writer may take to send what is queued once the
 /// connection ends.
@@ -86,16 +86,18 @@ where
                     }
                     metrics.frames_in.add(Protocol::MqttTcp, 1);
                     metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
-                    if let Verdict::Close = rate.check(Instant::now()) {
-                        metrics.rate_limited.add(1);
-                        close(&out, 1008, close_reason::RATE_LIMIT.into());
-                        break;
-                    }
                     // Boxed: held inline, the session's future would be
                     // part of every connection's state, idle or not.
                     if let Err(c) = Box::pin(session.data(&chunk)).await {
                         close(&out, c.code, c.reason);
                         break;
+                    }
+                    // Past the rate, slowed (not read) rather than closed;
+                    // acknowledgements of deliveries are not counted.
+                    let pause = rate.charge(Instant::now(), session.take_charged());
+                    if !pause.is_zero() {
+                        metrics.rate_limited.add(1);
+                        actix_rt::time::sleep(pause).await;
                     }
                     // Let the writers this traffic woke run before more is
                     // read (as the WebSocket read loop's bursts do).

@@ -24,7 +24,7 @@ use super::{ApiError, AppState};
 use crate::config::SessionConfig;
 use crate::metrics::{Metrics, Protocol};
 use crate::protocol::codec::{Format, decode_client};
-use crate::protocol::frame::ErrorCode;
+use crate::protocol::frame::{ClientFrame, ErrorCode};
 use crate::session::{CloseRequest, Next, Outbound, RateLimiter, Session, Verdict};
 
 /// Subprotocols the server accepts, in order of preference.
@@ -157,7 +157,22 @@ impl Handler for Native {
             MessageKind::Binary => Format::Bincode,
         };
         self.metrics.frames_in.add(Protocol::Native, 1);
-        match self.rate.check(now) {
+        let decoded = decode_client(format, &bytes);
+        // Settling what the broker delivered is bounded by the consumer's
+        // prefetch: never rate-limited, or a fast consumer would be cut
+        // off for keeping up.
+        let settles = matches!(
+            decoded,
+            Ok(ClientFrame::Ack(_)
+                | ClientFrame::Nack(_)
+                | ClientFrame::Reject(_)
+                | ClientFrame::Touch(_))
+        );
+        match if settles {
+            Verdict::Allow
+        } else {
+            self.rate.check(now)
+        } {
             Verdict::Allow => {}
             Verdict::Refuse => {
                 self.metrics.rate_limited.add(1);
@@ -183,7 +198,7 @@ impl Handler for Native {
                 return Flow::Stop;
             }
         }
-        match decode_client(format, &bytes) {
+        match decoded {
             Err(e) => {
                 self.session.error(format, e.code, e.message, e.rid);
                 Flow::Go

@@ -26,6 +26,7 @@ mod mqtt_tcp;
 mod operator;
 mod protocol;
 mod queues;
+mod rate;
 mod rules;
 mod rules_forward;
 mod server;

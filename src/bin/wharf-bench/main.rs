@@ -619,6 +619,12 @@ fn spawn_broker(args: &Args) -> (Spawned, String) {
 /// Spawns a broker on a free port with its data in `dir/data` and waits
 /// until it listens.
 fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned, String) {
+    spawn_broker_with(args, dir, &format!("{BENCH_CONFIG}{extra}"))
+}
+
+/// Spawns a broker with exactly `config` (not [`BENCH_CONFIG`]'s
+/// settings) in `dir`, and waits until it listens.
+fn spawn_broker_with(args: &Args, dir: &std::path::Path, config_text: &str) -> (Spawned, String) {
     use std::io::{BufRead, BufReader};
     let exe = broker_exe(args);
     let config = dir.join("bench.toml");
@@ -628,7 +634,7 @@ fn spawn_broker_in(args: &Args, dir: &std::path::Path, extra: &str) -> (Spawned,
         .and_then(|l| l.local_addr())
         .map(|a| a.to_string())
         .unwrap_or_default();
-    std::fs::write(&config, format!("{BENCH_CONFIG}{extra}")).expect("bench config");
+    std::fs::write(&config, config_text).expect("bench config");
     let mut child = Command::new(&exe)
         .args([
             "serve",
@@ -706,7 +712,11 @@ fn main() {
         return;
     }
     if args.mqtt_only {
-        print_rows(wharf_mqtt(&args));
+        let mut rows = wharf_mqtt(&args);
+        if args.url.is_none() && !args.one_to_one_only {
+            rows.extend(mqtt::default_rate(&args));
+        }
+        print_rows(rows);
         return;
     }
     if args.rules_only {
@@ -763,6 +773,9 @@ fn main() {
     }
     if !args.queues_only && args.mqtt_messages > 0 {
         rows.extend(wharf_mqtt(&args));
+        if args.url.is_none() {
+            rows.extend(mqtt::default_rate(&args));
+        }
     }
     if !args.queues_only {
         rows.extend(idle_connections(&args, &url));

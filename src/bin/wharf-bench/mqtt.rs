@@ -29,19 +29,47 @@ fn opts(args: &Args, id: String) -> MqttOptions {
 /// Every MQTT scenario against `url`.
 pub(crate) fn scenarios(args: &Args, url: &str) -> Vec<Row> {
     if args.one_to_one_only {
-        return vec![run(args, url, 1, 0, args.mqtt_messages)];
+        return vec![run(args, url, 1, 0, args.mqtt_messages, WINDOW)];
     }
     vec![
-        run(args, url, 1, 0, args.mqtt_messages),
-        run(args, url, args.fanout, 0, args.mqtt_messages / 5),
-        run(args, url, 1, 1, args.mqtt_messages / 2),
-        run(args, url, args.fanout, 1, args.mqtt_messages / 20),
+        run(args, url, 1, 0, args.mqtt_messages, WINDOW),
+        run(args, url, args.fanout, 0, args.mqtt_messages / 5, WINDOW),
+        run(args, url, 1, 1, args.mqtt_messages / 2, WINDOW),
+        run(args, url, args.fanout, 1, args.mqtt_messages / 20, WINDOW),
     ]
 }
 
-/// One publisher, `subs` subscribers spread over client threads; returns
-/// deliveries per second.
-fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
+/// QoS 1 publishes a publisher keeps unacknowledged.
+const WINDOW: usize = 256;
+
+/// QoS 1 over WebSocket and TCP against a broker with the default
+/// `[session]` (a rate of 100,000 frames/s per session, which subscribers'
+/// PUBACKs once counted against) and a publisher window of 3,000: every
+/// delivery must arrive, and no connection be closed.
+pub(crate) fn default_rate(args: &Args) -> Vec<Row> {
+    let dir = std::env::temp_dir().join(format!("wharf-bench-{}-rate", std::process::id()));
+    let (s, url) = crate::spawn_broker_with(args, &dir, "[session]\noutbound_limit = 268435456\n");
+    let mut a = args.clone();
+    a.pid = Some(s.child.id());
+    let ws = url.replace("/ws", "/mqtt");
+    let tcp = format!("mqtt://{}", s.mqtt_tcp);
+    let mut rows = Vec::new();
+    for url in [ws.as_str(), tcp.as_str()] {
+        for (subs, n) in [(1, args.mqtt_messages), (a.fanout, args.mqtt_messages / 10)] {
+            let mut row = run(&a, url, subs, 1, n, 3000);
+            row.scenario = format!("{}, default [session] rate, window 3,000", row.scenario);
+            rows.push(row);
+        }
+    }
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+    rows
+}
+
+/// One publisher (QoS 1: `window` publishes unacknowledged at most),
+/// `subs` subscribers spread over client threads; returns deliveries per
+/// second.
+fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize, window: usize) -> Row {
     let topic = format!("bench/mqtt/{qos}/{subs}");
     let _bar = crate::progress::scenario(format!("MQTT QoS {qos}, 1 -> {subs}"));
     let threads = args.threads.clamp(1, subs);
@@ -120,7 +148,7 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
             let mut p = MqttClient::connect(&url_p, opts(&args_p, format!("bench-p-{qos}-{subs}")))
                 .await
                 .expect("publisher connects");
-            let batch: Vec<Bytes> = (0..256).map(|_| payload.clone()).collect();
+            let batch: Vec<Bytes> = (0..window.max(256)).map(|_| payload.clone()).collect();
             let mut sent = 0;
             while sent < n {
                 let k = batch.len().min(n - sent);
@@ -129,7 +157,7 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize) -> Row {
                         .await
                         .expect("publish");
                 } else {
-                    p.publish_qos1_pipelined(&topic_p, &batch[..k], 256)
+                    p.publish_qos1_pipelined(&topic_p, &batch[..k], window)
                         .await
                         .expect("publish");
                 }

@@ -209,6 +209,10 @@ pub struct MqttSession {
     /// Counted against its address until CONNECT authenticates it
     /// (boxed: most connections hold none for long).
     unproven: Option<Box<crate::auth::Unproven>>,
+    /// Packets read since the transport last asked
+    /// ([`MqttSession::take_charged`]) that count against the rate: all
+    /// but the client's acknowledgements of the broker's deliveries.
+    charged: u32,
 }
 
 struct Connected {
@@ -261,6 +265,7 @@ impl MqttSession {
             expires_at: None,
             auth_seen: 0,
             unproven: None,
+            charged: 0,
         }
     }
 
@@ -292,6 +297,13 @@ impl MqttSession {
             Some(p) => self.may_publish.may(p, topic),
             None => false,
         }
+    }
+
+    /// The packets read since the last call that count against the
+    /// rate (all but acknowledgements of the broker's deliveries), for
+    /// the transport's [`crate::session::RateLimiter::charge`].
+    pub fn take_charged(&mut self) -> u32 {
+        std::mem::take(&mut self.charged)
     }
 
     /// The connection's outbound queue.
@@ -406,6 +418,14 @@ impl MqttSession {
                 }
             };
             self.last_packet = std::time::Instant::now();
+            // PUBACK, PUBREC and PUBCOMP answer the broker's own deliveries
+            // (bounded by its in-flight window): never rate-limited.
+            if !matches!(
+                packet,
+                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
+            ) {
+                self.charged += 1;
+            }
             self.packet(packet).await?;
         }
     }
