@@ -92,9 +92,12 @@ where
                         close(&out, c.code, c.reason);
                         break;
                     }
-                    // Past the rate, slowed (not read) rather than closed;
-                    // acknowledgements of deliveries are not counted.
-                    let pause = rate.charge(Instant::now(), session.take_charged());
+                    // Past the rate, slowed (not read) rather than closed.
+                    // Over TCP the rate counts reads (a read holds many
+                    // packets), and a read of nothing but acknowledgements
+                    // of deliveries counts for nothing.
+                    let charged = session.take_charged().min(1);
+                    let pause = rate.charge(Instant::now(), charged);
                     if !pause.is_zero() {
                         metrics.rate_limited.add(1);
                         actix_rt::time::sleep(pause).await;
