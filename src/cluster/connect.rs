@@ -34,10 +34,12 @@ pub(super) fn node_name(config: &ClusterConfig) -> String {
     format!("{host}-{}", &random[random.len() - 6..])
 }
 
+/// The NATS client's options; `online` is set by its connection events.
 pub(super) async fn options(
     config: &ClusterConfig,
     node: &str,
     lost: Arc<AtomicU64>,
+    online: Arc<tokio::sync::watch::Sender<bool>>,
 ) -> Result<async_nats::ConnectOptions, ClusterError> {
     let mut o = if !config.creds.as_os_str().is_empty() {
         async_nats::ConnectOptions::with_credentials_file(&config.creds)
@@ -74,11 +76,15 @@ pub(super) async fn options(
             Duration::from_millis((100u64 << attempts.min(5) as u32).min(2_000))
         })
         .event_callback(move |event| {
-            let lost = lost.clone();
+            let (lost, online) = (lost.clone(), online.clone());
             async move {
                 match event {
-                    async_nats::Event::Connected => tracing::info!("cluster: connected to NATS"),
+                    async_nats::Event::Connected => {
+                        online.send_replace(true);
+                        tracing::info!("cluster: connected to NATS");
+                    }
                     async_nats::Event::Disconnected => {
+                        online.send_replace(false);
                         tracing::warn!("cluster: NATS connection lost; local delivery carries on")
                     }
                     // One event per message the client dropped: counted,

@@ -28,6 +28,12 @@ pub enum ClusterError {
     /// The link's thread could not start.
     #[error("cluster: cannot start the NATS link thread: {0}")]
     Thread(#[from] std::io::Error),
+    /// Another running node answers to this node's name.
+    #[error(
+        "cluster.node: another running node is named {0:?} (it answered on NATS); \
+         give each node its own name"
+    )]
+    NameTaken(String),
 }
 
 /// Why a call to another node got no answer (the broker reports it as

@@ -66,13 +66,16 @@ async fn run(
 ) {
     let node = super::connect::node_name(&config);
     let lost = Arc::new(AtomicU64::new(0));
-    let options = match super::connect::options(&config, &node, lost.clone()).await {
-        Ok(o) => o,
-        Err(e) => {
-            let _ = started.send(Err(e));
-            return;
-        }
-    };
+    let (online_tx, online) = tokio::sync::watch::channel(false);
+    let online_tx = Arc::new(online_tx);
+    let options =
+        match super::connect::options(&config, &node, lost.clone(), online_tx.clone()).await {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = started.send(Err(e));
+                return;
+            }
+        };
     let urls: Vec<async_nats::ServerAddr> =
         config.nats.iter().filter_map(|u| u.parse().ok()).collect();
     let client = match options.connect(urls.as_slice()).await {
@@ -85,7 +88,32 @@ async fn run(
             return;
         }
     };
+    // Only ever raised here: the client's Connected event may have come
+    // before its state reads as connected, and must not be undone.
+    if super::connected(&client) {
+        online_tx.send_replace(true);
+    }
     let prefix = config.prefix.clone();
+    // A node of the same name already serving answers on its home
+    // subject: refuse to join rather than mix its queues with ours. (A
+    // node that starts without NATS finds out from its hellos instead.)
+    if config.required || super::connected(&client) {
+        let probe = async_nats::Request::new()
+            .timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
+        match client
+            .send_request(format!("{prefix}.home.{node}"), probe)
+            .await
+        {
+            Ok(_) => {
+                let _ = started.send(Err(ClusterError::NameTaken(node)));
+                return;
+            }
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {}
+            Err(e) => {
+                tracing::warn!("cluster: could not check that no other node is named {node:?}: {e}")
+            }
+        }
+    }
     let hello_subject = format!("{prefix}.sys.hello");
     // Subscribed in this order: NATS takes a connection's commands in
     // order, and the probe below comes after them all.
@@ -138,6 +166,10 @@ async fn run(
         on_connect: std::sync::OnceLock::new(),
         remotes: super::remote::Remotes::new(),
         peers: Default::default(),
+        instance: uuid::Uuid::now_v7().simple().to_string(),
+        members: config.members.clone(),
+        conflicts: Default::default(),
+        online,
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
     let bucket = retained_bucket(&shared.prefix);
@@ -237,6 +269,7 @@ async fn pump(
     mut finish: oneshot::Receiver<()>,
 ) {
     let c = &shared.counters;
+    let mut online = shared.online.clone();
     let mut finished = false;
     loop {
         let m = tokio::select! {
@@ -251,6 +284,11 @@ async fn pump(
         let Some(m) = m else {
             break;
         };
+        // NATS away: hold this message (and the buffer behind it) until it
+        // is back and the other nodes listen again.
+        if !finished && !super::connected(&shared.client) {
+            super::peers::hold_until_heard(&shared, &mut online).await;
+        }
         let client = &shared.client;
         let sent = match (m.headers, m.reply) {
             (Some(h), None) => client.publish_with_headers(m.subject, h, m.payload).await,
@@ -593,7 +631,17 @@ async fn serve(
         grace: release_grace(shared.confirm),
     };
     let mut tick = tokio::time::interval(HELLO_EVERY);
-    let hello_payload = bytes::Bytes::from(shared.node.clone());
+    let hello_of = |ask: bool| {
+        super::peers::Hello {
+            node: shared.node.clone(),
+            instance: shared.instance.clone(),
+            members: shared.members.clone(),
+            ask,
+        }
+        .encode()
+    };
+    let hello_payload = hello_of(false);
+    let mut online = shared.online.clone();
     let c = &shared.counters;
     loop {
         tokio::select! {
@@ -651,11 +699,21 @@ async fn serve(
                         }
                     }
                     Some(msg) = hello.next() => {
-                        if let Ok(node) = std::str::from_utf8(&msg.payload)
-                            && !node.is_empty()
-                            && node.len() <= 256
-                        {
-                            shared.peers.lock().insert(node.to_owned(), Instant::now());
+                        if let Some(h) = super::peers::Hello::parse(&msg.payload) {
+                            super::peers::heard(shared, &h);
+                            // A node back on NATS asks who listens: answer
+                            // at once rather than at the next tick.
+                            if h.ask && super::connected(&client) {
+                                let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
+                            }
+                        }
+                    }
+                    Ok(()) = online.changed() => {
+                        // Back on NATS (its subscriptions sent again before
+                        // this): say so, and ask the others to.
+                        let up = *online.borrow_and_update();
+                        if up {
+                            let _ = client.publish(hello_subject.clone(), hello_of(true)).await;
                         }
                     }
                     Some(msg) = bye.next() => {

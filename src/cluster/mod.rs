@@ -27,6 +27,7 @@ pub mod home;
 mod hooks;
 mod kv;
 mod link;
+mod peers;
 mod remote;
 mod serve;
 
@@ -131,6 +132,17 @@ struct Shared {
     remotes: remote::Remotes,
     /// Other nodes by name, with when they were last heard.
     peers: Mutex<BTreeMap<String, Instant>>,
+    /// This process's random id, in its hellos.
+    instance: String,
+    /// `[cluster] members`, in its hellos (a node listing others is
+    /// told).
+    members: Vec<String>,
+    /// Other processes heard using this node's name, and peers whose
+    /// members differ.
+    conflicts: Mutex<peers::Conflicts>,
+    /// Whether the NATS client is connected (set by its events): the
+    /// pump holds publishes while it is not.
+    online: tokio::sync::watch::Receiver<bool>,
     /// Asks the link's thread to stop; answered when it has.
     stop: Mutex<Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
@@ -411,6 +423,13 @@ impl Cluster {
         let c = &s.counters;
         let stats = s.client.statistics();
         let (remote_consumers, consumers_elsewhere) = self.consumer_counts();
+        let (same_name, other_members) = {
+            let seen = s.conflicts.lock();
+            (
+                seen.same_name.iter().cloned().collect(),
+                seen.members.clone(),
+            )
+        };
         ClusterStatus {
             enabled: true,
             node: Some(s.node.clone()),
@@ -440,6 +459,8 @@ impl Cluster {
             jobs_home: s.remotes.jobs_home(),
             remote_consumers,
             consumers_elsewhere,
+            same_name,
+            other_members,
         }
     }
 
@@ -514,6 +535,12 @@ pub struct ClusterStatus {
     pub remote_consumers: usize,
     /// This node's consumers of queues homed on other nodes.
     pub consumers_elsewhere: usize,
+    /// Other processes heard using this node's name (their instance
+    /// ids): each would mix its queues with this node's.
+    pub same_name: Vec<String>,
+    /// Peers whose `[cluster] members` differ from this node's, with
+    /// theirs: queues are homed differently on each side.
+    pub other_members: BTreeMap<String, Vec<String>>,
 }
 
 /// A node heard on NATS.

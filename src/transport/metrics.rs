@@ -59,6 +59,8 @@ struct Snapshot {
     /// flush+fsync times.
     store_batch: Option<HistogramReading>,
     store_durable: Option<HistogramReading>,
+    /// This node's view of its cluster, when it is in one.
+    cluster: Option<crate::cluster::ClusterStatus>,
 }
 
 type HistogramReading = (f64, u64, Vec<(f64, u64)>);
@@ -136,6 +138,9 @@ async fn gather(app: &AppState) -> Snapshot {
     s.auth_failures = app.auth.failures_total();
     s.auth_blocked = app.auth.blocked_total();
     s.auth_denials = app.auth.denials().series();
+    if let Some(c) = &app.cluster {
+        s.cluster = Some(c.status().await);
+    }
     s.process = process::read();
     let dir = app.config.store.data_dir.clone();
     s.store_bytes = web::block(move || process::dir_bytes(&dir))
@@ -166,6 +171,62 @@ fn counter_f(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: f64) ->
 }
 
 /// One counter family with a series per label value.
+/// The cluster's series: its link, what crossed it, the nodes heard,
+/// and conflicts (a node named as this one, members that differ).
+fn cluster(e: &mut DescriptorEncoder<'_>, c: &crate::cluster::ClusterStatus) -> Out {
+    gauge(
+        e,
+        "wharf_cluster_connected",
+        "1 while the link to NATS is connected.",
+        i64::from(c.state == "connected"),
+    )?;
+    counter(
+        e,
+        "wharf_cluster_connects",
+        "Times the link connected to NATS.",
+        c.connects,
+    )?;
+    let up = c.peers.iter().filter(|p| p.up).count();
+    gauges(
+        e,
+        "wharf_cluster_peers",
+        "Other nodes heard, by whether they were heard lately.",
+        "state",
+        &[("up", up as i64), ("lost", (c.peers.len() - up) as i64)],
+    )?;
+    counters(
+        e,
+        "wharf_cluster_messages",
+        "Publishes that crossed the cluster: forwarded to NATS, dropped (buffer full), \
+         failed (NATS refused), received from other nodes, refused here, lost (this node fell behind).",
+        "outcome",
+        &[
+            ("forwarded", c.forwarded),
+            ("dropped", c.dropped),
+            ("failed", c.failed),
+            ("received", c.received),
+            ("refused", c.refused),
+            ("lost", c.lost),
+        ],
+    )?;
+    gauge(
+        e,
+        "wharf_cluster_buffered",
+        "Publishes waiting for NATS now.",
+        c.buffered as i64,
+    )?;
+    gauges(
+        e,
+        "wharf_cluster_conflicts",
+        "Other processes heard using this node's name (same_name), and peers whose members differ (members).",
+        "kind",
+        &[
+            ("same_name", c.same_name.len() as i64),
+            ("members", c.other_members.len() as i64),
+        ],
+    )
+}
+
 fn counters(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -405,6 +466,9 @@ impl Collector for WharfCollector {
                 "Submissions per store commit group.",
                 h,
             )?;
+        }
+        if let Some(c) = &s.cluster {
+            cluster(e, c)?;
         }
         if let Some(h) = &s.store_durable {
             histogram(

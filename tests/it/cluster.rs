@@ -46,7 +46,7 @@ impl Nats {
     }
 
     /// Starts (again) on the same port and waits until it accepts.
-    fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill();
         // Debian installs it in /usr/sbin, not on every user's PATH.
         let program = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
@@ -78,7 +78,7 @@ impl Nats {
         }
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();

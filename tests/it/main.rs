@@ -12,6 +12,7 @@ mod admin;
 mod auth;
 mod cli;
 mod cluster;
+mod cluster_conflicts;
 mod cluster_kill;
 mod crash;
 mod dashboard;

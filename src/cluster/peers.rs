@@ -1,0 +1,199 @@
+//! What nodes say to each other on `{prefix}.sys.hello`, and what a node
+//! learns from it: which nodes are alive, whether another process uses
+//! this node's name, whether a node lists other `[cluster] members`, and
+//! whether the others listen again after NATS came back.
+//!
+//! A hello is JSON (`{"node", "instance", "members", "ask"}`); a bare node
+//! name (what nodes before it sent) is read as a hello from that node.
+//! `instance` is a random id per process, so that a second process with
+//! the same name is told apart; `ask` asks every node that hears it to say
+//! hello at once (a node sends it when it comes back to NATS, to learn
+//! without waiting who listens again).
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{LOST_AFTER, Shared};
+
+/// Longest forwarded publishes are held after NATS comes back, waiting
+/// for the nodes that were alive to say they listen again.
+pub(super) const RESUME_WAIT: Duration = Duration::from_secs(5);
+
+/// One hello.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Hello {
+    /// The node's name.
+    pub node: String,
+    /// Its process's random id.
+    #[serde(default)]
+    pub instance: String,
+    /// Its `[cluster] members`, as configured.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Asks the nodes that hear it to say hello at once.
+    #[serde(default)]
+    pub ask: bool,
+}
+
+impl Hello {
+    /// A hello as sent; `None` for what is not one.
+    pub(super) fn parse(payload: &[u8]) -> Option<Hello> {
+        let hello = if payload.first() == Some(&b'{') {
+            serde_json::from_slice(payload).ok()?
+        } else {
+            Hello {
+                node: std::str::from_utf8(payload).ok()?.to_owned(),
+                instance: String::new(),
+                members: Vec::new(),
+                ask: false,
+            }
+        };
+        (!hello.node.is_empty() && hello.node.len() <= 256).then_some(hello)
+    }
+
+    /// Its bytes.
+    pub(super) fn encode(&self) -> bytes::Bytes {
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
+}
+
+/// What a hello means for this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// A peer, as expected.
+    Peer,
+    /// Another process uses this node's name (NATS never echoes a node's
+    /// own messages back to it).
+    SameName,
+    /// A peer whose `members` differ from this node's.
+    OtherMembers(Vec<String>),
+}
+
+/// Records `hello` in `shared`'s peers and says what it means; each
+/// conflict is logged once per instance (or members list).
+pub(super) fn heard(shared: &Shared, hello: &Hello) -> Heard {
+    if hello.node == shared.node {
+        let mut seen = shared.conflicts.lock();
+        if seen.same_name.insert(hello.instance.clone()) {
+            tracing::error!(
+                node = %hello.node,
+                instance = %hello.instance,
+                "cluster: another process uses this node's name ([cluster] node): their queues, \
+                 deliveries and acks mix; give each node its own name"
+            );
+        }
+        return Heard::SameName;
+    }
+    shared
+        .peers
+        .lock()
+        .insert(hello.node.clone(), Instant::now());
+    if hello.instance.is_empty() || hello.members == shared.members {
+        shared.conflicts.lock().members.remove(&hello.node);
+        return Heard::Peer;
+    }
+    let mut seen = shared.conflicts.lock();
+    if seen.members.get(&hello.node) != Some(&hello.members) {
+        tracing::error!(
+            node = %hello.node,
+            theirs = ?hello.members,
+            ours = ?shared.members,
+            "cluster: a node lists other [cluster] members: queues are homed differently on \
+             each side and may exist twice; give every node the same members"
+        );
+        seen.members
+            .insert(hello.node.clone(), hello.members.clone());
+    }
+    Heard::OtherMembers(hello.members.clone())
+}
+
+/// Conflicts seen, for `GET /admin/cluster` and `/metrics`.
+#[derive(Debug, Default)]
+pub(super) struct Conflicts {
+    /// Instances of other processes heard using this node's name.
+    pub same_name: std::collections::BTreeSet<String>,
+    /// Peers whose members differ, with theirs.
+    pub members: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// Called by the publish pump when NATS is away: waits until it is back
+/// and each node heard within [`LOST_AFTER`] before has said hello since
+/// (so its subscriptions are in place again), at most [`RESUME_WAIT`]
+/// after the return. Core NATS keeps nothing for a node that is not
+/// subscribed: sending what was held before the others listen again
+/// would lose it for them.
+pub(super) async fn hold_until_heard(shared: &Shared, online: &mut watch::Receiver<bool>) {
+    let now = Instant::now();
+    let alive: Vec<String> = shared
+        .peers
+        .lock()
+        .iter()
+        .filter(|(_, seen)| now.saturating_duration_since(**seen) < LOST_AFTER)
+        .map(|(node, _)| node.clone())
+        .collect();
+    tracing::warn!(
+        "cluster: NATS is away; publishes for other nodes are held (up to [cluster] buffer) \
+         until it is back and they listen again"
+    );
+    // The client's events say when it is back; its state is asked too,
+    // every 100 ms, should an event and the state have crossed.
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), online.wait_for(|up| *up)).await {
+            Ok(Ok(_)) => break,
+            Ok(Err(_)) => return,
+            Err(_) if super::connected(&shared.client) => break,
+            Err(_) => {}
+        }
+    }
+    let back = Instant::now();
+    loop {
+        let missing: Vec<String> = {
+            let peers = shared.peers.lock();
+            alive
+                .iter()
+                .filter(|n| peers.get(*n).is_none_or(|seen| *seen < back))
+                .cloned()
+                .collect()
+        };
+        if missing.is_empty() {
+            tracing::info!(
+                "cluster: NATS is back and the other nodes listen; sending what was held"
+            );
+            return;
+        }
+        if back.elapsed() >= RESUME_WAIT {
+            tracing::warn!(
+                ?missing,
+                "cluster: NATS is back but these nodes have not said so within {RESUME_WAIT:?}; \
+                 sending what was held, which they may miss"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hello_is_json_or_a_bare_name() {
+        let h = Hello {
+            node: "a".into(),
+            instance: "i1".into(),
+            members: vec!["a".into(), "b".into()],
+            ask: true,
+        };
+        assert_eq!(Hello::parse(&h.encode()), Some(h));
+        let old = Hello::parse(b"b").unwrap();
+        assert_eq!(
+            (old.node.as_str(), old.instance.as_str(), old.ask),
+            ("b", "", false)
+        );
+        assert_eq!(Hello::parse(b""), None);
+        assert_eq!(Hello::parse(b"{not json"), None);
+    }
+}

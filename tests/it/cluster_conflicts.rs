@@ -1,0 +1,139 @@
+//! What a cluster must not do silently: lose what a node published while
+//! NATS was away, let two processes share a node name, or home queues
+//! differently because nodes list different members.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{LONG, TestBroker, block_on, eventually, http};
+use wharf::client::Subscription;
+
+use crate::cluster::{Nats, client, node, status, until_heard};
+
+/// The payloads `sub` receives until `quiet` passes with nothing more.
+async fn drain(sub: &mut Subscription, quiet: Duration) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Some(m) = sub.recv_timeout(quiet).await {
+        got.push(String::from_utf8_lossy(&m.payload).into_owned());
+    }
+    got
+}
+
+/// NATS killed under two nodes; a publishes 200 numbered messages while
+/// it is away (its own subscriber gets them at once); NATS comes back:
+/// b's subscriber gets all 200, in order, once. (Before, a sent them the
+/// moment it reconnected, before b had subscribed again, and NATS, which
+/// keeps nothing for a subscriber that is not there, dropped them.)
+#[test]
+fn what_a_node_published_while_nats_was_away_reaches_the_others_when_it_is_back() {
+    let mut nats = Nats::start();
+    let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
+    block_on(async {
+        let (ca, cb) = (client(&a).await, client(&b).await);
+        let mut on_a = ca.subscribe("away/#").await.unwrap();
+        let mut on_b = cb.subscribe("away/#").await.unwrap();
+        assert!(until_heard(&ca, "away/probe", &mut on_b).await, "before");
+        // Both nodes heard each other say hello (a waits for b's after
+        // NATS returns only if b was alive before).
+        assert!(
+            eventually(LONG, || status(&a)["peers"].to_string().contains("\"b\"")).await,
+            "{}",
+            status(&a)
+        );
+        drain(&mut on_a, Duration::from_millis(100)).await;
+        drain(&mut on_b, Duration::from_millis(100)).await;
+        nats.kill();
+        assert!(
+            eventually(LONG, || status(&a)["state"] != "connected").await,
+            "a notices NATS is gone"
+        );
+        let sent: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
+        for m in &sent {
+            ca.publish("away/n", m.as_str()).await.unwrap();
+        }
+        assert_eq!(
+            drain(&mut on_a, Duration::from_millis(300)).await,
+            sent,
+            "local"
+        );
+        nats.restart();
+        let mut got = Vec::new();
+        while got.len() < sent.len() {
+            match on_b.recv_timeout(LONG).await {
+                Some(m) => got.push(String::from_utf8_lossy(&m.payload).into_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(
+            got, sent,
+            "what b received of a's publishes while NATS was away"
+        );
+    });
+}
+
+/// A node started with the name of one already running is refused: it
+/// would serve the same queues' calls and deliveries.
+#[test]
+fn a_node_with_a_name_already_running_is_refused() {
+    let nats = Nats::start();
+    let a = node(&nats.url(), "a");
+    // Up and serving (the HTTP answer comes once the node has started).
+    assert_eq!(status(&a)["state"], "connected");
+    let refused = node(&nats.url(), "a").stop().expect_err("a second \"a\"");
+    let text = refused.to_string();
+    assert!(
+        text.contains("another running node is named \"a\""),
+        "{text}"
+    );
+    // The first goes on.
+    assert_eq!(status(&a)["state"], "connected");
+}
+
+/// Nodes that list different `[cluster] members` home queues differently;
+/// each says so: `GET /admin/cluster` names the other and its members,
+/// and `/metrics` counts the conflict.
+#[test]
+fn nodes_that_list_different_members_say_so() {
+    let nats = Nats::start();
+    let member = |name: &str, members: &[&str]| {
+        let (url, name) = (nats.url(), name.to_owned());
+        let members: Vec<String> = members.iter().map(|m| (*m).to_owned()).collect();
+        TestBroker::start(move |c| {
+            c.cluster.nats = vec![url];
+            c.cluster.node = name;
+            c.cluster.members = members;
+            c.cluster.connect_timeout_ms = 2_000;
+        })
+    };
+    let a = member("a", &["a", "b"]);
+    let b = member("b", &["a", "b", "c"]);
+    block_on(async {
+        assert!(
+            eventually(LONG, || status(&a)["other_members"]["b"]
+                == serde_json::json!(["a", "b", "c"]))
+            .await,
+            "{}",
+            status(&a)
+        );
+        assert!(
+            eventually(LONG, || status(&b)["other_members"]["a"]
+                == serde_json::json!(["a", "b"]))
+            .await,
+            "{}",
+            status(&b)
+        );
+    });
+    let (code, metrics) = http(a.addr, "GET", "/metrics", "");
+    assert_eq!(code, 200);
+    for line in [
+        r#"wharf_cluster_conflicts{kind="members"} 1"#,
+        r#"wharf_cluster_conflicts{kind="same_name"} 0"#,
+        r#"wharf_cluster_connected 1"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
+    }
+}
