@@ -81,14 +81,27 @@ pub enum BrokerError {
         /// The home's reason.
         message: String,
     },
-    /// The queue's home node did not answer (down, or NATS away); try
-    /// again.
+    /// The call did not reach the queue's home node (down, or NATS
+    /// away): nothing was done there; try again.
     #[error("the queue's home node {home:?} did not answer: {reason}")]
     HomeUnreachable {
         /// The home.
         home: String,
         /// What the NATS client said.
         reason: String,
+    },
+    /// The call was sent to the queue's home node, which did not answer
+    /// in time: it may have been carried out (an enqueue retried may be
+    /// stored twice).
+    #[error(
+        "the queue's home node {home:?} did not answer within {waited_ms} ms: the request may \
+         or may not have been carried out there (an enqueue sent again may be stored twice)"
+    )]
+    HomeSilent {
+        /// The home.
+        home: String,
+        /// How long the call waited.
+        waited_ms: u64,
     },
 }
 
@@ -119,6 +132,7 @@ impl BrokerError {
             BrokerError::UnknownMessage(_) => ErrorCode::UnknownMessage,
             BrokerError::Remote { code, .. } => *code,
             BrokerError::HomeUnreachable { .. } => ErrorCode::Overloaded,
+            BrokerError::HomeSilent { .. } => ErrorCode::OutcomeUnknown,
         }
     }
 }

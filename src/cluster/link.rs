@@ -717,16 +717,16 @@ async fn serve(
                         }
                     }
                     Some(msg) = bye.next() => {
-                        // A node stopping: listed as lost at once, and its
-                        // consumers of this node's queues detached.
+                        // A node stopping: no longer listed (it left; a node
+                        // that vanishes without a word is listed as lost
+                        // instead), and its consumers of this node's queues
+                        // detached.
                         if let Ok(node) = std::str::from_utf8(&msg.payload)
                             && !node.is_empty()
                             && node != shared.node
                             && let Some(broker) = broker.upgrade()
                         {
-                            let now = Instant::now();
-                            let long_ago = now.checked_sub(super::LOST_AFTER * 2).unwrap_or(now);
-                            shared.peers.lock().insert(node.to_owned(), long_ago);
+                            shared.peers.lock().remove(node);
                             let cluster = super::Cluster { shared: shared.clone() };
                             let node = node.to_owned();
                             tokio::spawn(async move {

@@ -227,6 +227,11 @@ impl Drop for Sent {
 /// not answer.
 fn answered(home: &str, r: Result<Answer, CallError>) -> Result<Answer, BrokerError> {
     match r {
+        // Sent, and no answer: it may have been done there.
+        Err(CallError::Timeout(ms)) => Err(BrokerError::HomeSilent {
+            home: home.to_owned(),
+            waited_ms: u64::try_from(ms).unwrap_or(u64::MAX),
+        }),
         Err(e) => Err(BrokerError::HomeUnreachable {
             home: home.to_owned(),
             reason: e.to_string(),
@@ -438,7 +443,10 @@ impl Cluster {
             local.by_sub.remove(&key);
             local.by_token.remove(&token);
             drop(local);
-            if matches!(e, BrokerError::HomeUnreachable { .. }) {
+            if matches!(
+                e,
+                BrokerError::HomeUnreachable { .. } | BrokerError::HomeSilent { .. }
+            ) {
                 // It may have got there: undo it.
                 self.tell(home, &self.cancel_call(queue, token), &[]);
             }
@@ -547,9 +555,21 @@ impl Cluster {
         let answer = self
             .call(home, &Call::Job { call }, &[], limit)
             .await
-            .map_err(|reason| JobError::Remote {
-                code: ErrorCode::Overloaded,
-                message: format!("the jobs resource's home node {home:?} did not answer: {reason}"),
+            .map_err(|reason| match reason {
+                // Sent, and no answer: a job enqueued again may exist twice.
+                CallError::Timeout(ms) => JobError::Remote {
+                    code: ErrorCode::OutcomeUnknown,
+                    message: format!(
+                        "the jobs resource's home node {home:?} did not answer within {ms} ms: \
+                         the request may or may not have been carried out there"
+                    ),
+                },
+                reason => JobError::Remote {
+                    code: ErrorCode::Overloaded,
+                    message: format!(
+                        "the jobs resource's home node {home:?} did not answer: {reason}"
+                    ),
+                },
             })?;
         match answer {
             Answer::Value { value } => Ok(value),
@@ -687,5 +707,33 @@ fn unexpected(home: &str, answer: &Answer) -> BrokerError {
     BrokerError::Remote {
         code: ErrorCode::Internal,
         message: format!("an unexpected answer from node {home:?}: {answer:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call that never reached the home is safe to send again
+    /// (`overloaded`); one that reached it and got no answer may have been
+    /// carried out (`outcome_unknown`).
+    #[test]
+    fn silence_after_sending_is_an_unknown_outcome_not_overload() {
+        let code = |r| answered("b", r).map(|_| ()).unwrap_err().code();
+        assert_eq!(
+            code(Err(CallError::Timeout(15_000))),
+            ErrorCode::OutcomeUnknown
+        );
+        for not_sent in [
+            CallError::NoResponders,
+            CallError::BufferFull,
+            CallError::TooManyWaiting(1),
+        ] {
+            assert_eq!(code(Err(not_sent)), ErrorCode::Overloaded);
+        }
+        let e = answered("b", Err(CallError::Timeout(15_000)))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("stored twice"), "{e}");
     }
 }

@@ -80,6 +80,10 @@ pub enum ErrorCode {
     Conflict,
     /// No message with this id in the queue.
     UnknownMessage,
+    /// The request reached another node, which did not answer in time:
+    /// it may or may not have been carried out (retrying an enqueue may
+    /// store it twice).
+    OutcomeUnknown,
 }
 
 impl ErrorCode {
@@ -116,6 +120,7 @@ impl ErrorCode {
             ErrorCode::TooManyFailures => "too_many_failures",
             ErrorCode::Conflict => "conflict",
             ErrorCode::UnknownMessage => "unknown_message",
+            ErrorCode::OutcomeUnknown => "outcome_unknown",
         }
     }
 }

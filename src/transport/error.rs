@@ -94,6 +94,7 @@ pub(crate) fn http_status(code: ErrorCode) -> StatusCode {
         C::Unauthorized => StatusCode::UNAUTHORIZED,
         C::Forbidden => StatusCode::FORBIDDEN,
         C::TooManyFailures => StatusCode::TOO_MANY_REQUESTS,
+        C::OutcomeUnknown => StatusCode::GATEWAY_TIMEOUT,
     }
 }
 

@@ -137,3 +137,27 @@ fn nodes_that_list_different_members_say_so() {
         );
     }
 }
+
+/// A node that stops says bye: the others stop listing it at once (a node
+/// that vanishes without a word is listed as lost instead).
+#[test]
+fn a_node_that_stops_is_no_longer_listed() {
+    let nats = Nats::start();
+    let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
+    let listed = |n: &TestBroker, name: &str| {
+        status(n)["peers"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["node"] == name))
+    };
+    block_on(async {
+        assert!(eventually(LONG, || listed(&a, "b")).await, "{}", status(&a));
+    });
+    b.stop().unwrap();
+    block_on(async {
+        assert!(
+            eventually(LONG, || !listed(&a, "b")).await,
+            "{}",
+            status(&a)
+        );
+    });
+}
