@@ -700,7 +700,19 @@ async fn serve(
                     }
                     Some(msg) = hello.next() => {
                         if let Some(h) = super::peers::Hello::parse(&msg.payload) {
-                            super::peers::heard(shared, &h);
+                            if super::peers::heard(shared, &h) == super::peers::Heard::Restarted {
+                                // Its new process knows none of this node's
+                                // consumers of its queues: attach them again
+                                // now, not at the next check.
+                                let cluster = super::Cluster { shared: shared.clone() };
+                                let (node, at) = (h.node.clone(), Instant::now());
+                                tokio::spawn(async move {
+                                    let again = cluster.check_consumers_of(&node, at).await;
+                                    if again > 0 {
+                                        tracing::info!(again, home = %node, "cluster: consumers attached again at a restarted home");
+                                    }
+                                });
+                            }
                             // A node back on NATS asks who listens: answer
                             // at once rather than at the next tick.
                             if h.ask && super::connected(&client) {

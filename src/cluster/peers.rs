@@ -69,6 +69,9 @@ pub(super) enum Heard {
     SameName,
     /// A peer whose `members` differ from this node's.
     OtherMembers(Vec<String>),
+    /// A peer heard before as another process: it restarted, and knows
+    /// none of this node's consumers of its queues.
+    Restarted,
 }
 
 /// Records `hello` in `shared`'s peers and says what it means; each
@@ -90,6 +93,17 @@ pub(super) fn heard(shared: &Shared, hello: &Hello) -> Heard {
         .peers
         .lock()
         .insert(hello.node.clone(), Instant::now());
+    if !hello.instance.is_empty() {
+        let before = shared
+            .conflicts
+            .lock()
+            .instances
+            .insert(hello.node.clone(), hello.instance.clone());
+        if before.is_some_and(|b| b != hello.instance) {
+            tracing::info!(node = %hello.node, "cluster: a node restarted");
+            return Heard::Restarted;
+        }
+    }
     if hello.instance.is_empty() || hello.members == shared.members {
         shared.conflicts.lock().members.remove(&hello.node);
         return Heard::Peer;
@@ -116,6 +130,8 @@ pub(super) struct Conflicts {
     pub same_name: std::collections::BTreeSet<String>,
     /// Peers whose members differ, with theirs.
     pub members: std::collections::BTreeMap<String, Vec<String>>,
+    /// The process each peer was last heard as.
+    pub instances: std::collections::HashMap<String, String>,
 }
 
 /// Called by the publish pump when NATS is away: waits until it is back

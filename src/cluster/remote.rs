@@ -640,15 +640,45 @@ impl Cluster {
     /// deliveries forever), and attaches the forgotten ones again.
     /// Returns how many.
     pub(crate) async fn check_consumers(&self) -> usize {
+        // One still being attached is not asked about.
         let settled = Instant::now().checked_sub(CALL_TIMEOUT);
+        self.check_consumers_where(|l| settled.is_some_and(|t| l.since <= t))
+            .await
+            .0
+    }
+
+    /// [`Cluster::check_consumers`] for the consumers homed on `home`
+    /// attached before `restarted`: when `home` was heard as a new
+    /// process, which knows none of them, they are attached again at
+    /// once rather than at the next check. (An attach sent before then
+    /// went to the old process, so none is in flight to the new one.)
+    /// Tried every half second while the home is still starting (its
+    /// store being restored), for up to [`CALL_TIMEOUT`].
+    pub(super) async fn check_consumers_of(&self, home: &str, restarted: Instant) -> usize {
+        let mut again = 0;
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        loop {
+            let (n, failed) = self
+                .check_consumers_where(|l| l.home == home && l.since < restarted)
+                .await;
+            again += n;
+            if failed == 0 || Instant::now() >= deadline {
+                return again;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Asks the homes about the consumers `pick` chooses and attaches the
+    /// forgotten ones again: (attached again, calls that failed).
+    async fn check_consumers_where(&self, pick: impl Fn(&Local) -> bool) -> (usize, usize) {
         let mut by_home: HashMap<String, Vec<u64>> = HashMap::new();
         for (token, l) in &self.shared.remotes.local.lock().by_token {
-            // One still being attached is not asked about.
-            if settled.is_some_and(|t| l.since <= t) {
+            if pick(l) {
                 by_home.entry(l.home.clone()).or_default().push(*token);
             }
         }
-        let mut again = 0;
+        let (mut again, mut failed) = (0, 0);
         for (home, tokens) in by_home {
             for chunk in tokens.chunks(MAX_KNOWN) {
                 let call = Call::Known {
@@ -659,7 +689,10 @@ impl Cluster {
                     Ok(Answer::Value { value }) => {
                         serde_json::from_value(value).unwrap_or_default()
                     }
-                    _ => continue,
+                    _ => {
+                        failed += 1;
+                        continue;
+                    }
                 };
                 for token in unknown {
                     let found = self
@@ -686,13 +719,14 @@ impl Cluster {
                             tracing::info!(queue = %queue, home = %home, "cluster: a consumer the home had forgotten is attached again");
                         }
                         Err(e) => {
+                            failed += 1;
                             tracing::warn!(queue = %queue, home = %home, "cluster: cannot attach a consumer again: {e}")
                         }
                     }
                 }
             }
         }
-        again
+        (again, failed)
     }
 
     /// Consumers on other nodes of this node's queues, and this node's

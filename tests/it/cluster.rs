@@ -731,7 +731,7 @@ fn a_consumer_whose_home_restarts_is_attached_again() {
             .expect("before the restart");
         on_c.ack(consumer.id(), &[d.id]).await.unwrap();
         // b restarts and forgets its consumers on other nodes; c finds
-        // out on its next check and attaches this one again.
+        // out when it hears b's new process and attaches this one again.
         b.stop().expect("b stops");
         // Asked on a meanwhile: busy, not "no such queue".
         let (code, body) = http(a.addr, "GET", "/queues/orders", "");
@@ -750,11 +750,21 @@ fn a_consumer_whose_home_restarts_is_attached_again() {
             assert!(Instant::now() < deadline, "b never came back: {e}");
             actix_rt::time::sleep(Duration::from_millis(50)).await;
         }
+        // c hears b's new process say hello and attaches again at once
+        // (before, it waited for a check that skipped consumers younger
+        // than 15 s: up to ~25 s).
+        let back = Instant::now();
         let d = consumer
             .recv_timeout(Duration::from_secs(45))
             .await
             .expect("the consumer on c, attached again");
         assert_eq!(&d.payload[..], b"after");
+        eprintln!("attached again {:?} after b served", back.elapsed());
+        assert!(
+            back.elapsed() < Duration::from_secs(8),
+            "attached again only after {:?}",
+            back.elapsed()
+        );
         on_c.ack(consumer.id(), &[d.id])
             .await
             .expect("acked at the new b");
