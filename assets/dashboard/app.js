@@ -164,6 +164,15 @@
     set('denied-bad', fmtInt(d.bad_credentials || 0));
     set('denied-blocked', fmtInt((d.blocked || 0) + (d.busy || 0)));
     set('denied-late', fmtInt(d.no_credentials_in_time || 0));
+    const c = o.cluster;
+    $('cluster').hidden = !c;
+    if (c) {
+      set('cluster-node', c.node);
+      set('cluster-link', c.connected ? 'connected' : 'NATS away');
+      set('cluster-up', fmtInt(c.peers_up));
+      set('cluster-lost', fmtInt(c.peers_lost));
+      set('cluster-conflicts', c.conflicts ? ' · ' + fmtInt(c.conflicts) + ' conflicts' : '');
+    }
     set('rate-published', r ? fmtRate(r.published) : '–');
     set('rate-delivered', r ? fmtRate(r.delivered) : '–');
     set('total-published', fmtInt(o.published));

@@ -163,6 +163,27 @@ fn render(
     ));
     let memory = o["resident_bytes"].as_u64().map_or("-".into(), bytes);
     s.push_str(&format!("memory: {memory} resident\n"));
+    let c = &o["cluster"];
+    if c.is_object() {
+        let conflicts = c["conflicts"].as_u64().unwrap_or(0);
+        s.push_str(&format!(
+            "cluster: node {}, {}, {} up, {} lost, {} buffered{}\n",
+            cell(&c["node"]),
+            if c["connected"] == true {
+                "connected"
+            } else {
+                "NATS away"
+            },
+            cell(&c["peers_up"]),
+            cell(&c["peers_lost"]),
+            cell(&c["buffered"]),
+            if conflicts > 0 {
+                format!(", {conflicts} conflicts")
+            } else {
+                String::new()
+            },
+        ));
+    }
     let j = &o["jobs"];
     if j.is_object() {
         s.push_str(&format!(
@@ -239,5 +260,14 @@ mod tests {
         );
         assert!(s.contains("1.0 MiB"), "{s}");
         assert!(s.contains("\nb ") && s.contains("and 1 more"), "{s}");
+        assert!(!s.contains("cluster"), "{s}");
+        let mut o = o;
+        o["cluster"] = json!({"node": "a", "connected": true, "peers_up": 2, "peers_lost": 1,
+            "conflicts": 1, "buffered": 0});
+        let s = render("http://x", &o, &q, Some(&prev), &now, 1);
+        assert!(
+            s.contains("cluster: node a, connected, 2 up, 1 lost, 0 buffered, 1 conflicts"),
+            "{s}"
+        );
     }
 }

@@ -402,6 +402,32 @@ impl Cluster {
             .ok()
     }
 
+    /// The few numbers `GET /admin/overview`, the dashboard and `wharf
+    /// top` show, without asking the link.
+    pub fn summary(&self) -> ClusterSummary {
+        let s = &self.shared;
+        let now = Instant::now();
+        let (up, lost) = s.peers.lock().values().fold((0, 0), |(up, lost), seen| {
+            if now.saturating_duration_since(*seen) < LOST_AFTER {
+                (up + 1, lost)
+            } else {
+                (up, lost + 1)
+            }
+        });
+        let conflicts = {
+            let c = s.conflicts.lock();
+            c.same_name.len() + c.members.len()
+        };
+        ClusterSummary {
+            node: s.node.clone(),
+            connected: connected(&s.client),
+            peers_up: up,
+            peers_lost: lost,
+            conflicts,
+            buffered: s.outbound.max_capacity() - s.outbound.capacity(),
+        }
+    }
+
     /// What `GET /admin/cluster` shows.
     pub async fn status(&self) -> ClusterStatus {
         let s = &self.shared;
@@ -541,6 +567,24 @@ pub struct ClusterStatus {
     /// Peers whose `[cluster] members` differ from this node's, with
     /// theirs: queues are homed differently on each side.
     pub other_members: BTreeMap<String, Vec<String>>,
+}
+
+/// The cluster at a glance (`GET /admin/overview`'s `cluster`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterSummary {
+    /// This node's name.
+    pub node: String,
+    /// Whether the link to NATS is up.
+    pub connected: bool,
+    /// Other nodes heard lately.
+    pub peers_up: usize,
+    /// Other nodes not heard for ten seconds (vanished; a node that
+    /// stopped said so and is not counted).
+    pub peers_lost: usize,
+    /// Processes using this node's name, and peers with other members.
+    pub conflicts: usize,
+    /// Publishes waiting for NATS.
+    pub buffered: usize,
 }
 
 /// A node heard on NATS.

@@ -268,6 +268,12 @@ impl Cluster {
         self.shared.remotes.waiting.lock().clear();
     }
 
+    /// The node `queue` lives on (this one or another); `None` when
+    /// every node keeps its own (no `members`).
+    pub(crate) fn home_of(&self, queue: &str) -> Option<String> {
+        Some(self.shared.remotes.homes.get()?.home_of(queue)?.to_owned())
+    }
+
     /// The node `queue` lives on, when that is not this one.
     pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<String> {
         let home = self.shared.remotes.homes.get()?.home_of(queue)?;

@@ -40,6 +40,9 @@ pub struct Overview {
     pub resident_bytes: Option<u64>,
     /// Clients denied since start, by why (every way in together).
     pub denials: Denied,
+    /// The cluster at a glance, when this node is in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::ClusterSummary>,
 }
 
 /// Clients denied since start, by why: what a brute-force attempt looks
@@ -134,6 +137,7 @@ pub(crate) async fn overview_of(
                 no_credentials_in_time: d.of(Denial::NoCredentialsInTime),
             }
         },
+        cluster: app.cluster.as_ref().map(crate::cluster::Cluster::summary),
     }
 }
 

@@ -104,7 +104,17 @@ pub(crate) async fn info(
         .await
         .map_err(api_error)?
     {
-        Some(info) => Ok(HttpResponse::Ok().json(info)),
+        Some(info) => {
+            // In a cluster with members: which node holds it.
+            let home = app.cluster.as_ref().and_then(|c| c.home_of(&name));
+            match (home, serde_json::to_value(&info)) {
+                (Some(home), Ok(serde_json::Value::Object(mut o))) => {
+                    o.insert("home".into(), home.into());
+                    Ok(HttpResponse::Ok().json(o))
+                }
+                _ => Ok(HttpResponse::Ok().json(info)),
+            }
+        }
         None => Err(unknown_queue(&name)),
     }
 }

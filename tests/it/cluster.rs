@@ -773,5 +773,9 @@ fn a_consumer_whose_home_restarts_is_attached_again() {
             "{}",
             status(&b)
         );
+        // Any node says where the queue lives.
+        let (code, body) = http(a.addr, "GET", "/queues/orders", "");
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains(r#""home":"b""#), "{body}");
     });
 }

@@ -124,6 +124,23 @@ fn nodes_that_list_different_members_say_so() {
             status(&b)
         );
     });
+    // The overview (the dashboard's and `wharf top`'s) counts it too.
+    let (code, body) = http(a.addr, "GET", "/admin/overview", "");
+    assert_eq!(code, 200, "{body}");
+    let o: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            &o["cluster"]["node"],
+            &o["cluster"]["conflicts"],
+            &o["cluster"]["connected"]
+        ),
+        (
+            &serde_json::json!("a"),
+            &serde_json::json!(1),
+            &serde_json::json!(true)
+        ),
+        "{o}"
+    );
     let (code, metrics) = http(a.addr, "GET", "/metrics", "");
     assert_eq!(code, 200);
     for line in [
