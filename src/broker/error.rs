@@ -94,14 +94,14 @@ pub enum BrokerError {
     /// in time: it may have been carried out (an enqueue retried may be
     /// stored twice).
     #[error(
-        "the queue's home node {home:?} did not answer within {waited_ms} ms: the request may \
-         or may not have been carried out there (an enqueue sent again may be stored twice)"
+        "the queue's home node {home:?} did not answer ({why}): the request may or may not \
+         have been carried out there (an enqueue sent again may be stored twice)"
     )]
     HomeSilent {
         /// The home.
         home: String,
-        /// How long the call waited.
-        waited_ms: u64,
+        /// Why no answer came (how long it waited, or that the home went).
+        why: String,
     },
 }
 

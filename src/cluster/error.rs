@@ -46,8 +46,9 @@ pub enum CallError {
     /// The link's publish buffer is full.
     #[error("the link's buffer is full (NATS slow or away)")]
     BufferFull,
-    /// The link stopped while the call waited.
-    #[error("the link stopped")]
+    /// The call was failed after it was sent: its home stopped or was
+    /// lost, or this node's link stopped.
+    #[error("the home went, or the link stopped, while the call waited")]
     LinkStopped,
     /// No answer in time.
     #[error("no answer within {0} ms")]

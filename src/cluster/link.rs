@@ -740,6 +740,8 @@ async fn serve(
                         {
                             shared.peers.lock().remove(node);
                             let cluster = super::Cluster { shared: shared.clone() };
+                            // Its calls in flight get no answer now.
+                            cluster.fail_waiting_for(node);
                             let node = node.to_owned();
                             tokio::spawn(async move {
                                 cluster.detach_consumers_of(&broker, |n| n == node).await;
@@ -751,10 +753,24 @@ async fn serve(
                             let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
                         }
                         let now = Instant::now();
-                        shared
-                            .peers
-                            .lock()
-                            .retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
+                        let lost: Vec<String> = {
+                            let mut peers = shared.peers.lock();
+                            peers.retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
+                            peers
+                                .iter()
+                                .filter(|(_, seen)| now.saturating_duration_since(**seen) >= super::LOST_AFTER)
+                                .map(|(n, _)| n.clone())
+                                .collect()
+                        };
+                        // Calls to a lost node fail now, not at their
+                        // deadline (a long poll's wait plus the call's).
+                        let cluster = super::Cluster { shared: shared.clone() };
+                        for node in lost {
+                            let failed = cluster.fail_waiting_for(&node);
+                            if failed > 0 {
+                                tracing::warn!(node = %node, failed, "cluster: calls to a lost node failed");
+                            }
+                        }
                     }
                     Some((id, msg)) = link.inbound.next(), if !link.inbound.is_empty() => {
                         let Some(topic) = link.accept(id, &msg, shared) else {

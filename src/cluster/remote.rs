@@ -51,6 +51,10 @@ pub(super) struct RemoteConsumer {
     pub(super) since: Instant,
 }
 
+/// A call waiting for its answer: the node it went to, and where the
+/// answer goes.
+pub(super) type Waiting = (Arc<str>, oneshot::Sender<async_nats::Message>);
+
 /// This node's consumer of a queue homed elsewhere.
 pub(super) struct Local {
     pub(super) sub: Subscription,
@@ -89,8 +93,9 @@ pub(super) struct Remotes {
     /// The next consumer token: starts from the clock so a node that
     /// restarts under the same name never reuses one a home still holds.
     pub(super) next_token: AtomicU64,
-    /// Calls sent, by number, waiting for their answers.
-    pub(super) waiting: Mutex<HashMap<u64, oneshot::Sender<async_nats::Message>>>,
+    /// Calls sent, by number, waiting for their answers, with the node
+    /// each went to (so that a node gone fails its calls at once).
+    pub(super) waiting: Mutex<HashMap<u64, Waiting>>,
     /// The next call's number.
     pub(super) next_call: AtomicU64,
 }
@@ -205,6 +210,8 @@ impl Sent {
     async fn answer(mut self, limit: Duration) -> Result<Answer, CallError> {
         let msg = match tokio::time::timeout(limit, &mut self.rx).await {
             Ok(Ok(msg)) => msg,
+            // Failed by `fail_waiting_for` (the home went) or
+            // `fail_waiting` (the link stopped), after it was sent.
             Ok(Err(_)) => return Err(CallError::LinkStopped),
             Err(_) => return Err(CallError::Timeout(limit.as_millis())),
         };
@@ -230,7 +237,11 @@ fn answered(home: &str, r: Result<Answer, CallError>) -> Result<Answer, BrokerEr
         // Sent, and no answer: it may have been done there.
         Err(CallError::Timeout(ms)) => Err(BrokerError::HomeSilent {
             home: home.to_owned(),
-            waited_ms: u64::try_from(ms).unwrap_or(u64::MAX),
+            why: format!("within {ms} ms"),
+        }),
+        Err(CallError::LinkStopped) => Err(BrokerError::HomeSilent {
+            home: home.to_owned(),
+            why: "before it went, or this node's link stopped".into(),
         }),
         Err(e) => Err(BrokerError::HomeUnreachable {
             home: home.to_owned(),
@@ -266,6 +277,18 @@ impl Cluster {
     /// Fails every call still waiting for an answer (the link stopped).
     pub(super) fn fail_waiting(&self) {
         self.shared.remotes.waiting.lock().clear();
+    }
+
+    /// Fails at once the calls waiting for an answer from `home`, which
+    /// stopped or was lost (not heard for ten seconds), rather than at
+    /// their deadline: a long poll on it does not sit for its whole wait
+    /// plus the call timeout. Each gets an unknown outcome (it may have
+    /// been carried out before the home went). Returns how many.
+    pub(super) fn fail_waiting_for(&self, home: &str) -> usize {
+        let mut waiting = self.shared.remotes.waiting.lock();
+        let before = waiting.len();
+        waiting.retain(|_, (to, _)| &**to != home);
+        before - waiting.len()
     }
 
     /// The node `queue` lives on (this one or another); `None` when
@@ -305,7 +328,7 @@ impl Cluster {
             if waiting.len() >= MAX_WAITING {
                 return Err(CallError::TooManyWaiting(MAX_WAITING));
             }
-            waiting.insert(id, tx);
+            waiting.insert(id, (home.into(), tx));
         }
         let sent = Sent {
             id,
@@ -563,10 +586,10 @@ impl Cluster {
             .await
             .map_err(|reason| match reason {
                 // Sent, and no answer: a job enqueued again may exist twice.
-                CallError::Timeout(ms) => JobError::Remote {
+                CallError::Timeout(_) | CallError::LinkStopped => JobError::Remote {
                     code: ErrorCode::OutcomeUnknown,
                     message: format!(
-                        "the jobs resource's home node {home:?} did not answer within {ms} ms: \
+                        "the jobs resource's home node {home:?} did not answer ({reason}): \
                          the request may or may not have been carried out there"
                     ),
                 },
@@ -764,6 +787,7 @@ mod tests {
             code(Err(CallError::Timeout(15_000))),
             ErrorCode::OutcomeUnknown
         );
+        assert_eq!(code(Err(CallError::LinkStopped)), ErrorCode::OutcomeUnknown);
         for not_sent in [
             CallError::NoResponders,
             CallError::BufferFull,

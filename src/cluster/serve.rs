@@ -75,7 +75,7 @@ pub(super) async fn serve(
             Some(msg) = replies.next() => {
                 let id = msg.subject.rsplit('.').next().and_then(|t| t.parse::<u64>().ok());
                 let waiting = id.and_then(|id| shared.remotes.waiting.lock().remove(&id));
-                if let Some(tx) = waiting {
+                if let Some((_, tx)) = waiting {
                     let _ = tx.send(msg);
                 }
             }

@@ -178,3 +178,52 @@ fn a_node_that_stops_is_no_longer_listed() {
         );
     });
 }
+
+/// A call waiting on a home that stops (a worker's long poll on the jobs
+/// resource's home) fails as soon as the home says bye, with an unknown
+/// outcome, instead of sitting for its whole wait plus the call timeout.
+#[test]
+fn a_long_poll_on_a_home_that_stops_fails_at_once() {
+    let nats = Nats::start();
+    let member = |name: &str| {
+        let (url, name) = (nats.url(), name.to_owned());
+        TestBroker::start(move |c| {
+            c.cluster.nats = vec![url];
+            c.cluster.node = name;
+            c.cluster.members = vec!["a".into(), "b".into()];
+            c.cluster.connect_timeout_ms = 2_000;
+        })
+    };
+    let (a, b) = (member("a"), member("b"));
+    let home = status(&a)["jobs_home"].as_str().unwrap().to_owned();
+    // The node that serves the worker is the one that is not the home.
+    let (home_node, other) = if home == "a" { (a, b) } else { (b, a) };
+    block_on(async {
+        assert!(
+            eventually(LONG, || status(&other)["peers"]
+                .to_string()
+                .contains(&format!("\"{home}\"")))
+            .await,
+            "{}",
+            status(&other)
+        );
+        let c = client(&other).await;
+        let (worker, _) = c.jobs().register_worker(&[]).await.unwrap();
+        let started = std::time::Instant::now();
+        let poll = c.jobs().dequeue_job(worker, Duration::from_secs(25));
+        let stop = async {
+            // Let the long poll reach the home first.
+            actix_rt::time::sleep(Duration::from_millis(300)).await;
+            home_node.stop().unwrap();
+        };
+        let (polled, ()) = tokio::join!(poll, stop);
+        let took = started.elapsed();
+        match polled {
+            Err(wharf::client::ClientError::Server { code, .. }) => {
+                assert_eq!(code, wharf::protocol::ErrorCode::OutcomeUnknown);
+            }
+            other => panic!("a long poll on a stopped home: {other:?} after {took:?}"),
+        }
+        assert!(took < Duration::from_secs(10), "it waited {took:?}");
+    });
+}
