@@ -16,8 +16,8 @@ use futures_util::stream::{SelectAll, Stream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Cluster, ClusterError, Control, FORGET_AFTER, HELLO_EVERY, Listed, NatsError, Outbound, Shared,
-    kv, subject, wire,
+    Cluster, ClusterError, Control, HELLO_EVERY, Listed, NatsError, Outbound, Shared, kv, subject,
+    wire,
 };
 use crate::broker::{Publish, WeakBroker};
 use crate::config::ClusterConfig;
@@ -752,25 +752,7 @@ async fn serve(
                         if super::connected(&client) {
                             let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
                         }
-                        let now = Instant::now();
-                        let lost: Vec<String> = {
-                            let mut peers = shared.peers.lock();
-                            peers.retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
-                            peers
-                                .iter()
-                                .filter(|(_, seen)| now.saturating_duration_since(**seen) >= super::LOST_AFTER)
-                                .map(|(n, _)| n.clone())
-                                .collect()
-                        };
-                        // Calls to a lost node fail now, not at their
-                        // deadline (a long poll's wait plus the call's).
-                        let cluster = super::Cluster { shared: shared.clone() };
-                        for node in lost {
-                            let failed = cluster.fail_waiting_for(&node);
-                            if failed > 0 {
-                                tracing::warn!(node = %node, failed, "cluster: calls to a lost node failed");
-                            }
-                        }
+                        super::peers::tidy(shared);
                     }
                     Some((id, msg)) = link.inbound.next(), if !link.inbound.is_empty() => {
                         let Some(topic) = link.accept(id, &msg, shared) else {

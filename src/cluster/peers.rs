@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::{LOST_AFTER, Shared};
+use super::{FORGET_AFTER, LOST_AFTER, Shared};
 
 /// Longest forwarded publishes are held after NATS comes back, waiting
 /// for the nodes that were alive to say they listen again.
@@ -132,6 +132,31 @@ pub(super) struct Conflicts {
     pub members: std::collections::BTreeMap<String, Vec<String>>,
     /// The process each peer was last heard as.
     pub instances: std::collections::HashMap<String, String>,
+}
+
+/// At each hello tick: forgets nodes not heard for [`FORGET_AFTER`],
+/// and fails at once the calls waiting on nodes not heard for
+/// [`LOST_AFTER`] (a long poll's wait plus the call timeout otherwise).
+pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
+    let now = Instant::now();
+    let lost: Vec<String> = {
+        let mut peers = shared.peers.lock();
+        peers.retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
+        peers
+            .iter()
+            .filter(|(_, seen)| now.saturating_duration_since(**seen) >= LOST_AFTER)
+            .map(|(n, _)| n.clone())
+            .collect()
+    };
+    let cluster = super::Cluster {
+        shared: shared.clone(),
+    };
+    for node in lost {
+        let failed = cluster.fail_waiting_for(&node);
+        if failed > 0 {
+            tracing::warn!(node = %node, failed, "cluster: calls to a lost node failed");
+        }
+    }
 }
 
 /// Called by the publish pump when NATS is away: waits until it is back
