@@ -491,6 +491,19 @@ impl Auth {
         self.0.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Whether a key reload since `seen` (a session's last look at
+    /// [`Auth::generation`], updated here) withdrew the key that verified
+    /// `p`: one atomic load when the keys did not move. What every kind
+    /// of session asks after each read.
+    pub fn withdrawn_since(&self, seen: &mut u32, p: Option<&Principal>) -> bool {
+        let now = self.generation();
+        if now == *seen {
+            return false;
+        }
+        *seen = now;
+        p.is_some_and(|p| !self.still_verified(p))
+    }
+
     /// Whether the key that verified `p`'s credential is still in force:
     /// `false` for a JWT whose JWKS key a reload withdrew, so that its
     /// session is ended rather than kept on a key no longer trusted.

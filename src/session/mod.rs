@@ -259,16 +259,14 @@ impl Session {
     /// the read loops ask after each read (the client's pongs included),
     /// so a session is ended within a ping interval or keep-alive.
     pub fn revoked(&mut self) -> Option<(u16, &'static str)> {
-        let seen = self.auth.generation();
-        if seen == self.auth_seen {
+        if !self
+            .auth
+            .withdrawn_since(&mut self.auth_seen, self.principal.as_ref())
+        {
             return None;
         }
-        self.auth_seen = seen;
-        let p = self.principal.as_ref()?;
-        if self.auth.still_verified(p) {
-            return None;
-        }
-        tracing::info!(target: "wharf::auth", principal = %p.id(), "ending a session: its token's key was withdrawn");
+        let who = self.principal.as_ref().map(crate::auth::Principal::id);
+        tracing::info!(target: "wharf::auth", principal = ?who, "ending a session: its token's key was withdrawn");
         self.error(
             self.out.notice_format(),
             ErrorCode::Unauthorized,

@@ -178,3 +178,42 @@ impl FromRequest for Caller {
         })
     }
 }
+
+/// Who a WebSocket upgrade is: the principal its credentials prove (or
+/// the anonymous one; `None`: it must authenticate in its first frame or
+/// packet), its address, and, when it proved no one, its place among the
+/// address's unauthenticated connections (held until it authenticates).
+pub(crate) struct Upgrader {
+    /// Who it is, if known yet.
+    pub(crate) principal: Option<Principal>,
+    /// Its address.
+    pub(crate) peer: Option<std::net::IpAddr>,
+    /// Its place, while it has not authenticated.
+    pub(crate) unproven: Option<crate::auth::Unproven>,
+}
+
+/// The [`Upgrader`] of `req`, coming in by `way`.
+///
+/// # Errors
+/// 401 for bad credentials, 429 when the address holds its
+/// `max_unauthenticated_per_address` connections already.
+pub(crate) async fn upgrader(
+    req: &HttpRequest,
+    app: &AppState,
+    way: Way,
+) -> Result<Upgrader, ApiError> {
+    let principal = principal(req, app, true, way).await?;
+    let peer = req.peer_addr().map(|a| a.ip());
+    let unproven = match principal {
+        Some(_) => None,
+        None => app
+            .auth
+            .admit_unproven(peer, way)
+            .map_err(|e| auth_error(&e))?,
+    };
+    Ok(Upgrader {
+        principal,
+        peer,
+        unproven,
+    })
+}

@@ -145,16 +145,12 @@ pub(crate) async fn upgrade(
     };
     builder.insert_header((header::SEC_WEBSOCKET_PROTOCOL, protocol));
     // Credentials may come with the upgrade; CONNECT's password wins.
-    let principal = super::credentials::principal(&req, &app, true, crate::auth::Way::Mqtt).await?;
-    let peer = req.peer_addr().map(|a| a.ip());
     // Not yet authenticated: counted against its address until CONNECT.
-    let unproven = match principal {
-        Some(_) => None,
-        None => app
-            .auth
-            .admit_unproven(peer, crate::auth::Way::Mqtt)
-            .map_err(|e| super::credentials::auth_error(&e))?,
-    };
+    let super::credentials::Upgrader {
+        principal,
+        peer,
+        unproven,
+    } = super::credentials::upgrader(&req, &app, crate::auth::Way::Mqtt).await?;
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, Format::Bincode);
     // MQTT has no `dropped` notice: drops are silent (QoS 0 is at most

@@ -134,12 +134,7 @@ impl<T: SocketType> Handler for Typed<T> {
 
     fn revoked(&mut self) -> Option<(u16, &'static str)> {
         let (auth, principal, seen) = &mut **self.revocation.as_mut()?;
-        let now = auth.generation();
-        if now == *seen {
-            return None;
-        }
-        *seen = now;
-        (!auth.still_verified(principal))
+        auth.withdrawn_since(seen, Some(principal))
             .then_some((crate::session::CLOSE_EXPIRED, "credentials revoked"))
     }
 

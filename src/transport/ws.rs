@@ -82,17 +82,12 @@ pub(crate) async fn upgrade(
     }
     // Credentials on the upgrade; without them (and without anonymous
     // access) the first frame must be a hello with a token.
-    let principal =
-        super::credentials::principal(&req, &app, true, crate::auth::Way::Native).await?;
-    let peer = req.peer_addr().map(|a| a.ip());
     // Not yet authenticated: counted against its address until `hello`.
-    let unproven = match principal {
-        Some(_) => None,
-        None => app
-            .auth
-            .admit_unproven(peer, crate::auth::Way::Native)
-            .map_err(|e| super::credentials::auth_error(&e))?,
-    };
+    let super::credentials::Upgrader {
+        principal,
+        peer,
+        unproven,
+    } = super::credentials::upgrader(&req, &app, crate::auth::Way::Native).await?;
     let cfg = app.config.session.clone();
     let out = outbound(&cfg, format);
     let session = Session::new(

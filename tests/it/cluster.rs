@@ -123,7 +123,7 @@ pub(crate) async fn client(b: &TestBroker) -> Client {
 }
 
 /// The payloads `sub` receives until `quiet` passes with nothing more.
-async fn drain(sub: &mut Subscription, quiet: Duration) -> Vec<String> {
+pub(crate) async fn drain(sub: &mut Subscription, quiet: Duration) -> Vec<String> {
     let mut got = Vec::new();
     while let Some(m) = sub.recv_timeout(quiet).await {
         got.push(String::from_utf8_lossy(&m.payload).into_owned());

@@ -7,18 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{LONG, TestBroker, block_on, eventually, http};
-use wharf::client::Subscription;
 
-use crate::cluster::{Nats, client, node, status, until_heard};
-
-/// The payloads `sub` receives until `quiet` passes with nothing more.
-async fn drain(sub: &mut Subscription, quiet: Duration) -> Vec<String> {
-    let mut got = Vec::new();
-    while let Some(m) = sub.recv_timeout(quiet).await {
-        got.push(String::from_utf8_lossy(&m.payload).into_owned());
-    }
-    got
-}
+use crate::cluster::{Nats, client, drain, node, status, until_heard};
 
 /// NATS killed under two nodes; a publishes 200 numbered messages while
 /// it is away (its own subscriber gets them at once); NATS comes back:

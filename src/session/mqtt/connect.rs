@@ -555,16 +555,14 @@ impl MqttSession {
     /// MQTT 5 a DISCONNECT "not authorized" has been queued). As the
     /// native session's, asked after each read.
     pub fn revoked(&mut self) -> Option<MqttClose> {
-        let seen = self.auth.generation();
-        if seen == self.auth_seen {
+        if !self
+            .auth
+            .withdrawn_since(&mut self.auth_seen, self.principal.as_ref())
+        {
             return None;
         }
-        self.auth_seen = seen;
-        let p = self.principal.as_ref()?;
-        if self.auth.still_verified(p) {
-            return None;
-        }
-        tracing::info!(target: "wharf::auth", principal = %p.id(), "ending an MQTT session: its token's key was withdrawn");
+        let who = self.principal.as_ref().map(crate::auth::Principal::id);
+        tracing::info!(target: "wharf::auth", principal = ?who, "ending an MQTT session: its token's key was withdrawn");
         let close = MqttClose {
             code: crate::session::CLOSE_EXPIRED,
             reason: "credentials revoked".into(),
