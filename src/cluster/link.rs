@@ -222,9 +222,15 @@ async fn run(
     let bye_subject = format!("{}.sys.bye", shared.prefix);
     let _ = tokio::time::timeout(FLUSH_ON_STOP, async {
         let _ = pump.await;
-        let _ = client
-            .publish(bye_subject, bytes::Bytes::from(shared.node.clone()))
-            .await;
+        // As a hello (with this process's instance), so that a bye from
+        // another process of the same name is told apart.
+        let bye = super::peers::Hello {
+            node: shared.node.clone(),
+            instance: shared.instance.clone(),
+            members: shared.members.clone(),
+            ask: false,
+        };
+        let _ = client.publish(bye_subject, bye.encode()).await;
         let _ = client.flush().await;
     })
     .await;
@@ -733,11 +739,12 @@ async fn serve(
                         // that vanishes without a word is listed as lost
                         // instead), and its consumers of this node's queues
                         // detached.
-                        if let Ok(node) = std::str::from_utf8(&msg.payload)
-                            && !node.is_empty()
-                            && node != shared.node
+                        if let Some(bye) = super::peers::Hello::parse(&msg.payload)
+                            && bye.node != shared.node
+                            && super::peers::leaving(shared, &bye)
                             && let Some(broker) = broker.upgrade()
                         {
+                            let node = bye.node.as_str();
                             shared.peers.lock().remove(node);
                             let cluster = super::Cluster { shared: shared.clone() };
                             // Its calls in flight get no answer now.

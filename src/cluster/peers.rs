@@ -123,6 +123,28 @@ pub(super) fn heard(shared: &Shared, hello: &Hello) -> Heard {
     Heard::OtherMembers(hello.members.clone())
 }
 
+/// Whether `bye` is from the process this node knows under that name: a
+/// bye from another process using the same name (an impostor stopping)
+/// must not make this node drop the real one's consumers. A bye without
+/// an instance (an older node) is taken as it is.
+pub(super) fn leaving(shared: &Shared, bye: &Hello) -> bool {
+    if bye.instance.is_empty() {
+        return true;
+    }
+    // The instance stays known: the node's next process is then heard
+    // as a restart (its consumers attached again at once).
+    match shared.conflicts.lock().instances.get(&bye.node) {
+        Some(known) if *known != bye.instance => {
+            tracing::warn!(
+                node = %bye.node,
+                "cluster: a bye from another process with this node's name, ignored"
+            );
+            false
+        }
+        _ => true,
+    }
+}
+
 /// Conflicts seen, for `GET /admin/cluster` and `/metrics`.
 #[derive(Debug, Default)]
 pub(super) struct Conflicts {

@@ -217,3 +217,52 @@ fn a_long_poll_on_a_home_that_stops_fails_at_once() {
         assert!(took < Duration::from_secs(10), "it waited {took:?}");
     });
 }
+
+/// A bye from another process using a node's name (an impostor that
+/// stops) does not make the others drop the real node: byes carry the
+/// process's instance, and one that is not the node's known instance is
+/// ignored.
+#[test]
+fn a_bye_from_another_process_with_the_name_is_ignored() {
+    let nats = Nats::start();
+    let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
+    let listed = |n: &TestBroker, name: &str| {
+        status(n)["peers"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["node"] == name))
+    };
+    block_on(async {
+        assert!(eventually(LONG, || listed(&b, "a")).await, "{}", status(&b));
+        let raw = async_nats::connect(nats.url()).await.unwrap();
+        let hello = |node: &str, instance: &str| {
+            serde_json::json!({"node": node, "instance": instance, "members": [], "ask": false})
+                .to_string()
+        };
+        // A marker node, heard, so that its bye (sent after the fake one,
+        // on the same connection, so handled after it) shows when b has
+        // handled both.
+        raw.publish("wharf.sys.hello", hello("marker", "m1").into())
+            .await
+            .unwrap();
+        raw.flush().await.unwrap();
+        assert!(
+            eventually(LONG, || listed(&b, "marker")).await,
+            "{}",
+            status(&b)
+        );
+        raw.publish("wharf.sys.bye", hello("a", "an-impostor").into())
+            .await
+            .unwrap();
+        raw.publish("wharf.sys.bye", hello("marker", "m1").into())
+            .await
+            .unwrap();
+        raw.flush().await.unwrap();
+        assert!(
+            eventually(LONG, || !listed(&b, "marker")).await,
+            "{}",
+            status(&b)
+        );
+        assert!(listed(&b, "a"), "the real a was dropped: {}", status(&b));
+    });
+    drop(a);
+}
