@@ -151,7 +151,7 @@ def ws_frame(opcode, payload):
 
 def ws_upgrade(s, path, protocol=None):
     extra = f"Sec-WebSocket-Protocol: {protocol}\r\n" if protocol else ""
-    s.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+    s.sendall((f"GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                f"Sec-WebSocket-Version: 13\r\n{extra}\r\n").encode())
     buf = b""

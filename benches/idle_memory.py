@@ -27,7 +27,7 @@ print("start", rss(), flush=True)
 socks = []
 for i in range(n):
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
     buf = b""
     while b"\r\n\r\n" not in buf:
         buf += s.recv(4096)
