@@ -242,6 +242,7 @@ impl Wharf {
             bodies: crate::transport::BodyReader::new(&config.server),
             auth,
             streams: crate::transport::stream_slots(),
+            sse: crate::transport::sse_slots(),
             rules: rules.clone(),
             cluster: cluster.clone(),
         });

@@ -118,6 +118,7 @@ mod queues;
 pub(crate) mod raw;
 mod rules;
 mod source;
+mod sse;
 mod topics;
 pub(crate) mod typed;
 mod ws;
@@ -135,6 +136,7 @@ pub use dashboard::{
 pub use error::ApiError;
 pub use health::{Health, HealthReport};
 pub use queues::{BrowseReply, BrowsedMessage, EnqueueReply, MoveReply, PurgeReply, RedriveReply};
+pub(crate) use sse::sse_slots;
 pub use topics::{HEADER_PREFIX, PublishReply};
 
 use actix_web::web;
@@ -162,6 +164,8 @@ pub struct AppState {
     /// Slots for the dashboard's `GET /admin/stream`, so that open
     /// dashboards are bounded ([`MAX_STREAMS`]).
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
+    /// Slots for `GET /sse` event streams (each holds a subscription).
+    pub(crate) sse: Arc<tokio::sync::Semaphore>,
     /// The rules (`GET /admin/rules`, their reload).
     pub rules: Arc<crate::rules::Rules>,
     /// The cluster this node is part of (`GET /admin/cluster`).
@@ -333,6 +337,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/topics/{name:.+}")
             .route(web::post().to(topics::publish))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/sse")
+            .route(web::get().to(sse::stream))
             .default_service(web::to(error::method_not_allowed)),
     );
 }

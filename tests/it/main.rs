@@ -31,6 +31,7 @@ mod rate;
 mod rules;
 mod rules_forward;
 mod server;
+mod sse;
 mod store_damage;
 mod taskq;
 mod tls;
