@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use super::{Args, Cpu, Row};
 
 /// A keep-alive HTTP/1.1 connection speaking JSON.
-struct Http {
+pub(crate) struct Http {
     addr: SocketAddr,
     reader: BufReader<TcpStream>,
 }
 
 impl Http {
-    fn connect(addr: SocketAddr) -> Http {
+    pub(crate) fn connect(addr: SocketAddr) -> Http {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_nodelay(true).expect("nodelay");
         stream
@@ -30,7 +30,7 @@ impl Http {
     }
 
     /// POSTs `body` to `path`; the status and the body.
-    fn post(&mut self, path: &str, body: &str) -> (u16, String) {
+    pub(crate) fn post(&mut self, path: &str, body: &str) -> (u16, String) {
         let req = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             self.addr,

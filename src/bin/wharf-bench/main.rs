@@ -83,6 +83,10 @@ struct Args {
     /// spawned broker).
     #[arg(long, default_value_t = 1_000_000)]
     restart_messages: usize,
+    /// Jobs stored (queued) before the restart scenario, beside its
+    /// messages.
+    #[arg(long, default_value_t = 100_000)]
+    restart_jobs: usize,
     /// Only the queue and job scenarios.
     #[arg(long)]
     queues_only: bool,

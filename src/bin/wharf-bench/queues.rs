@@ -190,6 +190,7 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
     fill.durable_window = 256;
     let t0 = Instant::now();
     let stored = run_publishers(&fill, &url, "bench/restart", 8, per, 64);
+    let jobs = store_jobs(&url, args.restart_jobs);
     let filled = t0.elapsed();
     broker.stop_keeping_data();
     let t1 = Instant::now();
@@ -206,7 +207,7 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
     drop(broker);
     Some(Row {
         scenario: format!(
-            "restart with {stored} stored messages (filled in {:.1} s)",
+            "restart with {stored} stored messages and {jobs} queued jobs (filled in {:.1} s)",
             filled.as_secs_f64()
         ),
         result: format!(
@@ -217,6 +218,34 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
         gen_cores: 0.0,
         broker_cores: None,
     })
+}
+
+/// Enqueues `n` jobs over HTTP (8 keep-alive connections) on the broker
+/// at `url`; returns how many were stored.
+fn store_jobs(url: &str, n: usize) -> usize {
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("ws://")
+        .trim_end_matches("/ws")
+        .parse()
+        .expect("broker address");
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut http = crate::jobs::Http::connect(addr);
+                let mut stored = 0;
+                for i in (t..n).step_by(8) {
+                    let body = format!(
+                        r#"{{"kind":"restart","entity_id":"0190a6f0-0000-7000-8000-000000000001","data":{{"i":{i}}}}}"#
+                    );
+                    if http.post("/jobs", &body).0 == 201 {
+                        stored += 1;
+                    }
+                }
+                stored
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap_or(0)).sum()
 }
 
 /// Disk use of a queue's store: after `messages` 64-byte enqueues, after
