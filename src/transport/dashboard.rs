@@ -238,7 +238,17 @@ pub(crate) async fn stream(
         building: None,
         _slot: slot,
     };
-    Ok(HttpResponse::Ok()
+    Ok(event_stream(events))
+}
+
+/// A `text/event-stream` response streaming `events`: not cached, passed
+/// on by proxies as it comes, the connection closed with it. Every
+/// Server-Sent Events route answers with it.
+pub(crate) fn event_stream<S>(events: S) -> HttpResponse
+where
+    S: futures_core::Stream<Item = Result<Bytes, std::convert::Infallible>> + 'static,
+{
+    HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
@@ -247,7 +257,7 @@ pub(crate) async fn stream(
         // The connection ends with the stream: an idle keep-alive would
         // hold up a graceful stop for its timeout.
         .force_close()
-        .streaming(events))
+        .streaming(events)
 }
 
 #[cfg(test)]

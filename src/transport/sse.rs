@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use base64::Engine as _;
 use bytes::Bytes;
@@ -255,11 +254,5 @@ pub(crate) async fn stream(
         app,
         _slot: slot,
     };
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .insert_header(("x-accel-buffering", "no"))
-        .force_close()
-        .streaming(events))
+    Ok(super::dashboard::event_stream(events))
 }

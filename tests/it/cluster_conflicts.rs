@@ -10,6 +10,13 @@ use common::{LONG, TestBroker, block_on, eventually, http};
 
 use crate::cluster::{Nats, client, drain, node, status, until_heard};
 
+/// Whether `n`'s `GET /admin/cluster` lists the node `name`.
+fn listed(n: &TestBroker, name: &str) -> bool {
+    status(n)["peers"]
+        .as_array()
+        .is_some_and(|p| p.iter().any(|p| p["node"] == name))
+}
+
 /// NATS killed under two nodes; a publishes 200 numbered messages while
 /// it is away (its own subscriber gets them at once); NATS comes back:
 /// b's subscriber gets all 200, in order, once. (Before, a sent them the
@@ -151,11 +158,6 @@ fn nodes_that_list_different_members_say_so() {
 fn a_node_that_stops_is_no_longer_listed() {
     let nats = Nats::start();
     let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
-    let listed = |n: &TestBroker, name: &str| {
-        status(n)["peers"]
-            .as_array()
-            .is_some_and(|p| p.iter().any(|p| p["node"] == name))
-    };
     block_on(async {
         assert!(eventually(LONG, || listed(&a, "b")).await, "{}", status(&a));
     });
@@ -226,11 +228,6 @@ fn a_long_poll_on_a_home_that_stops_fails_at_once() {
 fn a_bye_from_another_process_with_the_name_is_ignored() {
     let nats = Nats::start();
     let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
-    let listed = |n: &TestBroker, name: &str| {
-        status(n)["peers"]
-            .as_array()
-            .is_some_and(|p| p.iter().any(|p| p["node"] == name))
-    };
     block_on(async {
         assert!(eventually(LONG, || listed(&b, "a")).await, "{}", status(&b));
         let raw = async_nats::connect(nats.url()).await.unwrap();
