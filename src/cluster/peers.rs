@@ -20,6 +20,13 @@ use super::{FORGET_AFTER, LOST_AFTER, Shared};
 /// Longest forwarded publishes are held after NATS comes back, waiting
 /// for the nodes that were alive to say they listen again.
 pub(super) const RESUME_WAIT: Duration = Duration::from_secs(5);
+/// Most other processes kept as using this node's name (each is logged
+/// once; past it they are still reported, not remembered).
+const MAX_SAME_NAME: usize = 64;
+/// Most nodes whose process is remembered; past it, those no longer
+/// listed as peers are forgotten (anything that may publish on NATS can
+/// say hello under any name).
+const MAX_INSTANCES: usize = 1024;
 
 /// One hello.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +86,8 @@ pub(super) enum Heard {
 pub(super) fn heard(shared: &Shared, hello: &Hello) -> Heard {
     if hello.node == shared.node {
         let mut seen = shared.conflicts.lock();
-        if seen.same_name.insert(hello.instance.clone()) {
+        if !seen.same_name.contains(&hello.instance) && seen.same_name.len() < MAX_SAME_NAME {
+            seen.same_name.insert(hello.instance.clone());
             tracing::error!(
                 node = %hello.node,
                 instance = %hello.instance,
@@ -156,14 +164,22 @@ pub(super) struct Conflicts {
     pub instances: std::collections::HashMap<String, String>,
 }
 
-/// At each hello tick: forgets nodes not heard for [`FORGET_AFTER`],
-/// and fails at once the calls waiting on nodes not heard for
+/// At each hello tick: forgets nodes not heard for [`FORGET_AFTER`]
+/// (and what their hellos said, within [`MAX_INSTANCES`]), and fails at once the calls waiting on nodes not heard for
 /// [`LOST_AFTER`] (a long poll's wait plus the call timeout otherwise).
 pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
     let now = Instant::now();
     let lost: Vec<String> = {
         let mut peers = shared.peers.lock();
         peers.retain(|_, seen| now.saturating_duration_since(*seen) < FORGET_AFTER);
+        let mut c = shared.conflicts.lock();
+        // A peer's other members are shown while it is listed; its process
+        // is remembered past its bye (to tell its restart), within a bound.
+        c.members.retain(|n, _| peers.contains_key(n));
+        if c.instances.len() > MAX_INSTANCES {
+            c.instances.retain(|n, _| peers.contains_key(n));
+        }
+        drop(c);
         peers
             .iter()
             .filter(|(_, seen)| now.saturating_duration_since(**seen) >= LOST_AFTER)

@@ -204,8 +204,17 @@ fn a_long_poll_on_a_home_that_stops_fails_at_once() {
         let started = std::time::Instant::now();
         let poll = c.jobs().dequeue_job(worker, Duration::from_secs(25));
         let stop = async {
-            // Let the long poll reach the home first.
-            actix_rt::time::sleep(Duration::from_millis(300)).await;
+            // Once the long poll is parked at the home.
+            let parked = eventually(LONG, || {
+                let (_, body) = http(home_node.addr, "GET", "/admin/jobs", "");
+                body.contains(r#""waiting":1"#)
+            })
+            .await;
+            assert!(
+                parked,
+                "{}",
+                http(home_node.addr, "GET", "/admin/jobs", "").1
+            );
             home_node.stop().unwrap();
         };
         let (polled, ()) = tokio::join!(poll, stop);
