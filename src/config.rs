@@ -15,12 +15,14 @@ use crate::taskq::SchedulerConfig;
 
 pub mod auth;
 mod cluster;
+mod history;
 mod jobs;
 mod queues;
 mod rules;
 mod store;
 
 pub use cluster::{ClusterConfig, valid_prefix};
+pub use history::{HistoryDecl, MAX_HISTORY_SIZE};
 pub use jobs::{JobKindConfig, JobsConfig};
 pub use queues::{ExpiredPolicy, QueueDecl, QueueOptions};
 pub use rules::RuleDecl;
@@ -61,6 +63,9 @@ pub struct Config {
     /// `[[rules]]`: matcher trees and the actions they trigger on
     /// published messages (see [`crate::rules`]).
     pub rules: Vec<RuleDecl>,
+    /// `[[history]]`: topics whose last messages are kept, with offsets
+    /// and an epoch, for clients to recover what they missed.
+    pub history: Vec<HistoryDecl>,
     /// `[cluster]`: the NATS servers that join nodes into one broker.
     pub cluster: ClusterConfig,
     /// The file this was read from, which a rules reload (`SIGHUP`,
@@ -586,6 +591,7 @@ impl Config {
         }
         let limits = self.topics.limits();
         self.queue_defaults.validate("queue_defaults", &limits)?;
+        HistoryDecl::validate_all(&self.history, &limits)?;
         let jobs = &self.jobs;
         if jobs.worker_lease_ms < 100 || jobs.worker_lease_ms > 86_400_000 {
             return Err(invalid(

@@ -123,6 +123,8 @@ impl Wharf {
             retained,
             queues,
             jobs: stored_jobs,
+            history,
+            unclean,
         } = web::block(move || {
             Store::recover(&store_config, move |name| {
                 declared
@@ -160,6 +162,15 @@ impl Wharf {
         };
         let restored = retained.len();
         broker.restore_retained(retained).await?;
+        broker.set_history(&config.history).await;
+        let topics = broker.restore_history(history, unclean).await?;
+        if topics > 0 {
+            tracing::info!(
+                topics,
+                new_epochs = unclean,
+                "topic history restored from the store"
+            );
+        }
         if restored > 0 {
             tracing::info!(restored, "retained messages restored from the store");
         }
@@ -264,10 +275,16 @@ impl Wharf {
         let (ticking, ticking_jobs) = (broker.clone(), jobs.clone());
         let ticker = actix_rt::spawn(async move {
             let mut tick = actix_rt::time::interval(crate::broker::QUEUE_TICK);
+            let mut ticks = 0u32;
             loop {
                 tick.tick().await;
                 ticking.queues().tick_queues();
                 ticking_jobs.tick();
+                // Topic history reaches the store once a second.
+                ticks = ticks.wrapping_add(1);
+                if ticks % 20 == 0 {
+                    ticking.flush_history_detached();
+                }
             }
         });
         // Filters no local subscription uses any more stop being heard

@@ -86,6 +86,28 @@ pub async fn run_with_reload(
     serve(listeners, config, shutdown, reload).await
 }
 
+/// Re-reads `[[history]]` from the config file (on SIGHUP); a file that
+/// does not load or validate keeps the entries in force.
+async fn reload_history(wharf: &Wharf) {
+    let Some(file) = wharf.config().file.clone() else {
+        return;
+    };
+    let read = web::block(move || {
+        let config = Config::from_file(&file)?;
+        config.validate()?;
+        Ok::<_, crate::config::ConfigError>(config.history)
+    })
+    .await;
+    match read {
+        Ok(Ok(history)) => {
+            wharf.broker().set_history(&history).await;
+            tracing::info!(entries = history.len(), "topic history entries reloaded");
+        }
+        Ok(Err(e)) => tracing::warn!("[[history]] not reloaded, the old entries stay: {e}"),
+        Err(e) => tracing::warn!("[[history]] not reloaded: {e}"),
+    }
+}
+
 /// The sockets a broker serves, bound by the caller: HTTP and WebSocket,
 /// and optionally MQTT over TCP and over TLS.
 #[derive(Debug)]
@@ -176,6 +198,7 @@ pub async fn serve(
                 Ok(Err(e)) => tracing::warn!("rules not reloaded, the old ones stay: {e}"),
                 Err(e) => tracing::warn!("rules not reloaded: {e}"),
             }
+            reload_history(&reloading).await;
         }
     });
     let workers = config.server.effective_http_workers();

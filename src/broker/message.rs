@@ -58,6 +58,10 @@ pub struct Published {
     /// The publishing connection's sink id (0 for none), so an MQTT 5
     /// subscription with "no local" leaves out its own publishes.
     pub origin: u64,
+    /// The topic's history epoch, when the topic keeps a history
+    /// (`[[history]]`): then `seq` is the message's offset in it, and
+    /// (epoch, seq) is the position a client recovers from.
+    pub epoch: Option<Arc<str>>,
     encodings: [OnceLock<Bytes>; EncodingSlot::COUNT],
 }
 
@@ -81,6 +85,7 @@ impl Published {
             qos: 0,
             retain_flag: false,
             origin: 0,
+            epoch: None,
             encodings: Default::default(),
         }
     }
@@ -101,7 +106,7 @@ impl Published {
 
     /// The copy kept as the topic's retained message.
     pub fn as_retained(&self) -> Published {
-        Published::new(
+        let mut kept = Published::new(
             self.topic.clone(),
             self.seq,
             self.payload.clone(),
@@ -110,7 +115,9 @@ impl Published {
             true,
         )
         .with_qos(self.qos)
-        .with_origin(self.origin, true)
+        .with_origin(self.origin, true);
+        kept.epoch = self.epoch.clone();
+        kept
     }
 
     /// The message's encoding in `slot`, made by `encode` on first use and

@@ -15,6 +15,8 @@
 mod calls;
 mod durable;
 mod error;
+mod histories;
+mod history;
 pub mod hooks;
 mod inspect;
 pub mod jobs;
@@ -40,6 +42,7 @@ pub use durable::{
     durable_queue_name, origin_tag,
 };
 pub use error::BrokerError;
+pub use history::{HistoryEntry, HistoryPage, Recovery};
 pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};
 pub use publish::{Ingress, Publish, Source};
@@ -164,6 +167,8 @@ struct Inner {
     publish_hook: std::sync::OnceLock<Arc<dyn hooks::PublishHook>>,
     /// The other nodes (the cluster), once installed.
     remote: std::sync::OnceLock<Arc<dyn hooks::Remote>>,
+    /// `[[history]]`: which topics keep their last messages.
+    history: RwLock<Arc<Vec<crate::config::HistoryDecl>>>,
 }
 
 #[derive(Default)]
@@ -173,6 +178,8 @@ struct Registry {
     /// The task-queue counters of topics and queues removed since start,
     /// so that the totals only grow.
     retired: TaskqTotals,
+    /// The topics that keep a history, which the flush visits.
+    history: std::collections::HashSet<Arc<str>>,
 }
 
 impl Broker {
@@ -211,6 +218,7 @@ impl Broker {
                 metrics: Arc::default(),
                 publish_hook: std::sync::OnceLock::new(),
                 remote: std::sync::OnceLock::new(),
+                history: RwLock::default(),
             }),
         }
     }

@@ -4,10 +4,12 @@
 use bytes::Bytes;
 use std::sync::Arc;
 
+use super::history::{FlushMark, History, HistoryPage, Recovery};
 use super::message::Published;
 use super::sink::{DeliveryOutcome, Subscription};
+use crate::config::HistoryDecl;
 use crate::protocol::frame::{Headers, Priority};
-use crate::store::{Durable, SubmitError, WriterHandle, retained_writes};
+use crate::store::{Durable, StoredEntry, SubmitError, WriterHandle, retained_writes};
 
 /// The state a topic resource owns.
 #[derive(Debug)]
@@ -28,6 +30,8 @@ pub(crate) struct TopicState {
     writer: Option<WriterHandle>,
     /// The broker's counters (the count of retained messages).
     metrics: Arc<crate::metrics::Metrics>,
+    /// The last messages, when a `[[history]]` entry covers the topic.
+    history: Option<Box<History>>,
 }
 
 /// Why a publish task did not publish.
@@ -61,6 +65,7 @@ impl TopicState {
         subs: Vec<Subscription>,
         writer: Option<WriterHandle>,
         metrics: Arc<crate::metrics::Metrics>,
+        history: Option<&HistoryDecl>,
     ) -> Self {
         TopicState {
             name,
@@ -71,6 +76,7 @@ impl TopicState {
             touched: true,
             writer,
             metrics,
+            history: history.map(|d| Box::new(History::new(d, 0))),
         }
     }
 
@@ -130,18 +136,23 @@ impl TopicState {
         };
         self.seq = self.seq.wrapping_add(1);
         self.touched = true;
-        let msg = Arc::new(
-            Published::new(
-                self.name.clone(),
-                self.seq,
-                payload,
-                headers,
-                priority,
-                false,
-            )
-            .with_qos(qos.min(2))
-            .with_origin(origin, retain),
-        );
+        let mut msg = Published::new(
+            self.name.clone(),
+            self.seq,
+            payload,
+            headers,
+            priority,
+            false,
+        )
+        .with_qos(qos.min(2))
+        .with_origin(origin, retain);
+        if let Some(h) = &self.history {
+            msg.epoch = Some(h.epoch.clone());
+        }
+        let msg = Arc::new(msg);
+        if let Some(h) = &mut self.history {
+            h.push(msg.clone());
+        }
         if retain {
             let kept = (!msg.payload.is_empty()).then(|| Arc::new(msg.as_retained()));
             self.set_retained(kept);
@@ -203,7 +214,12 @@ impl TopicState {
     pub(crate) fn remove_if_idle(&mut self) -> bool {
         self.forget_closed();
         let touched = std::mem::replace(&mut self.touched, false);
-        if !self.removed && !touched && self.subs.is_empty() && self.retained.is_none() {
+        if !self.removed
+            && !touched
+            && self.subs.is_empty()
+            && self.retained.is_none()
+            && self.history.is_none()
+        {
             self.removed = true;
         }
         self.removed
@@ -217,5 +233,107 @@ impl TopicState {
     /// Subscriptions and whether a retained message is held.
     pub(crate) fn summary(&self) -> (usize, bool, u64) {
         (self.subs.len(), self.retained.is_some(), self.seq)
+    }
+
+    /// Adds a subscription that resumes from `position` (epoch, offset):
+    /// the kept messages after the offset first, then the live ones (one
+    /// task: none between the two, none twice). The retained message goes
+    /// first only when nothing was recovered. The [`Recovery`] says what
+    /// happened.
+    pub(crate) fn subscribe_recovering(
+        &mut self,
+        sub: Subscription,
+        position: Option<(&str, u64)>,
+    ) -> Result<Recovery, Gone> {
+        if self.removed {
+            return Err(Gone);
+        }
+        let (recovery, missed) = match &mut self.history {
+            Some(h) => h.recover(position, self.seq),
+            None => (Recovery::none_kept(self.seq), Vec::new()),
+        };
+        if !recovery.recovered {
+            self.subscribe(sub)?;
+            return Ok(recovery);
+        }
+        self.touched = true;
+        if sub.is_cancelled() || self.subs.contains(&sub) {
+            return Ok(recovery);
+        }
+        for m in &missed {
+            if sub.sink.deliver(&sub, m) == DeliveryOutcome::Closed {
+                return Ok(recovery);
+            }
+        }
+        self.subs.push(sub);
+        Ok(recovery)
+    }
+
+    /// Up to `limit` kept messages after offset `since`; `None` when the
+    /// topic keeps no history.
+    pub(crate) fn history_page(&mut self, since: u64, limit: usize) -> Option<HistoryPage> {
+        let seq = self.seq;
+        self.history.as_mut().map(|h| h.page(since, limit, seq))
+    }
+
+    /// Kept messages, when the topic keeps a history.
+    pub(crate) fn history_len(&self) -> Option<usize> {
+        self.history.as_ref().map(|h| h.len())
+    }
+
+    /// Installs a history read back from the store at start (a new epoch
+    /// if `renew`); the topic's offsets continue after it.
+    pub(crate) fn restore_history(
+        &mut self,
+        decl: &HistoryDecl,
+        epoch: Option<String>,
+        stored: Vec<StoredEntry>,
+        renew: bool,
+    ) {
+        let (h, latest) = History::restored(decl, &self.name, epoch, stored, renew);
+        self.seq = self.seq.max(latest);
+        self.history = Some(Box::new(h));
+    }
+
+    /// Follows a changed `[[history]]`: starts a history (new epoch),
+    /// takes new limits, or ends it and forgets what it stored.
+    pub(crate) fn set_history(&mut self, decl: Option<&HistoryDecl>) {
+        match (&mut self.history, decl) {
+            (Some(h), Some(d)) => h.reconfigure(d),
+            (None, Some(d)) => self.history = Some(Box::new(History::new(d, self.seq))),
+            (None, None) => {}
+            (Some(_), None) => {
+                self.history = None;
+                if let Some(w) = &self.writer {
+                    let forget = crate::store::history_writes::delete(&self.name, 0, u64::MAX);
+                    if let Err(e) = w.submit_detached(vec![forget]) {
+                        tracing::warn!(topic = %self.name, "history not forgotten on disk: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands the history's new messages and trims to the store writer.
+    /// Returns whether anything was left unwritten (the writer refused:
+    /// the next flush tries again).
+    pub(crate) fn flush_history(&mut self) -> bool {
+        let (Some(h), Some(writer)) = (&mut self.history, &self.writer) else {
+            return false;
+        };
+        let (writes, mark, messages): (_, FlushMark, _) = h.flush(&self.name);
+        if writes.is_empty() {
+            return false;
+        }
+        match writer.submit_detached(writes) {
+            Ok(()) => {
+                self.metrics.history_written.add(messages);
+                false
+            }
+            Err(_) => {
+                h.unflush(mark);
+                true
+            }
+        }
     }
 }

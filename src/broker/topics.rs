@@ -12,7 +12,7 @@ use crate::taskq::TaskQueue;
 
 /// A retry bound for a task that keeps finding its topic removed; each
 /// retry creates the topic afresh, so more than one is already unusual.
-const GONE_RETRIES: usize = 8;
+pub(super) const GONE_RETRIES: usize = 8;
 
 impl Broker {
     /// Re-creates topics with their retained messages, as read back from
@@ -36,7 +36,12 @@ impl Broker {
 
     /// The topic named `name`, created (with its matching wildcard
     /// subscriptions) if `create` and it does not exist.
-    fn topic(&self, name: &str, create: bool, limited: bool) -> Result<Option<Topic>, BrokerError> {
+    pub(super) fn topic(
+        &self,
+        name: &str,
+        create: bool,
+        limited: bool,
+    ) -> Result<Option<Topic>, BrokerError> {
         {
             let reg = self.read();
             if let Some(t) = reg.topics.get(name) {
@@ -48,7 +53,7 @@ impl Broker {
                 reg.wildcards.for_each_match(name, |s| {
                     wanted |= !s.is_cancelled() && !s.sink.is_closed();
                 });
-                if !wanted {
+                if !wanted && !self.keeps_history(name) {
                     return Ok(None);
                 }
             }
@@ -63,7 +68,10 @@ impl Broker {
                 subs.push(s.clone());
             }
         });
-        if !create && subs.is_empty() {
+        // A topic with history is kept from its first message on.
+        let decls = self.history_decls();
+        let history = crate::config::HistoryDecl::for_topic(&decls, name);
+        if !create && subs.is_empty() && history.is_none() {
             return Ok(None);
         }
         if limited && reg.topics.len() >= self.inner.max_topics {
@@ -76,19 +84,24 @@ impl Broker {
                 subs,
                 self.inner.writer.clone(),
                 self.inner.metrics.clone(),
+                history,
             ),
             &self.inner.scheduler,
         );
+        if history.is_some() {
+            reg.history.insert(name.clone());
+        }
         reg.topics.insert(name, topic.clone());
         Ok(Some(topic))
     }
 
     /// Drops a removed topic's registry entry (if it is still this topic),
     /// so a retry finds or creates the live one instead of the stale one.
-    fn forget(&self, name: &str, topic: &Topic) {
+    pub(super) fn forget(&self, name: &str, topic: &Topic) {
         let mut reg = self.write();
         if reg.topics.get(name).is_some_and(|t| t.same(topic)) {
             reg.topics.remove(name);
+            reg.history.remove(name);
             crate::maps::shrink_if_sparse(&mut reg.topics);
             reg.retired.retire(&topic.stats());
         }

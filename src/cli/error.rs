@@ -56,6 +56,9 @@ impl CliError {
             }
             ClientError::Timeout(t) => CliError::timeout(url, t),
             ClientError::Closed => CliError::failed(format!("{url} closed the connection")),
+            ClientError::Unexpected(what) => {
+                CliError::failed(format!("{url} answered unexpectedly: {what}"))
+            }
         }
     }
 

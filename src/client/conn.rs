@@ -178,6 +178,14 @@ fn answer(
                 let _ = reply.send(Ok(ServerFrame::Receipt(r)));
             }
         }
+        ServerFrame::Subscribed(f) => {
+            if let Some(rid) = f.rid {
+                w.sub_rids.remove(&rid);
+                if let Some(reply) = w.pending.remove(&rid) {
+                    let _ = reply.send(Ok(ServerFrame::Subscribed(f)));
+                }
+            }
+        }
         ServerFrame::Welcome(welcome) => {
             if let Some(reply) = w.hello.take() {
                 let _ = reply.send(Ok(ServerFrame::Welcome(welcome)));

@@ -45,7 +45,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{
     ClientFrame, ErrorCode, Headers, Hello, Message, Ping, Priority, PublishFrame, QueueDelivery,
-    ServerFrame, Subscribe, Unsubscribe, Welcome,
+    Recover, ServerFrame, Subscribe, Subscribed, Unsubscribe, Welcome,
 };
 
 /// How to connect.
@@ -103,6 +103,10 @@ pub enum ClientError {
     /// The connection is closed.
     #[error("connection closed")]
     Closed,
+    /// The server answered with a frame the request does not expect (a
+    /// broker speaking another version of the protocol).
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
 }
 
 type Reply = oneshot::Sender<Result<ServerFrame, ClientError>>;
@@ -321,10 +325,50 @@ impl Client {
             rid: Some(rid),
             durable: false,
             prefetch: None,
+            recover: None,
         });
         self.open_route(frame, &id, rid, Route::Messages(tx))
             .await?;
         Ok(Subscription { id, rx })
+    }
+
+    /// Subscribes to a topic (a name, not a filter) that keeps a history
+    /// (`[[history]]`), resuming from `position`: the epoch and offset
+    /// (`seq`) of the last message a previous subscription received, or
+    /// `None` the first time. The messages missed come first on the
+    /// subscription, then the live ones; the [`Subscribed`] answer says
+    /// whether everything was recovered and where the topic stands
+    /// (keep its epoch, and each message's `seq`, for next time).
+    ///
+    /// # Errors
+    /// As [`Client::subscribe`]; a filter with wildcards is refused.
+    pub async fn subscribe_recovering(
+        &self,
+        topic: &str,
+        position: Option<(&str, u64)>,
+    ) -> Result<(Subscription, Subscribed), ClientError> {
+        let id = format!("s{}", self.next_id());
+        let rid = self.next_id();
+        let (tx, rx) = stream::channel(self.options.subscription_buffer);
+        let (epoch, offset) = position.unwrap_or(("", 0));
+        let frame = ClientFrame::Subscribe(Subscribe {
+            id: id.clone(),
+            filter: topic.to_owned(),
+            rid: Some(rid),
+            durable: false,
+            prefetch: None,
+            recover: Some(Recover {
+                epoch: epoch.to_owned(),
+                offset,
+            }),
+        });
+        match self
+            .open_route(frame, &id, rid, Route::Messages(tx))
+            .await?
+        {
+            ServerFrame::Subscribed(s) => Ok((Subscription { id, rx }, s)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
     }
 
     /// Sends a frame that opens subscription (or consumer) `id`, routing
@@ -335,7 +379,7 @@ impl Client {
         id: &str,
         rid: u64,
         route: Route,
-    ) -> Result<(), ClientError> {
+    ) -> Result<ServerFrame, ClientError> {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::Subscribe {
@@ -347,7 +391,7 @@ impl Client {
             })
             .await
             .map_err(|_| ClientError::Closed)?;
-        wait(answer, self.options.timeout).await.map(|_| ())
+        wait(answer, self.options.timeout).await
     }
 
     /// Ends subscription (or consumer) `id` and waits for the receipt.

@@ -275,6 +275,7 @@ impl Client {
             rid: Some(rid),
             durable: true,
             prefetch: Some(prefetch),
+            recover: None,
         });
         self.open_route(frame, id, rid, Route::Deliveries(tx))
             .await?;

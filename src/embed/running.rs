@@ -31,9 +31,10 @@ pub(super) struct Running {
 
 /// The steps of [`Running::stop`], in order; the stop records the one
 /// it is in, so a stop that overruns its deadline says where.
-const STOP_STEPS: [&str; 8] = [
+const STOP_STEPS: [&str; 9] = [
     "leaving the cluster",
     "ending rules' forwards",
+    "writing topic history",
     "stopping embedded worker threads",
     "stopping task queue workers",
     "closing the store writer",
@@ -62,32 +63,70 @@ impl Running {
         }
         mark(1);
         self.rules.shutdown(timeout);
+        mark(2);
+        // Nothing publishes any more: the topics' history goes to the
+        // writer whole, so the next start keeps its epochs.
+        let history = self.flush_history(timeout);
         // The forwards are over: nothing needs the broker kept alive.
         drop(self.broker);
         self.sweeper.abort();
         self.ticker.abort();
-        mark(2);
+        mark(3);
         for t in self.threads.drain(..) {
             t.stop();
             let _ = t.join();
         }
-        mark(3);
-        let workers = self.scheduler.shutdown(timeout);
         mark(4);
+        let workers = self.scheduler.shutdown(timeout);
+        mark(5);
         let committed = self.writer.close(timeout);
-        let result = if workers && committed {
-            mark(5);
+        let result = if workers && committed && history {
+            mark(6);
             self.store.close().map_err(Error::from)
         } else {
             // Not recorded as a clean shutdown: the next start says so.
             tracing::warn!(
-                "task queue workers or the store writer did not finish before the deadline"
+                "task queue workers, topic history or the store writer did not finish before the deadline"
             );
-            mark(6);
+            mark(7);
             self.store.sync().map_err(Error::from)
         };
-        mark(7);
+        mark(8);
         result
+    }
+
+    /// Hands every topic's history to the store writer and waits for the
+    /// topics to have done so, at most `timeout`. False if some history
+    /// was left unwritten (then the shutdown is not recorded clean, and
+    /// the next start gives topics new epochs).
+    fn flush_history(&self, timeout: Duration) -> bool {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("topic history not written at shutdown: {e}");
+                return false;
+            }
+        };
+        let broker = self.broker.clone();
+        let left = runtime
+            .block_on(async move { tokio::time::timeout(timeout, broker.flush_history()).await });
+        match left {
+            Ok(0) => true,
+            Ok(topics) => {
+                tracing::warn!(
+                    topics,
+                    "topic history left unwritten at shutdown (the store writer was full)"
+                );
+                false
+            }
+            Err(_) => {
+                tracing::warn!("topic history not written at shutdown within the deadline");
+                false
+            }
+        }
     }
 
     /// [`Running::stop`] on a thread of its own, awaited for at most

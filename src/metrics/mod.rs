@@ -127,6 +127,8 @@ pub struct Metrics {
     /// Retained messages held now (a gauge: topics add and take away as
     /// retained publishes set and clear them; off the hot path).
     pub retained: std::sync::atomic::AtomicI64,
+    /// Topic history messages handed to the store (`[[history]]`).
+    pub history_written: Counter,
 }
 
 impl Metrics {

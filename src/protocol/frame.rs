@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 pub const PROTOCOL_VERSION: u32 = 1;
 
 pub use super::code::ErrorCode;
+pub use super::recover::{Recover, Subscribed};
 
 /// Message headers: string keys to string values, ordered for stable
 /// encoding.
@@ -242,6 +243,12 @@ pub struct Subscribe {
     /// (1 to 10000, default 100); ignored otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<u32>,
+    /// Resume from where a previous subscription to this topic (a name,
+    /// not a filter) got to: the messages it missed arrive first, then
+    /// the live ones, and a `subscribed` frame says whether everything
+    /// was recovered. Needs a `[[history]]` entry covering the topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recover: Option<Recover>,
 }
 
 /// `unsubscribe`: end subscription `id`.
@@ -412,6 +419,8 @@ pub enum ServerFrame {
     Draining(Draining),
     /// A subscription or consumer the broker ended.
     Ended(Ended),
+    /// Answers a `subscribe` that asked to `recover`.
+    Subscribed(Subscribed),
 }
 
 impl ServerFrame {
@@ -425,6 +434,7 @@ impl ServerFrame {
             ServerFrame::Enqueued(f) => Some(f.rid),
             ServerFrame::JobReply(f) => Some(f.rid),
             ServerFrame::Draining(f) => f.rid,
+            ServerFrame::Subscribed(f) => f.rid,
             ServerFrame::Welcome(_)
             | ServerFrame::Message(_)
             | ServerFrame::Dropped(_)

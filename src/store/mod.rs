@@ -18,6 +18,7 @@
 //! |---|---|---|
 //! | `meta` | `schema_version` | the schema version |
 //! | `retained` | topic name | seq, headers, payload (`retained.rs`) |
+//! | `history` | topic, 0xFF, offset | epoch (offset 0); time, headers, payload (`history.rs`) |
 //! | `queues` | queue name | queue id (u32), then metadata |
 //! | `qmsg` | queue id, 9 - priority, seq | times, headers, payload |
 //! | `qdel` | the message's `qmsg` key | delivery count, not-before time |
@@ -101,6 +102,7 @@
 pub mod compact;
 mod dir;
 mod engine;
+mod history;
 pub mod jobs;
 pub mod queues;
 mod recover;
@@ -112,12 +114,18 @@ use std::path::{Path, PathBuf};
 
 pub use dir::MARKER;
 pub use engine::{Engine, SledEngine};
+pub use history::{HistoryRecord, StoredEntry};
 pub use recover::Recovered;
 pub use retained::RetainedRecord;
 pub use write::{CommitError, ReadResult, Write};
 pub use writer::{Durable, ReadReply, StoreWriter, SubmitError, WRITER_QUEUE, WriterHandle};
 
 use crate::config::StoreConfig;
+
+/// The writes that keep topics' history (`history.rs`).
+pub mod history_writes {
+    pub use super::history::{delete, put, put_epoch};
+}
 
 /// Writes for the `retained` tree.
 pub mod retained_writes {

@@ -14,7 +14,7 @@ use std::sync::Once;
 use super::dir::{self, Counts, State};
 use super::jobs::StoredJob;
 use super::queues::LoadedQueues;
-use super::{Previous, RetainedRecord, Store, StoreError};
+use super::{HistoryRecord, Previous, RetainedRecord, Store, StoreError};
 use crate::config::StoreConfig;
 
 /// The name of the thread that opens the store; its panics are caught and
@@ -32,6 +32,12 @@ pub struct Recovered {
     pub queues: LoadedQueues,
     /// Job records.
     pub jobs: Vec<StoredJob>,
+    /// Topics' history.
+    pub history: Vec<HistoryRecord>,
+    /// Whether the last run ended without a recorded clean shutdown (a
+    /// crash, a kill, a store adopted without a marker): what was kept
+    /// only in memory then is lost, and topics' history epochs change.
+    pub unclean: bool,
 }
 
 impl Recovered {
@@ -78,6 +84,8 @@ impl Store {
                 let retained = store.load_retained()?;
                 let queues = store.load_queues(window)?;
                 let jobs = store.load_jobs()?;
+                let history = store.load_history()?;
+                let unclean = matches!(store.previous, Previous::Unclean | Previous::Adopted);
                 // What was read is what a compaction would copy.
                 let store = store.compact_if_worth(&config)?;
                 Ok::<_, StoreError>(Recovered {
@@ -85,6 +93,8 @@ impl Store {
                     retained,
                     queues,
                     jobs,
+                    history,
+                    unclean,
                 })
             })
             .map_err(|source| StoreError::DataDir {

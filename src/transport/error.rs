@@ -128,6 +128,8 @@ pub enum HttpCode {
     NoConfigFile,
     /// A reloaded config file that does not read or validate.
     InvalidConfig,
+    /// `GET /topics/{t}/history` of a topic no `[[history]]` entry covers.
+    NoHistory,
 }
 
 impl HttpCode {
@@ -146,13 +148,14 @@ impl HttpCode {
             HttpCode::ForbiddenHost => "forbidden_host",
             HttpCode::NoConfigFile => "no_config_file",
             HttpCode::InvalidConfig => "invalid_config",
+            HttpCode::NoHistory => "no_history",
         }
     }
 
     /// The status it is answered with.
     pub fn status(self) -> StatusCode {
         match self {
-            HttpCode::NotFound => StatusCode::NOT_FOUND,
+            HttpCode::NotFound | HttpCode::NoHistory => StatusCode::NOT_FOUND,
             HttpCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HttpCode::InvalidQuery
             | HttpCode::InvalidBody

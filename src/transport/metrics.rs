@@ -41,6 +41,8 @@ struct Snapshot {
     wildcard_subscriptions: u64,
     subscriptions: u64,
     retained: i64,
+    /// (topics with history, messages they keep, messages written).
+    history: (u64, u64, u64),
     queues: Vec<QueueInfo>,
     queue_count: u64,
     jobs: Option<JobsInfo>,
@@ -113,6 +115,8 @@ async fn gather(app: &AppState) -> Snapshot {
         s.subscriptions += u64::from(info.subscriptions);
     }
     s.retained = m.retained.load(std::sync::atomic::Ordering::Relaxed);
+    let (topics, kept) = app.broker.history_summary().await;
+    s.history = (topics as u64, kept as u64, m.history_written.get());
     let stats = app.broker.stats();
     s.topics = stats.topics as u64;
     s.wildcard_subscriptions = stats.wildcard_subscriptions as u64;
@@ -374,6 +378,24 @@ impl Collector for WharfCollector {
             "wharf_retained_messages",
             "Retained messages held.",
             s.retained,
+        )?;
+        gauge(
+            e,
+            "wharf_history_topics",
+            "Topics that keep a history ([[history]]).",
+            s.history.0 as i64,
+        )?;
+        gauge(
+            e,
+            "wharf_history_messages",
+            "Messages kept in topics' history.",
+            s.history.1 as i64,
+        )?;
+        counter(
+            e,
+            "wharf_history_written",
+            "Topic history messages handed to the store.",
+            s.history.2,
         )?;
         gauge(
             e,

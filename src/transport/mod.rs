@@ -137,7 +137,7 @@ pub use error::ApiError;
 pub use health::{Health, HealthReport};
 pub use queues::{BrowseReply, BrowsedMessage, EnqueueReply, MoveReply, PurgeReply, RedriveReply};
 pub(crate) use sse::sse_slots;
-pub use topics::{HEADER_PREFIX, PublishReply};
+pub use topics::{HEADER_PREFIX, HistoryMessage, HistoryReply, MAX_HISTORY_PAGE, PublishReply};
 
 use actix_web::web;
 
@@ -332,6 +332,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::resource("/queues/{name:.+}")
             .route(web::get().to(queues::info))
             .route(web::delete().to(queues::delete))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/topics/{name:.+}/history")
+            .route(web::get().to(topics::history))
+            .route(web::post().to(topics::publish_to_history_name))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

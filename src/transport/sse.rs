@@ -1,14 +1,22 @@
 //! `GET /sse?topic=FILTER`: a topic's (or a filter's) messages as
 //! Server-Sent Events, for browsers (`EventSource`) and `curl -N` alike:
-//! one `message` event per message, its `id` the message's `topic@seq`;
-//! a comment every 15 s so proxies keep the stream open; a `dropped` event
-//! when the reader fell behind ([`BUFFER`] messages waiting) and messages
-//! were dropped for it. Credentials come as for a WebSocket upgrade (an
-//! `Authorization` header, or `?token=`, since `EventSource` cannot send
-//! headers), and so do the `Host` and `Origin` checks; the principal needs
-//! `subscribe` on the filter. There is no history yet, so a reconnecting
-//! `EventSource` (its `Last-Event-ID` header) is told `recovered: false`
-//! in a `recovery` event rather than silently missing what came between.
+//! one `message` event per message; a comment every 15 s so proxies keep
+//! the stream open; a `dropped` event when the reader fell behind
+//! ([`BUFFER`] messages waiting) and messages were dropped for it.
+//! Credentials come as for a WebSocket upgrade (an `Authorization`
+//! header, or `?token=`, since `EventSource` cannot send headers), and so
+//! do the `Host` and `Origin` checks; the principal needs `subscribe` on
+//! the filter.
+//!
+//! An event's `id` is the message's position: `topic@seq`, and
+//! `topic@offset:epoch` on a topic that keeps a history (`[[history]]`).
+//! A browser that reconnects sends the last one back (`Last-Event-ID`):
+//! on a topic with history the stream resumes there (the missed messages
+//! first, then the live ones) and begins with a `recovery` event saying
+//! `recovered: true`; anywhere else (a filter, a topic without history,
+//! another epoch, a position pushed out of the history) the `recovery`
+//! event says `recovered: false` and why, rather than silently missing
+//! what came between.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -106,10 +114,33 @@ fn message_event(m: &Published) -> Bytes {
     if m.retained {
         o["retained"] = true.into();
     }
-    Bytes::from(format!(
-        "id: {}@{}\nevent: message\ndata: {o}\n\n",
-        m.topic, m.seq
-    ))
+    let id = match &m.epoch {
+        Some(epoch) => format!("{}@{}:{epoch}", m.topic, m.seq),
+        None => format!("{}@{}", m.topic, m.seq),
+    };
+    Bytes::from(format!("id: {id}\nevent: message\ndata: {o}\n\n"))
+}
+
+/// The position a `Last-Event-ID` names on `topic` (`topic@offset:epoch`),
+/// if it names one there.
+fn position<'a>(last_id: &'a str, topic: &str) -> Option<(&'a str, u64)> {
+    let (t, at) = last_id.rsplit_once('@')?;
+    let (offset, epoch) = at.split_once(':')?;
+    (t == topic && !epoch.is_empty()).then_some((epoch, offset.parse().ok()?))
+}
+
+/// The `recovery` event that begins a resumed stream.
+fn recovery_event(r: &crate::broker::Recovery) -> Bytes {
+    let mut o = serde_json::json!({
+        "recovered": r.recovered,
+        "epoch": r.epoch,
+        "offset": r.offset,
+        "replayed": r.replayed,
+    });
+    if let Some(reason) = &r.reason {
+        o["reason"] = reason.as_str().into();
+    }
+    Bytes::from(format!("event: recovery\ndata: {o}\n\n"))
 }
 
 /// The body: events as messages arrive, heartbeats between them, until
@@ -216,7 +247,13 @@ pub(crate) async fn stream(
             format!("at most {MAX_STREAMS} event streams may be open at once"),
         )
     })?;
-    let (tx, rx) = mpsc::channel(BUFFER);
+    let last_id = req
+        .headers()
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or_default().to_owned());
+    // A resumed stream's buffer also holds what it replays.
+    let replay = app.config.history.iter().map(|h| h.size).max().unwrap_or(0);
+    let (tx, rx) = mpsc::channel(BUFFER + if last_id.is_some() { replay } else { 0 });
     let sink = Arc::new(SseSink {
         id: next_sink_id(),
         tx,
@@ -224,16 +261,37 @@ pub(crate) async fn stream(
         dropped: AtomicU64::new(0),
     });
     let sub = Subscription::new(sink.clone(), "sse", &filter, SubTag::None, None);
-    app.broker
-        .subscribe(sub.clone())
-        .await
-        .map_err(|e| ApiError::coded(e.code(), e.to_string()))?;
-    // A reconnect asks to resume: there is no history to resume from.
-    let first = req.headers().get("last-event-id").map(|_| {
-        Bytes::from_static(
-            b"event: recovery\ndata: {\"recovered\":false,\"reason\":\"no history is kept for this topic: messages published while disconnected are not replayed\"}\n\n",
-        )
-    });
+    let first = match &last_id {
+        // A reconnect asks to resume: where the topic keeps a history,
+        // from the position it names.
+        Some(last) if !crate::routing::is_wildcard(&filter) => {
+            let recovery = app
+                .broker
+                .subscribe_recovering(sub.clone(), position(last, &filter))
+                .await
+                .map_err(|e| ApiError::coded(e.code(), e.to_string()))?;
+            let mut r = recovery;
+            if r.reason.is_some() && r.epoch.is_empty() {
+                r.reason = Some(
+                    "no history is kept for this topic: messages published while \
+                     disconnected are not replayed"
+                        .into(),
+                );
+            }
+            Some(recovery_event(&r))
+        }
+        other => {
+            app.broker
+                .subscribe(sub.clone())
+                .await
+                .map_err(|e| ApiError::coded(e.code(), e.to_string()))?;
+            other.as_ref().map(|_| {
+                Bytes::from_static(
+                    b"event: recovery\ndata: {\"recovered\":false,\"reason\":\"a filter with wildcards is not resumed: messages published while disconnected are not replayed\"}\n\n",
+                )
+            })
+        }
+    };
     let mut heartbeat =
         tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

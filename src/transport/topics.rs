@@ -1,6 +1,7 @@
 //! `POST /topics/{name}`: publish over HTTP. The body is the payload;
 //! `x-wharf-*` request headers become message headers; `?retain=true` and
-//! `?priority=high` as on the WebSocket.
+//! `?priority=high` as on the WebSocket. `GET /topics/{name}/history`:
+//! the kept messages of a topic under a `[[history]]` entry.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
@@ -109,4 +110,128 @@ pub(crate) async fn publish(
         delivered: outcome.delivered,
         dropped: outcome.dropped,
     }))
+}
+
+/// Most messages one `GET /topics/{t}/history` answers with.
+pub const MAX_HISTORY_PAGE: usize = 10_000;
+
+fn default_history_limit() -> usize {
+    100
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HistoryQuery {
+    /// Messages after this offset (0: from the oldest kept).
+    #[serde(default)]
+    since: u64,
+    /// Most messages answered (1 to [`MAX_HISTORY_PAGE`]).
+    #[serde(default = "default_history_limit")]
+    limit: usize,
+}
+
+/// The JSON answer to `GET /topics/{t}/history`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryReply {
+    /// The topic.
+    pub topic: String,
+    /// Its history's epoch: an offset means something only under it.
+    pub epoch: String,
+    /// Its latest offset.
+    pub offset: u64,
+    /// Whether every message after `since` is in the history (false: some
+    /// were pushed out by size or age, or `since` is ahead of the topic).
+    pub complete: bool,
+    /// Messages after `since`, oldest first, at most `limit`.
+    pub messages: Vec<HistoryMessage>,
+}
+
+/// One message of a topic's history, its payload as text when it is
+/// UTF-8 (`payload`), else as base64 (`payload_base64`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryMessage {
+    /// Its offset (the `seq` subscribers saw).
+    pub offset: u64,
+    /// When it was published (Unix ms).
+    pub time_ms: u64,
+    /// Its headers.
+    pub headers: Headers,
+    /// The payload, when it is UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// The payload in standard base64, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+}
+
+/// `GET /topics/{name}/history?since=N&limit=M`; needs `subscribe` on the
+/// topic.
+pub(crate) async fn history(
+    caller: Caller,
+    req: HttpRequest,
+    name: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    use base64::Engine as _;
+    caller.require(Right::Subscribe(&name))?;
+    let q: HistoryQuery = query(&req)?;
+    if q.limit == 0 || q.limit > MAX_HISTORY_PAGE {
+        return Err(ApiError::coded(
+            crate::protocol::frame::ErrorCode::InvalidField,
+            format!("limit {}: give 1 to {MAX_HISTORY_PAGE}", q.limit),
+        ));
+    }
+    let topic = name.into_inner();
+    let Some(page) = app
+        .broker
+        .topic_history(&topic, q.since, q.limit)
+        .await
+        .map_err(api_error)?
+    else {
+        return Err(ApiError::http(
+            HttpCode::NoHistory,
+            format!("no history is kept for {topic:?}: no [[history]] entry covers it"),
+        ));
+    };
+    let messages = page
+        .messages
+        .into_iter()
+        .map(|e| {
+            let m = &e.message;
+            let (payload, payload_base64) = match std::str::from_utf8(&m.payload) {
+                Ok(text) => (Some(text.to_owned()), None),
+                Err(_) => (
+                    None,
+                    Some(base64::engine::general_purpose::STANDARD.encode(&m.payload)),
+                ),
+            };
+            HistoryMessage {
+                offset: m.seq,
+                time_ms: e.time_ms,
+                headers: m.headers.clone(),
+                payload,
+                payload_base64,
+            }
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(HistoryReply {
+        topic,
+        epoch: page.epoch,
+        offset: page.offset,
+        complete: page.complete,
+        messages,
+    }))
+}
+
+/// `POST /topics/{name}/history`: a publish to the topic whose name ends
+/// in `/history` (the route of `GET` takes the path).
+pub(crate) async fn publish_to_history_name(
+    caller: Caller,
+    req: HttpRequest,
+    name: web::Path<String>,
+    body: web::Payload,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let full = web::Path::from(format!("{}/history", name.into_inner()));
+    publish(caller, req, full, body, app).await
 }

@@ -19,6 +19,7 @@ mod dashboard;
 mod embed;
 mod fuzz;
 mod hardening;
+mod history;
 mod jobs;
 mod metrics;
 mod mqtt;

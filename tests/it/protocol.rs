@@ -105,6 +105,12 @@ fn client_frame() -> impl Strategy<Value = ClientFrame> {
                 rid,
                 durable: rid.is_some_and(|r| r % 2 == 0),
                 prefetch: rid.map(|r| (r % 100) as u32),
+                recover: rid
+                    .filter(|r| r % 3 == 0)
+                    .map(|r| wharf::protocol::frame::Recover {
+                        epoch: format!("{r:x}"),
+                        offset: r,
+                    }),
             })
         }),
         (".{0,12}", opt_rid.clone())

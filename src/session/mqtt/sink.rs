@@ -463,6 +463,15 @@ impl MqttSink {
         if opts.id != 0 {
             props.subscription_identifiers.push(opts.id);
         }
+        if let Some(epoch) = &msg.epoch {
+            // A topic with history: the position to recover from.
+            props
+                .user_properties
+                .push((v5::OFFSET_PROPERTY.into(), msg.seq.to_string()));
+            props
+                .user_properties
+                .push((v5::EPOCH_PROPERTY.into(), epoch.to_string()));
+        }
         let p = mqtt::PublishPacket {
             dup: false,
             qos,

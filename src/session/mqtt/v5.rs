@@ -85,6 +85,12 @@ pub(super) fn expired(headers: &Headers) -> bool {
     expires_at(headers).is_some_and(|at| now_ms() >= at)
 }
 
+/// The user property that carries a message's offset in its topic's
+/// history (`[[history]]`) to an MQTT 5 subscriber.
+pub const OFFSET_PROPERTY: &str = "wharf-offset";
+/// The user property that carries the topic's history epoch with it.
+pub const EPOCH_PROPERTY: &str = "wharf-epoch";
+
 /// The PUBLISH properties an MQTT 5 subscriber gets for a message with
 /// `headers`: `None` if it has expired (it is not sent then). The internal
 /// headers of durable subscriptions are left out.

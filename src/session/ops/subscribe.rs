@@ -6,12 +6,14 @@ use crate::broker::{
     DURABLE_PREFETCH, DURABLE_PREFIX, Sink as _, Subscription, durable_queue_name,
 };
 use crate::protocol::codec::{self, Format};
-use crate::protocol::frame::{Ended, ErrorCode, Priority, ServerFrame, Subscribe, Unsubscribe};
+use crate::protocol::frame::{
+    Ended, ErrorCode, Priority, Recover, ServerFrame, Subscribe, Subscribed, Unsubscribe,
+};
 use crate::session::{Session, encoding_slot};
 
 /// Subscribes to `s.filter` under the id `s.id`: a plain subscription, or a
 /// durable one when `s.durable`.
-pub(in crate::session) async fn subscribe(session: &mut Session, format: Format, s: Subscribe) {
+pub(in crate::session) async fn subscribe(session: &mut Session, format: Format, mut s: Subscribe) {
     if let Err(e) = session.broker.topic_limits().check_filter(&s.filter) {
         session.error(
             format,
@@ -22,6 +24,20 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
         return;
     }
     if !session.check_new_id(format, &s.id, s.rid) {
+        return;
+    }
+    if let Some(recover) = s.recover.take() {
+        let why = if s.durable {
+            Some("recover: a durable subscription keeps its own backlog; give one or the other")
+        } else if crate::routing::is_wildcard(&s.filter) {
+            Some("recover: needs a topic name, not a filter with wildcards")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => session.error(format, ErrorCode::InvalidField, why, s.rid),
+            None => subscribe_recovering(session, format, s, recover).await,
+        }
         return;
     }
     if s.durable {
@@ -39,6 +55,47 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
         Ok(()) => {
             session.subs.insert(s.id, sub);
             session.receipt(format, s.rid);
+        }
+        Err(e) => session.broker_error(format, e, s.rid),
+    }
+}
+
+/// A plain subscription to one topic that resumes from `recover`: the
+/// messages missed first (the topic does that), then a `subscribed` frame
+/// saying what was recovered.
+async fn subscribe_recovering(
+    session: &mut Session,
+    format: Format,
+    s: Subscribe,
+    recover: Recover,
+) {
+    let sub = Subscription::new(
+        session.out.clone(),
+        &s.id,
+        &s.filter,
+        crate::broker::SubTag::Prefix(codec::message_prefix(format, &s.id)),
+        Some(encoding_slot(format)),
+    );
+    let position = (!recover.epoch.is_empty()).then_some((recover.epoch.as_str(), recover.offset));
+    match session
+        .broker
+        .subscribe_recovering(sub.clone(), position)
+        .await
+    {
+        Ok(r) => {
+            session.subs.insert(s.id.clone(), sub);
+            session.reply(
+                format,
+                ServerFrame::Subscribed(Subscribed {
+                    rid: s.rid,
+                    sub: s.id,
+                    epoch: r.epoch,
+                    offset: r.offset,
+                    recovered: r.recovered,
+                    replayed: r.replayed as u64,
+                    reason: r.reason,
+                }),
+            );
         }
         Err(e) => session.broker_error(format, e, s.rid),
     }
