@@ -162,8 +162,8 @@ impl Wharf {
         };
         let restored = retained.len();
         broker.restore_retained(retained).await?;
-        broker.set_history(&config.history).await;
-        let topics = broker.restore_history(history, unclean).await?;
+        broker.history().set(&config.history).await;
+        let topics = broker.history().restore(history, unclean).await?;
         if topics > 0 {
             tracing::info!(
                 topics,
@@ -283,7 +283,7 @@ impl Wharf {
                 // Topic history reaches the store once a second.
                 ticks = ticks.wrapping_add(1);
                 if ticks % 20 == 0 {
-                    ticking.flush_history_detached();
+                    ticking.history().flush_detached();
                 }
             }
         });

@@ -100,7 +100,7 @@ async fn reload_history(wharf: &Wharf) {
     .await;
     match read {
         Ok(Ok(history)) => {
-            wharf.broker().set_history(&history).await;
+            wharf.broker().history().set(&history).await;
             tracing::info!(entries = history.len(), "topic history entries reloaded");
         }
         Ok(Err(e)) => tracing::warn!("[[history]] not reloaded, the old entries stay: {e}"),

@@ -10,7 +10,27 @@ use super::history::{HistoryPage, Recovery};
 use crate::config::HistoryDecl;
 use crate::store::history_writes;
 
+/// The broker's topic-history part ([`Broker::history`](super::Broker::history)):
+/// the `[[history]]` entries, restoring, recovering subscribes, reads and
+/// flushes. A view, as [`Queues`](super::Queues).
+#[derive(Clone, Copy)]
+pub struct TopicHistory<'a>(&'a super::Broker);
+
+impl std::ops::Deref for TopicHistory<'_> {
+    type Target = super::Broker;
+
+    fn deref(&self) -> &super::Broker {
+        self.0
+    }
+}
+
 impl super::Broker {
+    /// The topic-history part: `[[history]]` entries, recovering
+    /// subscribes, reads of what topics keep.
+    pub fn history(&self) -> TopicHistory<'_> {
+        TopicHistory(self)
+    }
+
     /// The `[[history]]` entries in force.
     pub(super) fn history_decls(&self) -> Arc<Vec<HistoryDecl>> {
         self.inner.history.read().clone()
@@ -22,11 +42,13 @@ impl super::Broker {
         let decls = self.inner.history.read();
         !decls.is_empty() && HistoryDecl::for_topic(&decls, topic).is_some()
     }
+}
 
+impl TopicHistory<'_> {
     /// Installs the `[[history]]` entries (at start, before
-    /// [`Broker::restore_history`], and on every reload): existing topics
+    /// [`TopicHistory::restore`], and on every reload): existing topics
     /// start, change or end their history to match.
-    pub async fn set_history(&self, decls: &[HistoryDecl]) {
+    pub async fn set(&self, decls: &[HistoryDecl]) {
         let decls = Arc::new(decls.to_vec());
         *self.inner.history.write() = decls.clone();
         let topics: Vec<(Arc<str>, super::Topic)> = self
@@ -61,7 +83,7 @@ impl super::Broker {
     ///
     /// # Errors
     /// A topic queue refusing the task.
-    pub async fn restore_history(
+    pub async fn restore(
         &self,
         records: Vec<crate::store::HistoryRecord>,
         renew: bool,
@@ -132,7 +154,7 @@ impl super::Broker {
     /// # Errors
     /// An invalid topic name, too many topics, a topic queue refusing the
     /// task.
-    pub async fn topic_history(
+    pub async fn page(
         &self,
         topic: &str,
         since: u64,
@@ -158,7 +180,7 @@ impl super::Broker {
     /// Hands every topic's new history to the store writer, and returns
     /// once each topic has (for the shutdown). Returns how many topics
     /// left something unwritten (the writer was full).
-    pub async fn flush_history(&self) -> usize {
+    pub async fn flush(&self) -> usize {
         let mut left = 0;
         for topic in self.history_topics() {
             if let Ok(true) = topic.submit(|t| t.flush_history()).await {
@@ -168,9 +190,9 @@ impl super::Broker {
         left
     }
 
-    /// [`Broker::flush_history`] without waiting: a task on each topic
+    /// [`TopicHistory::flush`] without waiting: a task on each topic
     /// with history (the broker's ticker, once a second).
-    pub fn flush_history_detached(&self) {
+    pub fn flush_detached(&self) {
         for topic in self.history_topics() {
             let _ = topic.execute(crate::taskq::Lane::Normal, |t| {
                 t.flush_history();
@@ -187,7 +209,7 @@ impl super::Broker {
     }
 
     /// Topics with a history and the messages they keep, for operators.
-    pub async fn history_summary(&self) -> (usize, usize) {
+    pub async fn summary(&self) -> (usize, usize) {
         let mut messages = 0;
         let topics = self.history_topics();
         for t in &topics {

@@ -16,7 +16,7 @@
 //! and joins the live ones in one task, so no publish falls between the
 //! two and none comes twice.
 //!
-//! The store is written a second at a time (`Broker::flush_history`,
+//! The store is written a second at a time (`TopicHistory::flush`,
 //! from the broker's ticker, and at shutdown): one submission per topic
 //! with its new messages and, as a range delete, those pushed out. Live
 //! delivery never waits for the disk. Messages not yet written when the

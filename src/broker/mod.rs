@@ -42,6 +42,7 @@ pub use durable::{
     durable_queue_name, origin_tag,
 };
 pub use error::BrokerError;
+pub use histories::TopicHistory;
 pub use history::{HistoryEntry, HistoryPage, Recovery};
 pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};
@@ -132,6 +133,9 @@ impl Broker {
 /// - **Hooks** (`broker/hooks.rs`): [`Broker::set_publish_hook`] (the
 ///   rules), [`Broker::set_remote`] (the cluster).
 /// - **Transactions** (`broker/txn.rs`): [`Broker::commit`].
+/// - **Topic history** ([`Broker::history`], a [`TopicHistory`] view;
+///   `broker/histories.rs`, the state in `broker/history.rs`): the
+///   `[[history]]` entries, recovering subscribes, reads and flushes.
 /// - **Queues** ([`Broker::queues`], a [`Queues`] view;
 ///   `broker/queues.rs` and `broker/inspect.rs`): enqueue and its
 ///   variants, consume, settle, cancel, info, names, redrive, drain,

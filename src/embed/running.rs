@@ -112,7 +112,7 @@ impl Running {
         };
         let broker = self.broker.clone();
         let left = runtime
-            .block_on(async move { tokio::time::timeout(timeout, broker.flush_history()).await });
+            .block_on(async move { tokio::time::timeout(timeout, broker.history().flush()).await });
         match left {
             Ok(0) => true,
             Ok(topics) => {

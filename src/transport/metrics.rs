@@ -115,7 +115,7 @@ async fn gather(app: &AppState) -> Snapshot {
         s.subscriptions += u64::from(info.subscriptions);
     }
     s.retained = m.retained.load(std::sync::atomic::Ordering::Relaxed);
-    let (topics, kept) = app.broker.history_summary().await;
+    let (topics, kept) = app.broker.history().summary().await;
     s.history = (topics as u64, kept as u64, m.history_written.get());
     let stats = app.broker.stats();
     s.topics = stats.topics as u64;

@@ -267,6 +267,7 @@ pub(crate) async fn stream(
         Some(last) if !crate::routing::is_wildcard(&filter) => {
             let recovery = app
                 .broker
+                .history()
                 .subscribe_recovering(sub.clone(), position(last, &filter))
                 .await
                 .map_err(|e| ApiError::coded(e.code(), e.to_string()))?;

@@ -184,7 +184,8 @@ pub(crate) async fn history(
     let topic = name.into_inner();
     let Some(page) = app
         .broker
-        .topic_history(&topic, q.since, q.limit)
+        .history()
+        .page(&topic, q.since, q.limit)
         .await
         .map_err(api_error)?
     else {

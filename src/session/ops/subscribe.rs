@@ -79,6 +79,7 @@ async fn subscribe_recovering(
     let position = (!recover.epoch.is_empty()).then_some((recover.epoch.as_str(), recover.offset));
     match session
         .broker
+        .history()
         .subscribe_recovering(sub.clone(), position)
         .await
     {
