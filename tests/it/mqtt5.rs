@@ -674,3 +674,42 @@ fn the_server_says_why_it_disconnects() {
     second.send(&Packet::disconnect());
     assert_eq!(second.recv(), None);
 }
+
+#[test]
+fn messages_on_a_topic_with_history_carry_their_position() {
+    let b = TestBroker::start_tcp(|c| {
+        c.history.push(wharf::config::HistoryDecl {
+            filter: "chat/#".into(),
+            size: 10,
+            ttl_s: 0,
+        })
+    });
+    let addr = b.mqtt_addr.unwrap();
+    let (mut s5, _) = Raw::connect(addr, hello("history-sub"));
+    s5.send(&subscribe(1, "#", SubOptions::qos(0), None));
+    assert_eq!(suback(&mut s5), [0]);
+    for topic in ["chat/a", "chat/a", "plain/b"] {
+        let (code, body) = http(b.addr, "POST", &format!("/topics/{topic}"), "x");
+        assert_eq!(code, 202, "{body}");
+    }
+    let (_, body) = http(b.addr, "GET", "/topics/chat/a/history", "");
+    let epoch = serde_json::from_str::<serde_json::Value>(&body).unwrap()["epoch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for offset in ["1", "2"] {
+        let p = expect_publish(&mut s5);
+        assert_eq!(p.topic, "chat/a");
+        assert_eq!(
+            p.props.user_properties,
+            [
+                ("wharf-offset".into(), offset.into()),
+                ("wharf-epoch".into(), epoch.clone())
+            ]
+        );
+    }
+    // A topic without history: no position.
+    let p = expect_publish(&mut s5);
+    assert_eq!(p.topic, "plain/b");
+    assert!(p.props.user_properties.is_empty());
+}
