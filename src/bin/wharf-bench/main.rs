@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 mod auth;
 mod cluster;
+mod history;
 mod jobs;
 mod mqtt;
 mod progress;
@@ -121,6 +122,10 @@ struct Args {
     /// starts, against one node.
     #[arg(long)]
     cluster_only: bool,
+    /// Only the topic history scenarios: 1 -> 1 with and without a
+    /// history, recovery, memory (brokers it starts).
+    #[arg(long)]
+    history_only: bool,
     /// Only the login scenarios: password logins during floods of wrong
     /// passwords from several loopback addresses (brokers it starts).
     #[arg(long)]
@@ -503,7 +508,7 @@ fn durable(args: &Args, url: &str, size: usize) -> Row {
 }
 
 /// Resident memory of a process in KiB, from /proc.
-fn rss_kib(pid: u32) -> Option<u64> {
+pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
@@ -733,6 +738,10 @@ fn main() {
     }
     if args.auth_only {
         print_rows(auth::scenarios(&args));
+        return;
+    }
+    if args.history_only {
+        print_rows(history::scenarios(&args));
         return;
     }
     if !args.queues_only {
