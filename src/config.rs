@@ -22,7 +22,7 @@ mod rules;
 mod store;
 
 pub use cluster::{ClusterConfig, valid_prefix};
-pub use history::{HistoryDecl, MAX_HISTORY_SIZE};
+pub use history::{HistoryDecl, MAX_HISTORY_SIZE, PresenceDecl};
 pub use jobs::{JobKindConfig, JobsConfig};
 pub use queues::{ExpiredPolicy, QueueDecl, QueueOptions};
 pub use rules::RuleDecl;
@@ -66,6 +66,8 @@ pub struct Config {
     /// `[[history]]`: topics whose last messages are kept, with offsets
     /// and an epoch, for clients to recover what they missed.
     pub history: Vec<HistoryDecl>,
+    /// `[[presence]]`: topics that know who is subscribed to them.
+    pub presence: Vec<PresenceDecl>,
     /// `[cluster]`: the NATS servers that join nodes into one broker.
     pub cluster: ClusterConfig,
     /// The file this was read from, which a rules reload (`SIGHUP`,
@@ -592,6 +594,7 @@ impl Config {
         let limits = self.topics.limits();
         self.queue_defaults.validate("queue_defaults", &limits)?;
         HistoryDecl::validate_all(&self.history, &limits)?;
+        PresenceDecl::validate_all(&self.presence, &limits)?;
         let jobs = &self.jobs;
         if jobs.worker_lease_ms < 100 || jobs.worker_lease_ms > 86_400_000 {
             return Err(invalid(

@@ -163,6 +163,7 @@ impl Wharf {
         let restored = retained.len();
         broker.restore_retained(retained).await?;
         broker.history().set(&config.history).await;
+        broker.presence().set(&config.presence).await;
         let topics = broker.history().restore(history, unclean).await?;
         if topics > 0 {
             tracing::info!(

@@ -86,8 +86,9 @@ pub async fn run_with_reload(
     serve(listeners, config, shutdown, reload).await
 }
 
-/// Re-reads `[[history]]` from the config file (on SIGHUP); a file that
-/// does not load or validate keeps the entries in force.
+/// Re-reads `[[history]]` and `[[presence]]` from the config file (on
+/// SIGHUP); a file that does not load or validate keeps the entries in
+/// force.
 async fn reload_history(wharf: &Wharf) {
     let Some(file) = wharf.config().file.clone() else {
         return;
@@ -95,16 +96,23 @@ async fn reload_history(wharf: &Wharf) {
     let read = web::block(move || {
         let config = Config::from_file(&file)?;
         config.validate()?;
-        Ok::<_, crate::config::ConfigError>(config.history)
+        Ok::<_, crate::config::ConfigError>((config.history, config.presence))
     })
     .await;
     match read {
-        Ok(Ok(history)) => {
+        Ok(Ok((history, presence))) => {
             wharf.broker().history().set(&history).await;
-            tracing::info!(entries = history.len(), "topic history entries reloaded");
+            wharf.broker().presence().set(&presence).await;
+            tracing::info!(
+                history = history.len(),
+                presence = presence.len(),
+                "[[history]] and [[presence]] entries reloaded"
+            );
         }
-        Ok(Err(e)) => tracing::warn!("[[history]] not reloaded, the old entries stay: {e}"),
-        Err(e) => tracing::warn!("[[history]] not reloaded: {e}"),
+        Ok(Err(e)) => {
+            tracing::warn!("[[history]] and [[presence]] not reloaded, the old entries stay: {e}")
+        }
+        Err(e) => tracing::warn!("[[history]] and [[presence]] not reloaded: {e}"),
     }
 }
 

@@ -147,6 +147,17 @@ impl Grants {
 
     /// Whether the principal may do `right`.
     pub fn may(&self, right: Right<'_>) -> bool {
+        // Presence events: the broker's own topics. Reading them is
+        // reading who subscribes to the topic; nobody publishes there.
+        match right {
+            Right::Publish(t) if t.starts_with(crate::routing::PRESENCE_PREFIX) => return false,
+            Right::Subscribe(f) => {
+                if let Some(topic) = f.strip_prefix(crate::routing::PRESENCE_PREFIX) {
+                    return self.may(Right::Subscribe(topic));
+                }
+            }
+            _ => {}
+        }
         let own = match right {
             Right::Publish(t) => self.publish.allows(t),
             Right::Subscribe(f) => self.subscribe.covers(f),

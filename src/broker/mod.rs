@@ -21,6 +21,8 @@ pub mod hooks;
 mod inspect;
 pub mod jobs;
 mod message;
+mod presence;
+mod presences;
 mod publish;
 mod queue;
 mod queues;
@@ -46,6 +48,8 @@ pub use histories::TopicHistory;
 pub use history::{HistoryEntry, HistoryPage, Recovery};
 pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};
+pub use presence::{Member, PresencePage, Who};
+pub use presences::TopicPresence;
 pub use publish::{Ingress, Publish, Source};
 pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, MessageState,
@@ -136,6 +140,9 @@ impl Broker {
 /// - **Topic history** ([`Broker::history`], a [`TopicHistory`] view;
 ///   `broker/histories.rs`, the state in `broker/history.rs`): the
 ///   `[[history]]` entries, recovering subscribes, reads and flushes.
+/// - **Presence** ([`Broker::presence`], a [`TopicPresence`] view;
+///   `broker/presences.rs`, the state in `broker/presence.rs`): who is
+///   subscribed to a topic, joins and leaves.
 /// - **Queues** ([`Broker::queues`], a [`Queues`] view;
 ///   `broker/queues.rs` and `broker/inspect.rs`): enqueue and its
 ///   variants, consume, settle, cancel, info, names, redrive, drain,
@@ -173,6 +180,8 @@ struct Inner {
     remote: std::sync::OnceLock<Arc<dyn hooks::Remote>>,
     /// `[[history]]`: which topics keep their last messages.
     history: RwLock<Arc<Vec<crate::config::HistoryDecl>>>,
+    /// `[[presence]]`: which topics know who subscribes to them.
+    presence: RwLock<Arc<Vec<crate::config::PresenceDecl>>>,
 }
 
 #[derive(Default)]
@@ -223,6 +232,7 @@ impl Broker {
                 publish_hook: std::sync::OnceLock::new(),
                 remote: std::sync::OnceLock::new(),
                 history: RwLock::default(),
+                presence: RwLock::default(),
             }),
         }
     }

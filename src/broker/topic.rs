@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::history::{FlushMark, History, HistoryPage, Recovery};
 use super::message::Published;
+use super::presence::{Member, Presence, PresencePage, Who};
 use super::sink::{DeliveryOutcome, Subscription};
 use crate::config::HistoryDecl;
 use crate::protocol::frame::{Headers, Priority};
@@ -32,6 +33,8 @@ pub(crate) struct TopicState {
     metrics: Arc<crate::metrics::Metrics>,
     /// The last messages, when a `[[history]]` entry covers the topic.
     history: Option<Box<History>>,
+    /// Who is subscribed, when a `[[presence]]` entry covers the topic.
+    presence: Option<Box<Presence>>,
 }
 
 /// Why a publish task did not publish.
@@ -66,6 +69,7 @@ impl TopicState {
         writer: Option<WriterHandle>,
         metrics: Arc<crate::metrics::Metrics>,
         history: Option<&HistoryDecl>,
+        presence: bool,
     ) -> Self {
         TopicState {
             name,
@@ -77,6 +81,7 @@ impl TopicState {
             writer,
             metrics,
             history: history.map(|d| Box::new(History::new(d, 0))),
+            presence: presence.then(Box::default),
         }
     }
 
@@ -198,15 +203,63 @@ impl TopicState {
     }
 
     /// Removes a subscription if present.
-    pub(crate) fn unsubscribe(&mut self, sink: u64, id: &str) {
+    /// Removes a subscription if present; returns the presence member
+    /// that left with it, if any.
+    pub(crate) fn unsubscribe(&mut self, sink: u64, id: &str) -> Option<Member> {
         self.touched = true;
         self.subs.retain(|s| !(s.sink.id() == sink && &*s.id == id));
+        self.presence.as_mut().and_then(|p| p.leave(sink, id))
     }
 
-    /// Drops subscriptions that were cancelled or whose sink is closed.
+    /// Drops subscriptions that were cancelled or whose sink is closed
+    /// (and the presence members that held only those).
     fn forget_closed(&mut self) {
         self.subs
             .retain(|s| !s.is_cancelled() && !s.sink.is_closed());
+        if let Some(p) = &mut self.presence {
+            p.retain_live(&self.subs);
+        }
+    }
+
+    /// Counts `sub` (already subscribed here) as `who` in the topic's
+    /// presence; returns the member if it joined now. Nothing on a topic
+    /// without presence, or for a subscription that is not (or no
+    /// longer) here.
+    pub(crate) fn join_presence(
+        &mut self,
+        sub: &Subscription,
+        who: Who,
+    ) -> Result<Option<Member>, Gone> {
+        if self.removed {
+            return Err(Gone);
+        }
+        let Some(p) = &mut self.presence else {
+            return Ok(None);
+        };
+        if sub.is_cancelled() || !self.subs.contains(sub) {
+            return Ok(None);
+        }
+        Ok(p.join(sub, who))
+    }
+
+    /// A page of the topic's presence; `None` without presence.
+    pub(crate) fn presence_page(
+        &mut self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Option<PresencePage> {
+        self.forget_closed();
+        self.presence.as_ref().map(|p| p.page(after, limit))
+    }
+
+    /// Follows a changed `[[presence]]`: starts counting (connections
+    /// join as they subscribe again) or forgets the members.
+    pub(crate) fn set_presence(&mut self, on: bool) {
+        match (&self.presence, on) {
+            (None, true) => self.presence = Some(Box::default()),
+            (Some(_), false) => self.presence = None,
+            _ => {}
+        }
     }
 
     /// Marks the topic removed if it has no subscribers and no retained

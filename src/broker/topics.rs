@@ -85,6 +85,7 @@ impl Broker {
                 self.inner.writer.clone(),
                 self.inner.metrics.clone(),
                 history,
+                self.keeps_presence(&name),
             ),
             &self.inner.scheduler,
         );
@@ -162,6 +163,16 @@ impl Broker {
     /// # Errors
     /// As [`Broker::publish`].
     pub(crate) async fn publish_remote(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
+        self.check_topic(&msg.topic)?;
+        self.publish_local(msg).await
+    }
+
+    /// A message the broker itself publishes to this node's subscribers
+    /// (presence events): no rules, not sent to other nodes.
+    pub(super) async fn publish_local_event(
+        &self,
+        msg: Publish,
+    ) -> Result<PublishOutcome, BrokerError> {
         self.check_topic(&msg.topic)?;
         self.publish_local(msg).await
     }
@@ -323,8 +334,15 @@ impl Broker {
         let mut first_error = None;
         for topic in topics {
             let id = id.clone();
-            if let Err(e) = topic.submit(move |t| t.unsubscribe(sink, &id)).await {
-                first_error.get_or_insert(e);
+            match topic
+                .submit(move |t| (t.unsubscribe(sink, &id), t.name.clone()))
+                .await
+            {
+                Ok((Some(left), name)) => self.presence().announce(&name, "leave", &left).await,
+                Ok((None, _)) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         match first_error {

@@ -164,6 +164,7 @@ fn answer(
         frame @ (ServerFrame::Enqueued(_)
         | ServerFrame::JobReply(_)
         | ServerFrame::Draining(_)
+        | ServerFrame::Presence(_)
         | ServerFrame::Pong(_)) => {
             if let Some(reply) = frame.rid().and_then(|rid| w.pending.remove(&rid)) {
                 let _ = reply.send(Ok(frame));

@@ -44,8 +44,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::codec::Format;
 use crate::protocol::frame::{
-    ClientFrame, ErrorCode, Headers, Hello, Message, Ping, Priority, PublishFrame, QueueDelivery,
-    Recover, ServerFrame, Subscribe, Subscribed, Unsubscribe, Welcome,
+    ClientFrame, ErrorCode, Headers, Hello, Message, Ping, PresenceQuery, PresenceReply, Priority,
+    PublishFrame, QueueDelivery, Recover, ServerFrame, Subscribe, Subscribed, Unsubscribe, Welcome,
 };
 
 /// How to connect.
@@ -520,6 +520,33 @@ impl Client {
         self.request(ClientFrame::Ping(Ping { rid: Some(rid) }), Some(rid))
             .await
             .map(|_| ())
+    }
+
+    /// A page of who is subscribed to `topic` (a topic under a
+    /// `[[presence]]` entry): at most `limit` members (1 to 1000) after
+    /// `after` (a previous page's `next`).
+    ///
+    /// # Errors
+    /// [`ClientError::Server`] with `invalid_field` (no presence kept for
+    /// the topic, a bad limit) or `forbidden` (no `subscribe` on it), a
+    /// timeout or a closed connection.
+    pub async fn presence(
+        &self,
+        topic: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<PresenceReply, ClientError> {
+        let rid = self.next_id();
+        let q = PresenceQuery {
+            topic: topic.to_owned(),
+            after: after.map(str::to_owned),
+            limit: Some(limit),
+            rid,
+        };
+        match self.request(ClientFrame::Presence(q), Some(rid)).await? {
+            ServerFrame::Presence(p) => Ok(p),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
     }
 
     /// Presents a fresh token (a JWT about to expire) for the session's

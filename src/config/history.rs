@@ -1,7 +1,8 @@
 //! `[[history]]`: the topics whose last messages the broker keeps, with
 //! offsets and an epoch, so that a client that reconnects can recover
 //! what it missed (`recover` on `subscribe`, `GET /topics/{t}/history`,
-//! an `EventSource`'s `Last-Event-ID`).
+//! an `EventSource`'s `Last-Event-ID`); and `[[presence]]`, the topics
+//! that tell who is subscribed to them.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +64,48 @@ impl HistoryDecl {
             }
             if d.ttl_s > 10 * 365 * 86_400 {
                 return Err(invalid("ttl_s", "must be at most ten years".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One `[[presence]]` entry: topics matching `filter` know who is
+/// subscribed to them (`GET /topics/{t}/presence`, the native `presence`
+/// operation) and announce joins and leaves on `$presence/<topic>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PresenceDecl {
+    /// The topics it covers (`+` and `#` wildcards).
+    pub filter: String,
+}
+
+impl PresenceDecl {
+    /// Whether an entry among `decls` covers `topic`.
+    pub fn covers(decls: &[PresenceDecl], topic: &str) -> bool {
+        decls.iter().any(|d| routing::matches(&d.filter, topic))
+    }
+
+    /// Checks every entry's filter.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the entry.
+    pub(super) fn validate_all(
+        decls: &[PresenceDecl],
+        limits: &TopicLimits,
+    ) -> Result<(), ConfigError> {
+        for (i, d) in decls.iter().enumerate() {
+            if let Err(e) = limits.check_filter(&d.filter) {
+                return Err(ConfigError::Invalid {
+                    key: format!("presence[{i}].filter"),
+                    reason: format!("not a valid topic filter: {e}"),
+                });
+            }
+            if d.filter.starts_with(routing::PRESENCE_PREFIX) {
+                return Err(ConfigError::Invalid {
+                    key: format!("presence[{i}].filter"),
+                    reason: "names the presence events' own topics".into(),
+                });
             }
         }
         Ok(())

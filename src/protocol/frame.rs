@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 pub const PROTOCOL_VERSION: u32 = 1;
 
 pub use super::code::ErrorCode;
+pub use super::presence::{PresenceMember, PresenceQuery, PresenceReply};
 pub use super::recover::{Recover, Subscribed};
 
 /// Message headers: string keys to string values, ordered for stable
@@ -71,6 +72,8 @@ pub enum ClientFrame {
     Refresh(Refresh),
     /// Removes a queue, at once or after its consumers drain it (admin).
     DeleteQueue(DeleteQueue),
+    /// Asks who is subscribed to a topic with presence.
+    Presence(PresenceQuery),
 }
 
 impl ClientFrame {
@@ -97,6 +100,7 @@ impl ClientFrame {
             ClientFrame::Begin(f) | ClientFrame::Commit(f) | ClientFrame::Rollback(f) => f.rid,
             ClientFrame::Refresh(f) => f.rid,
             ClientFrame::DeleteQueue(f) => f.rid,
+            ClientFrame::Presence(f) => Some(f.rid),
         }
     }
 }
@@ -421,6 +425,8 @@ pub enum ServerFrame {
     Ended(Ended),
     /// Answers a `subscribe` that asked to `recover`.
     Subscribed(Subscribed),
+    /// Answers `presence`: a page of a topic's members.
+    Presence(PresenceReply),
 }
 
 impl ServerFrame {
@@ -435,6 +441,7 @@ impl ServerFrame {
             ServerFrame::JobReply(f) => Some(f.rid),
             ServerFrame::Draining(f) => f.rid,
             ServerFrame::Subscribed(f) => f.rid,
+            ServerFrame::Presence(f) => Some(f.rid),
             ServerFrame::Welcome(_)
             | ServerFrame::Message(_)
             | ServerFrame::Dropped(_)

@@ -14,6 +14,7 @@ mod decode_error;
 pub mod frame;
 pub mod jobs;
 pub mod mqtt;
+mod presence;
 mod recover;
 
 pub use codec::{DecodeError, Format, decode_client, decode_server, encode_client, encode_server};

@@ -166,6 +166,12 @@ pub enum TopicError {
     HashNotLast,
 }
 
+/// The start of the topics on which the broker announces who joins and
+/// leaves a topic with presence (`$presence/chat/room1` for
+/// `chat/room1`): only the broker publishes there, and subscribing needs
+/// the right to subscribe to the topic itself.
+pub const PRESENCE_PREFIX: &str = "$presence/";
+
 /// Whether a (valid) filter has a wildcard, so it must go through the trie
 /// rather than straight to one topic.
 pub fn is_wildcard(filter: &str) -> bool {

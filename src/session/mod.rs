@@ -563,6 +563,7 @@ impl Session {
             ClientFrame::Reject(r) => ops::reject(self, format, r).await,
             ClientFrame::Touch(t) => ops::touch(self, format, t).await,
             ClientFrame::DeleteQueue(d) => Box::pin(ops::delete_queue(self, format, d)).await,
+            ClientFrame::Presence(q) => ops::presence(self, format, q).await,
             ClientFrame::Close(c) => return ops::close(c),
             // Handled by `stage` above.
             ClientFrame::Begin(_) | ClientFrame::Commit(_) | ClientFrame::Rollback(_) => {}

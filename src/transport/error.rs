@@ -130,6 +130,8 @@ pub enum HttpCode {
     InvalidConfig,
     /// `GET /topics/{t}/history` of a topic no `[[history]]` entry covers.
     NoHistory,
+    /// `GET /topics/{t}/presence` of a topic no `[[presence]]` entry covers.
+    NoPresence,
 }
 
 impl HttpCode {
@@ -149,13 +151,16 @@ impl HttpCode {
             HttpCode::NoConfigFile => "no_config_file",
             HttpCode::InvalidConfig => "invalid_config",
             HttpCode::NoHistory => "no_history",
+            HttpCode::NoPresence => "no_presence",
         }
     }
 
     /// The status it is answered with.
     pub fn status(self) -> StatusCode {
         match self {
-            HttpCode::NotFound | HttpCode::NoHistory => StatusCode::NOT_FOUND,
+            HttpCode::NotFound | HttpCode::NoHistory | HttpCode::NoPresence => {
+                StatusCode::NOT_FOUND
+            }
             HttpCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HttpCode::InvalidQuery
             | HttpCode::InvalidBody

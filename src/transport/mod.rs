@@ -335,6 +335,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(
+        web::resource("/topics/{name:.+}/presence")
+            .route(web::get().to(topics::presence))
+            .route(web::post().to(topics::publish_to_presence_name))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
         web::resource("/topics/{name:.+}/history")
             .route(web::get().to(topics::history))
             .route(web::post().to(topics::publish_to_history_name))

@@ -2,6 +2,8 @@
 //! `x-wharf-*` request headers become message headers; `?retain=true` and
 //! `?priority=high` as on the WebSocket. `GET /topics/{name}/history`:
 //! the kept messages of a topic under a `[[history]]` entry.
+//! `GET /topics/{name}/presence`: who is subscribed to a topic under a
+//! `[[presence]]` entry.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
@@ -234,5 +236,88 @@ pub(crate) async fn publish_to_history_name(
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let full = web::Path::from(format!("{}/history", name.into_inner()));
+    publish(caller, req, full, body, app).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PresenceQuery {
+    /// Members after this cursor (a previous page's `next`).
+    #[serde(default)]
+    after: Option<String>,
+    /// Most members answered (1 to 1,000).
+    #[serde(default = "default_history_limit")]
+    limit: usize,
+}
+
+/// The JSON answer to `GET /topics/{t}/presence`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PresenceReply {
+    /// The topic.
+    pub topic: String,
+    /// Members in all (connections).
+    pub count: usize,
+    /// This page, by client id.
+    pub members: Vec<crate::protocol::frame::PresenceMember>,
+    /// The cursor of the next page (`?after=`), if there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// `GET /topics/{name}/presence?after=C&limit=N`; needs `subscribe` on
+/// the topic.
+pub(crate) async fn presence(
+    caller: Caller,
+    req: HttpRequest,
+    name: web::Path<String>,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Right::Subscribe(&name))?;
+    let q: PresenceQuery = query(&req)?;
+    if q.limit == 0 || q.limit > 1000 {
+        return Err(ApiError::coded(
+            crate::protocol::frame::ErrorCode::InvalidField,
+            format!("limit {}: give 1 to 1000", q.limit),
+        ));
+    }
+    let topic = name.into_inner();
+    let Some(page) = app
+        .broker
+        .presence()
+        .page(&topic, q.after, q.limit)
+        .await
+        .map_err(api_error)?
+    else {
+        return Err(ApiError::http(
+            HttpCode::NoPresence,
+            format!("no presence is kept for {topic:?}: no [[presence]] entry covers it"),
+        ));
+    };
+    Ok(HttpResponse::Ok().json(PresenceReply {
+        topic,
+        count: page.count,
+        members: page
+            .members
+            .into_iter()
+            .map(|m| crate::protocol::frame::PresenceMember {
+                client_id: m.who.client_id.to_string(),
+                principal: m.who.principal.to_string(),
+                since_ms: m.since_ms,
+            })
+            .collect(),
+        next: page.next,
+    }))
+}
+
+/// `POST /topics/{name}/presence`: a publish to the topic whose name ends
+/// in `/presence` (the route of `GET` takes the path).
+pub(crate) async fn publish_to_presence_name(
+    caller: Caller,
+    req: HttpRequest,
+    name: web::Path<String>,
+    body: web::Payload,
+    app: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let full = web::Path::from(format!("{}/presence", name.into_inner()));
     publish(caller, req, full, body, app).await
 }

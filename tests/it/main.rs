@@ -26,6 +26,7 @@ mod mqtt;
 mod mqtt5;
 mod mqtt_tcp;
 mod operator;
+mod presence;
 mod protocol;
 mod queues;
 mod rate;

@@ -496,11 +496,17 @@ export interface ConsumerEvents {
     /** The consumer ended: refused or ended by the broker, or the client stopped. */
     ended: [error: WharfError];
 }
+type Answer = (error: WharfError | null, value?: any) => void;
 type Frame = Record<string, unknown>;
 /** What subscriptions and consumers use of their client. */
 interface Link {
     /** Sends a frame now and resolves with its answer (`rid` added). */
     ask(frame: Frame): Promise<any>;
+    /**
+     * Sends a frame now and calls `done` with its answer as soon as it is
+     * read (synchronously, before the next frame is handled).
+     */
+    askNow(frame: Frame, done: Answer): void;
     /** Sends a frame now, without a `rid`. */
     tell(frame: Frame): void;
     /** Whether a session is up. */
@@ -571,6 +577,10 @@ export declare class Subscription extends Emitter<SubscriptionEvents> {
  * A delivery of a queue message to a {@link Consumer}: settle it with
  * {@link Delivery.ack}, {@link Delivery.nack} or {@link Delivery.reject}
  * (within the queue's ack timeout, or it is delivered again).
+ *
+ * Their promises may be left unawaited: one that fails (the connection
+ * closed first: `closed`, `stale_delivery`) is not an unhandled
+ * rejection, and the broker delivers the message again.
  */
 export declare class Delivery extends Content {
     /** The queue. */
@@ -766,6 +776,8 @@ export declare class WharfClient extends Emitter<ClientEvents> {
     private request;
     /** Sends on the current session; with `answer`, adds a `rid` and waits for its answer. */
     private sendNow;
+    /** Sends `frame` with a new `rid`; `done` gets the answer (or the failure) as soon as it is known. */
+    private ask;
     private answer;
     private receive;
 }

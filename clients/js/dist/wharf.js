@@ -422,6 +422,11 @@ function deferred() {
     promise.catch(noop);
     return { promise, resolve, reject };
 }
+/** Returns `p`, marked handled: leaving its rejection unobserved is allowed. */
+function quiet(p) {
+    p.catch(noop);
+    return p;
+}
 /** Whether `filter` has wildcards (`+`, `#`). */
 function isWildcard(filter) {
     return filter.split("/").some((l) => l === "+" || l === "#");
@@ -511,12 +516,15 @@ export class Subscription extends Emitter {
         this.overflowed = false;
         if (this.tracker)
             frame.recover = this.tracker.begin();
-        this.link.ask(frame).then((answer) => {
-            if (this.wire === wire)
-                this.subscribed(answer, resumed);
-        }, (e) => {
-            if (this.wire === wire)
+        // The answer is handled as soon as it is read: the messages after it
+        // must find the tracker settled.
+        this.link.askNow(frame, (e, answer) => {
+            if (this.wire !== wire)
+                return;
+            if (e)
                 this.refused(wire, e);
+            else
+                this.subscribed(answer, resumed);
         });
     }
     /** @internal The connection ended: the next session subscribes again. */
@@ -657,6 +665,10 @@ export class Subscription extends Emitter {
  * A delivery of a queue message to a {@link Consumer}: settle it with
  * {@link Delivery.ack}, {@link Delivery.nack} or {@link Delivery.reject}
  * (within the queue's ack timeout, or it is delivered again).
+ *
+ * Their promises may be left unawaited: one that fails (the connection
+ * closed first: `closed`, `stale_delivery`) is not an unhandled
+ * rejection, and the broker delivers the message again.
  */
 export class Delivery extends Content {
     /** Made by its {@link Consumer}, not by applications. */
@@ -694,14 +706,14 @@ export class Delivery extends Content {
     /** Still working on it: the ack deadline becomes `extendMs` from now (absent: the queue's ack timeout). */
     touch(extendMs) {
         if (this.done)
-            return Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`));
-        return this.consumer._settle(this.wire, "touch", this.id, extendMs === undefined ? {} : { extend_ms: extendMs });
+            return quiet(Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`)));
+        return quiet(this.consumer._settle(this.wire, "touch", this.id, extendMs === undefined ? {} : { extend_ms: extendMs }));
     }
     settle(op, extra) {
         if (this.done)
-            return Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`));
+            return quiet(Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`)));
         this.done = true;
-        return this.consumer._settle(this.wire, op, this.id, extra);
+        return quiet(this.consumer._settle(this.wire, op, this.id, extra));
     }
 }
 /**
@@ -752,24 +764,28 @@ export class Consumer extends Emitter {
         const wire = this.link.newId("c");
         this.wire = wire;
         this.link.route(wire, this);
-        this.link.ask({ op: "consume", id: wire, queue: this.queue, prefetch: this.prefetch }).then(() => {
-            if (this.wire === wire)
+        this.link.askNow({ op: "consume", id: wire, queue: this.queue, prefetch: this.prefetch }, (e) => {
+            if (this.wire !== wire)
+                return;
+            if (!e) {
                 this.started.resolve();
-        }, (e) => {
-            if (this.wire !== wire || e.code === "closed")
-                return;
-            if (e.code === "timeout")
-                return this.link.unhealthy(`consume ${this.queue}`, e);
-            if (e.code === "overloaded") {
-                this.link.unroute(wire);
-                this.retryTimer = setTimeout(() => {
-                    this.retryTimer = null;
-                    if (this.live && this.wire === wire && this.link.connected())
-                        this._start();
-                }, 1000);
-                return;
             }
-            this._ended(e);
+            else {
+                if (e.code === "closed")
+                    return;
+                if (e.code === "timeout")
+                    return this.link.unhealthy(`consume ${this.queue}`, e);
+                if (e.code === "overloaded") {
+                    this.link.unroute(wire);
+                    this.retryTimer = setTimeout(() => {
+                        this.retryTimer = null;
+                        if (this.live && this.wire === wire && this.link.connected())
+                            this._start();
+                    }, 1000);
+                    return;
+                }
+                this._ended(e);
+            }
         });
     }
     /** @internal The connection ended. */
@@ -912,6 +928,7 @@ export class WharfClient extends Emitter {
         this.token = options.token;
         this.link = {
             ask: (frame) => this.sendNow(frame, true),
+            askNow: (frame, done) => this.ask(frame, done),
             tell: (frame) => {
                 this.sendNow(frame, false).catch(noop);
             },
@@ -1206,14 +1223,15 @@ export class WharfClient extends Emitter {
         const err = error ??
             this.handshakeError ??
             new WharfError("closed", `the connection closed (${code}${why ? `: ${why}` : ""})`, { closeCode: code });
-        for (const p of this.pending.values()) {
+        const pending = [...this.pending.values()];
+        this.pending.clear();
+        for (const p of pending) {
             clearTimeout(p.timer);
-            p.reject(new WharfError("closed", "the connection closed before the answer came: the request may or may not have been carried out", {
+            p.done(new WharfError("closed", "the connection closed before the answer came: the request may or may not have been carried out", {
                 closeCode: code,
                 cause: err,
             }));
         }
-        this.pending.clear();
         this.pinging = false;
         this.routes.clear();
         for (const s of this.subscriptions)
@@ -1249,11 +1267,12 @@ export class WharfClient extends Emitter {
             clearTimeout(this.reconnectTimer);
         this.reconnectTimer = null;
         const closed = new WharfError("closed", error.message, { cause: error, closeCode: error.closeCode });
-        for (const p of this.pending.values()) {
-            clearTimeout(p.timer);
-            p.reject(closed);
-        }
+        const pending = [...this.pending.values()];
         this.pending.clear();
+        for (const p of pending) {
+            clearTimeout(p.timer);
+            p.done(closed);
+        }
         for (const q of this.outbox) {
             clearTimeout(q.timer);
             q.reject(closed);
@@ -1409,20 +1428,27 @@ export class WharfClient extends Emitter {
         }
         if (!answer)
             return this.write(frame) ? Promise.resolve(undefined) : Promise.reject(new WharfError("closed", "not connected"));
+        return new Promise((resolve, reject) => this.ask(frame, (e, v) => (e ? reject(e) : resolve(v))));
+    }
+    /** Sends `frame` with a new `rid`; `done` gets the answer (or the failure) as soon as it is known. */
+    ask(frame, done) {
+        if (this._state !== "connected") {
+            done(new WharfError("closed", "not connected"));
+            return;
+        }
         const max = this.options.maxPending ?? 10000;
         if (this.pending.size >= max) {
-            return Promise.reject(new WharfError("buffer_full", `${max} requests are already awaiting answers`));
+            done(new WharfError("buffer_full", `${max} requests are already awaiting answers`));
+            return;
         }
         const rid = this.nextRid++;
-        return new Promise((resolve, reject) => {
-            const timer = setTimeout(() => {
-                if (this.pending.delete(rid)) {
-                    reject(new WharfError("timeout", `no answer to ${String(frame.op)} within ${this.timeoutMs} ms`, { rid }));
-                }
-            }, this.timeoutMs);
-            this.pending.set(rid, { resolve, reject, timer });
-            this.write({ ...frame, rid });
-        });
+        const timer = setTimeout(() => {
+            if (this.pending.delete(rid)) {
+                done(new WharfError("timeout", `no answer to ${String(frame.op)} within ${this.timeoutMs} ms`, { rid }));
+            }
+        }, this.timeoutMs);
+        this.pending.set(rid, { done, timer });
+        this.write({ ...frame, rid });
     }
     answer(rid, value) {
         if (typeof rid !== "number")
@@ -1432,7 +1458,7 @@ export class WharfClient extends Emitter {
             return;
         this.pending.delete(rid);
         clearTimeout(p.timer);
-        p.resolve(value);
+        p.done(null, value);
     }
     receive(data) {
         if (typeof data !== "string") {
@@ -1485,7 +1511,7 @@ export class WharfClient extends Emitter {
                 if (p) {
                     this.pending.delete(f.rid);
                     clearTimeout(p.timer);
-                    p.reject(err);
+                    p.done(err);
                     return;
                 }
                 if (this._state !== "connected")

@@ -778,6 +778,7 @@ export interface ConsumerEvents {
 // Subscriptions and consumers
 
 type Timer = ReturnType<typeof setTimeout>;
+type Answer = (error: WharfError | null, value?: any) => void;
 type Frame = Record<string, unknown>;
 const noop = (): void => {};
 
@@ -785,6 +786,11 @@ const noop = (): void => {};
 interface Link {
   /** Sends a frame now and resolves with its answer (`rid` added). */
   ask(frame: Frame): Promise<any>;
+  /**
+   * Sends a frame now and calls `done` with its answer as soon as it is
+   * read (synchronously, before the next frame is handled).
+   */
+  askNow(frame: Frame, done: Answer): void;
   /** Sends a frame now, without a `rid`. */
   tell(frame: Frame): void;
   /** Whether a session is up. */
@@ -817,6 +823,12 @@ function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void; reject: 
   // Awaiting is optional: an unobserved rejection must not crash Node.
   promise.catch(noop);
   return { promise, resolve, reject };
+}
+
+/** Returns `p`, marked handled: leaving its rejection unobserved is allowed. */
+function quiet<T>(p: Promise<T>): Promise<T> {
+  p.catch(noop);
+  return p;
 }
 
 /** Whether `filter` has wildcards (`+`, `#`). */
@@ -922,14 +934,13 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     const resumed = this.subscribedOnce || this.givenPosition || this.overflowed;
     this.overflowed = false;
     if (this.tracker) frame.recover = this.tracker.begin();
-    this.link.ask(frame).then(
-      (answer) => {
-        if (this.wire === wire) this.subscribed(answer, resumed);
-      },
-      (e: WharfError) => {
-        if (this.wire === wire) this.refused(wire, e);
-      },
-    );
+    // The answer is handled as soon as it is read: the messages after it
+    // must find the tracker settled.
+    this.link.askNow(frame, (e, answer) => {
+      if (this.wire !== wire) return;
+      if (e) this.refused(wire, e);
+      else this.subscribed(answer, resumed);
+    });
   }
 
   /** @internal The connection ended: the next session subscribes again. */
@@ -1065,6 +1076,10 @@ export class Subscription extends Emitter<SubscriptionEvents> {
  * A delivery of a queue message to a {@link Consumer}: settle it with
  * {@link Delivery.ack}, {@link Delivery.nack} or {@link Delivery.reject}
  * (within the queue's ack timeout, or it is delivered again).
+ *
+ * Their promises may be left unawaited: one that fails (the connection
+ * closed first: `closed`, `stale_delivery`) is not an unhandled
+ * rejection, and the broker delivers the message again.
  */
 export class Delivery extends Content {
   /** The queue. */
@@ -1121,14 +1136,14 @@ export class Delivery extends Content {
 
   /** Still working on it: the ack deadline becomes `extendMs` from now (absent: the queue's ack timeout). */
   touch(extendMs?: number): Promise<void> {
-    if (this.done) return Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`));
-    return this.consumer._settle(this.wire, "touch", this.id, extendMs === undefined ? {} : { extend_ms: extendMs });
+    if (this.done) return quiet(Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`)));
+    return quiet(this.consumer._settle(this.wire, "touch", this.id, extendMs === undefined ? {} : { extend_ms: extendMs }));
   }
 
   private settle(op: string, extra: Frame): Promise<void> {
-    if (this.done) return Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`));
+    if (this.done) return quiet(Promise.reject(new WharfError("stale_delivery", `delivery ${this.id} was already settled`)));
     this.done = true;
-    return this.consumer._settle(this.wire, op, this.id, extra);
+    return quiet(this.consumer._settle(this.wire, op, this.id, extra));
   }
 }
 
@@ -1192,12 +1207,12 @@ export class Consumer extends Emitter<ConsumerEvents> {
     const wire = this.link.newId("c");
     this.wire = wire;
     this.link.route(wire, this);
-    this.link.ask({ op: "consume", id: wire, queue: this.queue, prefetch: this.prefetch }).then(
-      () => {
-        if (this.wire === wire) this.started.resolve();
-      },
-      (e: WharfError) => {
-        if (this.wire !== wire || e.code === "closed") return;
+    this.link.askNow({ op: "consume", id: wire, queue: this.queue, prefetch: this.prefetch }, (e) => {
+      if (this.wire !== wire) return;
+      if (!e) {
+        this.started.resolve();
+      } else {
+        if (e.code === "closed") return;
         if (e.code === "timeout") return this.link.unhealthy(`consume ${this.queue}`, e);
         if (e.code === "overloaded") {
           this.link.unroute(wire);
@@ -1208,8 +1223,8 @@ export class Consumer extends Emitter<ConsumerEvents> {
           return;
         }
         this._ended(e);
-      },
-    );
+      }
+    });
   }
 
   /** @internal The connection ended. */
@@ -1277,8 +1292,7 @@ export class Consumer extends Emitter<ConsumerEvents> {
 // The client
 
 interface Pending {
-  resolve: (v: any) => void;
-  reject: (e: WharfError) => void;
+  done: Answer;
   timer: Timer;
 }
 
@@ -1378,6 +1392,7 @@ export class WharfClient extends Emitter<ClientEvents> {
     this.token = options.token;
     this.link = {
       ask: (frame) => this.sendNow(frame, true),
+      askNow: (frame, done) => this.ask(frame, done),
       tell: (frame) => {
         this.sendNow(frame, false).catch(noop);
       },
@@ -1646,16 +1661,17 @@ export class WharfClient extends Emitter<ClientEvents> {
       error ??
       this.handshakeError ??
       new WharfError("closed", `the connection closed (${code}${why ? `: ${why}` : ""})`, { closeCode: code });
-    for (const p of this.pending.values()) {
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) {
       clearTimeout(p.timer);
-      p.reject(
+      p.done(
         new WharfError("closed", "the connection closed before the answer came: the request may or may not have been carried out", {
           closeCode: code,
           cause: err,
         }),
       );
     }
-    this.pending.clear();
     this.pinging = false;
     this.routes.clear();
     for (const s of this.subscriptions) s._disconnected();
@@ -1688,11 +1704,12 @@ export class WharfClient extends Emitter<ClientEvents> {
     if (this.reconnectTimer !== null) clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
     const closed = new WharfError("closed", error.message, { cause: error, closeCode: error.closeCode });
-    for (const p of this.pending.values()) {
-      clearTimeout(p.timer);
-      p.reject(closed);
-    }
+    const pending = [...this.pending.values()];
     this.pending.clear();
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.done(closed);
+    }
     for (const q of this.outbox) {
       clearTimeout(q.timer);
       q.reject(closed);
@@ -1832,20 +1849,28 @@ export class WharfClient extends Emitter<ClientEvents> {
       return Promise.reject(new WharfError("closed", "not connected"));
     }
     if (!answer) return this.write(frame) ? Promise.resolve(undefined) : Promise.reject(new WharfError("closed", "not connected"));
+    return new Promise((resolve, reject) => this.ask(frame, (e, v) => (e ? reject(e) : resolve(v))));
+  }
+
+  /** Sends `frame` with a new `rid`; `done` gets the answer (or the failure) as soon as it is known. */
+  private ask(frame: Frame, done: Answer): void {
+    if (this._state !== "connected") {
+      done(new WharfError("closed", "not connected"));
+      return;
+    }
     const max = this.options.maxPending ?? 10_000;
     if (this.pending.size >= max) {
-      return Promise.reject(new WharfError("buffer_full", `${max} requests are already awaiting answers`));
+      done(new WharfError("buffer_full", `${max} requests are already awaiting answers`));
+      return;
     }
     const rid = this.nextRid++;
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        if (this.pending.delete(rid)) {
-          reject(new WharfError("timeout", `no answer to ${String(frame.op)} within ${this.timeoutMs} ms`, { rid }));
-        }
-      }, this.timeoutMs);
-      this.pending.set(rid, { resolve, reject, timer });
-      this.write({ ...frame, rid });
-    });
+    const timer = setTimeout(() => {
+      if (this.pending.delete(rid)) {
+        done(new WharfError("timeout", `no answer to ${String(frame.op)} within ${this.timeoutMs} ms`, { rid }));
+      }
+    }, this.timeoutMs);
+    this.pending.set(rid, { done, timer });
+    this.write({ ...frame, rid });
   }
 
   private answer(rid: unknown, value: unknown): void {
@@ -1854,7 +1879,7 @@ export class WharfClient extends Emitter<ClientEvents> {
     if (!p) return;
     this.pending.delete(rid);
     clearTimeout(p.timer);
-    p.resolve(value);
+    p.done(null, value);
   }
 
   private receive(data: unknown): void {
@@ -1905,7 +1930,7 @@ export class WharfClient extends Emitter<ClientEvents> {
         if (p) {
           this.pending.delete(f.rid);
           clearTimeout(p.timer);
-          p.reject(err);
+          p.done(err);
           return;
         }
         if (this._state !== "connected") this.handshakeError = err;

@@ -39,6 +39,7 @@ pub(in crate::session) fn permitted(
                 None
             }
         }
+        ClientFrame::Presence(f) => check(p, Right::Subscribe(&f.topic)),
         ClientFrame::Enqueue(f) => check(p, Right::Enqueue(&f.queue)),
         ClientFrame::DeleteQueue(_) => check(p, Right::Admin),
         ClientFrame::Consume(f) => check(p, Right::Consume(&f.queue)),

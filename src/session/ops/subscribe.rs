@@ -53,8 +53,9 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
     );
     match session.broker.subscribe(sub.clone()).await {
         Ok(()) => {
-            session.subs.insert(s.id, sub);
             session.receipt(format, s.rid);
+            super::presence::join(session, &sub).await;
+            session.subs.insert(s.id, sub);
         }
         Err(e) => session.broker_error(format, e, s.rid),
     }
@@ -84,6 +85,7 @@ async fn subscribe_recovering(
         .await
     {
         Ok(r) => {
+            super::presence::join(session, &sub).await;
             session.subs.insert(s.id.clone(), sub);
             session.reply(
                 format,
