@@ -430,3 +430,46 @@ fn history_entries_are_reread_on_sighup() {
     let (_, _, payloads) = history(b.addr, "live/a", 0);
     assert_eq!(payloads, ["after"], "history starts with the entry");
 }
+
+#[test]
+fn in_a_cluster_each_node_keeps_its_own_history_and_another_nodes_position_is_not_recovered() {
+    let nats = crate::cluster::Nats::start();
+    let with_chat = |name: &'static str| {
+        let url = nats.url();
+        TestBroker::start(move |c| {
+            chat(100)(c);
+            c.cluster.nats = vec![url];
+            c.cluster.node = name.into();
+            c.cluster.connect_timeout_ms = 2_000;
+        })
+    };
+    let (a, b) = (with_chat("a"), with_chat("b"));
+    block_on(async {
+        // b hears chat/x from the other nodes once it has a subscriber.
+        let on_b = connect(&b).await;
+        let mut live = on_b.subscribe("chat/x").await.unwrap();
+        for i in 1..=3 {
+            publish(a.addr, "chat/x", &format!("m{i}"));
+        }
+        for _ in 0..3 {
+            live.recv_timeout(T).await.expect("a's messages reach b");
+        }
+        let (epoch_a, offsets_a, _) = history(a.addr, "chat/x", 0);
+        let (epoch_b, offsets_b, payloads_b) = history(b.addr, "chat/x", 0);
+        assert_eq!(offsets_a, vec![1, 2, 3]);
+        assert_eq!((offsets_b, payloads_b), (vec![1, 2, 3], vec!["m1".into(), "m2".into(), "m3".into()]));
+        assert_ne!(epoch_a, epoch_b, "each node has its own epochs");
+        // A position from node a is not taken for one on b.
+        let (_, answer) = on_b
+            .subscribe_recovering("chat/x", Some((&epoch_a, 1)))
+            .await
+            .unwrap();
+        assert!(!answer.recovered, "{answer:?}");
+        let (mut again, answer) = on_b
+            .subscribe_recovering("chat/x", Some((&epoch_b, 1)))
+            .await
+            .unwrap();
+        assert!(answer.recovered && answer.replayed == 2, "{answer:?}");
+        assert_eq!(again.recv_timeout(T).await.unwrap().seq, 2);
+    });
+}
