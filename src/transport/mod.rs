@@ -105,6 +105,7 @@
 
 mod admin;
 mod body;
+mod client_js;
 mod credentials;
 mod dashboard;
 mod error;
@@ -129,6 +130,7 @@ use std::sync::Arc;
 pub use crate::protocol::jobs::{JobEnqueued, OutcomeReply, Registered};
 pub use admin::{Denied, Overview, SessionCounts, TopicPage, TopicRow};
 pub use body::BodyReader;
+pub use client_js::CLIENT_JS;
 pub(crate) use dashboard::stream_slots;
 pub use dashboard::{
     MAX_STREAM_QUEUES, MAX_STREAM_SESSIONS, MAX_STREAMS, STREAM_LIFETIME, STREAM_PERIOD, Snapshot,
@@ -198,6 +200,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/metrics")
             .route(web::get().to(metrics::get))
+            .default_service(web::to(error::method_not_allowed)),
+    )
+    .service(
+        web::resource("/client.js")
+            .route(web::get().to(client_js::client_js))
             .default_service(web::to(error::method_not_allowed)),
     )
     .service(

@@ -430,3 +430,37 @@ fn the_dashboard_works_in_a_real_browser() {
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 0, "no screenshot at {}\n{output}", shot.display());
 }
+
+#[test]
+fn the_javascript_client_is_served_as_built_with_an_etag() {
+    let b = TestBroker::start(|_| {});
+    let (code, head, body) = common::http_request(b.addr, "GET", "/client.js", "", "");
+    assert_eq!(code, 200, "{head}");
+    let built = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/js/dist/wharf.js"),
+    )
+    .unwrap();
+    assert_eq!(body, built, "GET /client.js is clients/js/dist/wharf.js");
+    let lower = head.to_lowercase();
+    assert!(lower.contains("content-type: text/javascript"), "{head}");
+    assert!(lower.contains("access-control-allow-origin: *"), "{head}");
+    let etag = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("etag: ")
+                .or_else(|| l.strip_prefix("ETag: "))
+        })
+        .expect("an ETag")
+        .trim()
+        .to_owned();
+    let (code, _, body) = common::http_request(
+        b.addr,
+        "GET",
+        "/client.js",
+        &format!("If-None-Match: {etag}\r\n"),
+        "",
+    );
+    assert_eq!((code, body.as_str()), (304, ""));
+    let (code, _, _) = common::http_request(b.addr, "POST", "/client.js", "", "");
+    assert_eq!(code, 405);
+}

@@ -457,7 +457,10 @@ fn in_a_cluster_each_node_keeps_its_own_history_and_another_nodes_position_is_no
         let (epoch_a, offsets_a, _) = history(a.addr, "chat/x", 0);
         let (epoch_b, offsets_b, payloads_b) = history(b.addr, "chat/x", 0);
         assert_eq!(offsets_a, vec![1, 2, 3]);
-        assert_eq!((offsets_b, payloads_b), (vec![1, 2, 3], vec!["m1".into(), "m2".into(), "m3".into()]));
+        assert_eq!(
+            (offsets_b, payloads_b),
+            (vec![1, 2, 3], vec!["m1".into(), "m2".into(), "m3".into()])
+        );
         assert_ne!(epoch_a, epoch_b, "each node has its own epochs");
         // A position from node a is not taken for one on b.
         let (_, answer) = on_b
