@@ -51,6 +51,7 @@ pub use message::{EncodingSlot, Published};
 pub use presence::{Member, PresencePage, Who};
 pub use presences::TopicPresence;
 pub use publish::{Ingress, Publish, Source};
+pub use queue::MSG_ID_HEADER;
 pub use queue::{
     DEAD_LETTER_DELIVERIES, DEAD_LETTER_FROM, DEAD_LETTER_REASON, DEAD_LETTER_SEQ, MessageState,
     QueueCounters, QueueInfo, now_ms,

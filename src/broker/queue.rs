@@ -290,6 +290,8 @@ pub(crate) struct QueueState {
     draining: bool,
     /// Enqueues prepared by committing transactions, not yet visible.
     prepared: HashMap<u64, Vec<StoredMessage>>,
+    /// Message ids taken lately (`dedupe.rs`), once one came.
+    dedupe: Option<Box<dedupe::Dedupe>>,
 }
 
 impl QueueState {
@@ -329,6 +331,7 @@ impl QueueState {
             deleted: false,
             draining: false,
             prepared: HashMap::new(),
+            dedupe: None,
         }
     }
 
@@ -353,6 +356,7 @@ impl QueueState {
             if m.seq > self.loaded_upto[p] {
                 self.loaded_extra.insert(m.seq);
             }
+            self.remember_id(&m, now_ms());
             self.hold(m);
         }
         self.after();
@@ -381,6 +385,9 @@ impl QueueState {
             self.stats.refused += 1;
             return Err(QueueError::Full(self.opts.max_length));
         }
+        if let Some(seq) = self.duplicate_of(&m.headers, now) {
+            return Ok((seq, None));
+        }
         let with = std::mem::take(&mut m.with);
         let msg = self.stamp(m, now);
         let durable = match &self.writer {
@@ -395,6 +402,7 @@ impl QueueState {
         self.next_seq += 1;
         self.stats.enqueued += 1;
         let seq = msg.seq;
+        self.remember_id(&msg, now);
         self.admit(msg);
         self.dispatch(now);
         self.after();
@@ -775,6 +783,8 @@ impl QueueState {
 }
 
 mod admin;
+mod dedupe;
+pub use dedupe::MSG_ID_HEADER;
 mod refill;
 mod settle;
 mod txn;

@@ -37,6 +37,19 @@ pub struct EnqueueOptions {
     pub ttl_ms: Option<u64>,
 }
 
+impl EnqueueOptions {
+    /// The same options naming the message `id` for deduplication (the
+    /// `msg-id` header): an enqueue sent again with the same id within
+    /// the queue's `dedupe_window_ms` is answered with the first one's
+    /// seq and stores nothing, so a call that failed with a timeout or
+    /// `outcome_unknown` can be retried safely.
+    pub fn msg_id(mut self, id: impl Into<String>) -> Self {
+        self.headers
+            .insert(crate::broker::MSG_ID_HEADER.into(), id.into());
+        self
+    }
+}
+
 /// The deliveries of one consumer, in the order the queue sends them.
 pub struct Consumer {
     id: String,

@@ -42,6 +42,10 @@ pub struct QueueOptions {
     /// Messages kept in memory; the rest wait on disk and are read back as
     /// consumers catch up.
     pub memory_window: usize,
+    /// Milliseconds during which an enqueue that repeats a message id
+    /// (header `msg-id`) the queue already took is answered with the
+    /// first one's seq and stores nothing; 0 = no deduplication.
+    pub dedupe_window_ms: u64,
 }
 
 impl Default for QueueOptions {
@@ -55,6 +59,7 @@ impl Default for QueueOptions {
             expired: ExpiredPolicy::DeadLetter,
             max_length: 1_000_000,
             memory_window: 10_000,
+            dedupe_window_ms: 120_000,
         }
     }
 }
@@ -93,6 +98,9 @@ pub struct QueueDecl {
     /// See [`QueueOptions::memory_window`].
     #[serde(default)]
     pub memory_window: Option<usize>,
+    /// See [`QueueOptions::dedupe_window_ms`].
+    #[serde(default)]
+    pub dedupe_window_ms: Option<u64>,
     /// The cluster node that holds this queue (one of `cluster.members`);
     /// unset: chosen by rendezvous hashing of the name.
     #[serde(default)]
@@ -112,6 +120,7 @@ impl QueueDecl {
             expired: self.expired.unwrap_or(d.expired),
             max_length: self.max_length.unwrap_or(d.max_length),
             memory_window: self.memory_window.unwrap_or(d.memory_window),
+            dedupe_window_ms: self.dedupe_window_ms.unwrap_or(d.dedupe_window_ms),
         }
     }
 }
@@ -137,6 +146,12 @@ impl QueueOptions {
         }
         if self.max_length == 0 {
             return Err(invalid("max_length", "must be at least 1"));
+        }
+        if self.dedupe_window_ms > 86_400_000 {
+            return Err(invalid(
+                "dedupe_window_ms",
+                "must be at most 86400000 (a day)",
+            ));
         }
         if self.memory_window == 0 || self.memory_window > 10_000_000 {
             return Err(invalid("memory_window", "must be between 1 and 10000000"));

@@ -100,19 +100,27 @@ impl Running {
     /// was left unwritten (then the shutdown is not recorded clean, and
     /// the next start gives topics new epochs).
     fn flush_history(&self, timeout: Duration) -> bool {
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!("topic history not written at shutdown: {e}");
-                return false;
-            }
-        };
+        // On a thread of its own with its own runtime: the stop may run
+        // on a thread that drives one already (a drop inside the app's).
         let broker = self.broker.clone();
-        let left = runtime
-            .block_on(async move { tokio::time::timeout(timeout, broker.history().flush()).await });
+        let flushing = std::thread::Builder::new()
+            .name("wharf-history".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime
+                    .block_on(async move {
+                        tokio::time::timeout(timeout, broker.history().flush()).await
+                    })
+                    .map_err(|_| "not within the deadline".to_owned())
+            });
+        let left = match flushing.map(std::thread::JoinHandle::join) {
+            Ok(Ok(left)) => left,
+            Ok(Err(_)) => Err("the thread panicked".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
         match left {
             Ok(0) => true,
             Ok(topics) => {
@@ -122,8 +130,8 @@ impl Running {
                 );
                 false
             }
-            Err(_) => {
-                tracing::warn!("topic history not written at shutdown within the deadline");
+            Err(why) => {
+                tracing::warn!("topic history not written at shutdown: {why}");
                 false
             }
         }

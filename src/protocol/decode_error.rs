@@ -86,6 +86,7 @@ impl Tagged for ClientFrame {
         "rollback",
         "refresh",
         "delete_queue",
+        "presence",
     ];
 
     fn check_variant(op: &str, fields: Value) -> Option<Result<(), PathError>> {
@@ -110,6 +111,7 @@ impl Tagged for ClientFrame {
             "begin" | "commit" | "rollback" => check::<frame::Txn>(fields),
             "refresh" => check::<frame::Refresh>(fields),
             "delete_queue" => check::<frame::DeleteQueue>(fields),
+            "presence" => check::<frame::PresenceQuery>(fields),
             _ => None,
         }
     }
@@ -133,6 +135,8 @@ impl Tagged for ServerFrame {
         "job_reply",
         "draining",
         "ended",
+        "subscribed",
+        "presence",
     ];
 
     fn check_variant(op: &str, fields: Value) -> Option<Result<(), PathError>> {
@@ -148,6 +152,8 @@ impl Tagged for ServerFrame {
             "job_reply" => check::<jobs::JobReply>(fields),
             "draining" => check::<frame::Draining>(fields),
             "ended" => check::<frame::Ended>(fields),
+            "subscribed" => check::<frame::Subscribed>(fields),
+            "presence" => check::<frame::PresenceReply>(fields),
             _ => None,
         }
     }
@@ -527,7 +533,7 @@ mod tests {
     fn bincode_errors_are_sentences_naming_the_op() {
         let e = bin(&[99]);
         assert_eq!(e.code, ErrorCode::UnknownOp);
-        assert_eq!(e.message, "no operation has tag 99 (tags run from 0 to 22)");
+        assert_eq!(e.message, "no operation has tag 99 (tags run from 0 to 23)");
         let e = bin(&[]);
         assert_eq!(e.code, ErrorCode::Malformed);
         assert!(e.message.contains("empty"), "{e}");

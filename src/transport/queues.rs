@@ -70,7 +70,19 @@ pub(crate) async fn enqueue(
         .bodies
         .read(&mut body, app.config.session.max_payload)
         .await?;
-    let headers = message_headers(&req)?;
+    let mut headers = message_headers(&req)?;
+    // The standard name for an id that makes a retry safe.
+    if let Some(key) = req.headers().get("idempotency-key")
+        && !headers.contains_key(crate::broker::MSG_ID_HEADER)
+    {
+        let key = key.to_str().map_err(|_| {
+            ApiError::http(
+                super::error::HttpCode::InvalidHeader,
+                "header idempotency-key is not visible ASCII",
+            )
+        })?;
+        headers.insert(crate::broker::MSG_ID_HEADER.into(), key.to_owned());
+    }
     let queue = name.into_inner();
     let id = app
         .broker

@@ -795,3 +795,65 @@ fn drained_space_comes_back_at_a_restart_and_with_wharf_store_compact() {
     let b = TestBroker::start_in(&data, |_| {});
     assert_eq!(info(&b, "big")["depth"], 0);
 }
+
+#[test]
+fn an_enqueue_sent_again_with_its_message_id_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = TestBroker::start_in(&data, |_| {});
+    let once = || EnqueueOptions::default().msg_id("order-17");
+    block_on(async {
+        let c = connect(&b).await;
+        let first = c
+            .enqueue_with("orders", b"a".to_vec(), once())
+            .await
+            .unwrap();
+        let again = c
+            .enqueue_with("orders", b"a".to_vec(), once())
+            .await
+            .unwrap();
+        assert_eq!(again, first, "the retry gets the first one's seq");
+        let other = c
+            .enqueue_with(
+                "orders",
+                b"b".to_vec(),
+                EnqueueOptions::default().msg_id("order-18"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(other, first + 1);
+    });
+    // Over HTTP with the standard header, and with x-wharf-msg-id.
+    for extra in ["Idempotency-Key: pay-1\r\n", "x-wharf-msg-id: pay-1\r\n"] {
+        let (code, _, body) =
+            common::http_request(b.addr, "POST", "/queues/orders/messages", extra, "p");
+        assert_eq!(code, 201, "{body}");
+        let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"].as_u64();
+        assert_eq!(id, Some(3), "{extra}: {body}");
+    }
+    assert_eq!(info(&b, "orders")["depth"], 3);
+    b.stop().unwrap();
+    // After a restart the stored messages' ids are remembered again.
+    let b = TestBroker::start_in(&data, |_| {});
+    block_on(async {
+        let c = connect(&b).await;
+        let again = c
+            .enqueue_with("orders", b"a".to_vec(), once())
+            .await
+            .unwrap();
+        assert_eq!(again, 1);
+    });
+    assert_eq!(info(&b, "orders")["depth"], 3);
+}
+
+#[test]
+fn without_a_dedupe_window_a_repeated_id_is_a_new_message() {
+    let b = TestBroker::start(|c| c.queue_defaults.dedupe_window_ms = 0);
+    block_on(async {
+        let c = connect(&b).await;
+        let id = || EnqueueOptions::default().msg_id("x");
+        let first = c.enqueue_with("q", b"a".to_vec(), id()).await.unwrap();
+        let second = c.enqueue_with("q", b"a".to_vec(), id()).await.unwrap();
+        assert_eq!(second, first + 1);
+    });
+}

@@ -211,7 +211,7 @@ fn bincode_errors_read_as_sentences_and_json_in_binary_frames_is_named() {
         let e = error_for(&mut conn, ws::Message::Binary(Bytes::from_static(&[99]))).await;
         assert_eq!(e["code"], "unknown_op", "{e}");
         assert_eq!(
-            e["message"], "no operation has tag 99 (tags run from 0 to 22)",
+            e["message"], "no operation has tag 99 (tags run from 0 to 23)",
             "{e}"
         );
         // publish (tag 3), topic "t", then a payload announcing 50 bytes.

@@ -100,6 +100,7 @@ impl Cfg {
             },
             max_length: self.max_length,
             memory_window: 10_000,
+            dedupe_window_ms: 0,
         }
     }
 }
