@@ -91,11 +91,12 @@ pub enum BrokerError {
         reason: String,
     },
     /// The call was sent to the queue's home node, which did not answer
-    /// in time: it may have been carried out (an enqueue retried may be
-    /// stored twice).
+    /// in time: it may have been carried out (an enqueue sent again is
+    /// stored once only if it carries the same `msg-id`).
     #[error(
         "the queue's home node {home:?} did not answer ({why}): the request may or may not \
-         have been carried out there (an enqueue sent again may be stored twice)"
+         have been carried out there (an enqueue sent again with the same msg-id header is \
+         stored once)"
     )]
     HomeSilent {
         /// The home.

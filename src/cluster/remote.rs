@@ -798,6 +798,6 @@ mod tests {
         let e = answered("b", Err(CallError::Timeout(15_000)))
             .map(|_| ())
             .unwrap_err();
-        assert!(e.to_string().contains("stored twice"), "{e}");
+        assert!(e.to_string().contains("same msg-id"), "{e}");
     }
 }

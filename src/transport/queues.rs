@@ -292,15 +292,8 @@ pub struct BrowsedMessage {
 
 impl From<PeekedMessage> for BrowsedMessage {
     fn from(p: PeekedMessage) -> Self {
-        use base64::Engine as _;
         let m = p.message;
-        let (payload, payload_base64) = match std::str::from_utf8(&m.payload) {
-            Ok(text) => (Some(text.to_owned()), None),
-            Err(_) => (
-                None,
-                Some(base64::engine::general_purpose::STANDARD.encode(&m.payload)),
-            ),
-        };
+        let (payload, payload_base64) = super::topics::text_or_base64(&m.payload);
         BrowsedMessage {
             id: m.seq,
             priority: m.priority,
@@ -367,12 +360,7 @@ pub(crate) async fn browse(
         return Err(caller.forbidden(Right::Consume(&name)));
     }
     let q: BrowseQuery = query(&req)?;
-    if q.limit == 0 || q.limit > crate::broker::MAX_BROWSE {
-        return Err(ApiError::coded(
-            ErrorCode::InvalidField,
-            format!("limit {}: give 1 to {}", q.limit, crate::broker::MAX_BROWSE),
-        ));
-    }
+    super::topics::page_limit(q.limit, crate::broker::MAX_BROWSE)?;
     let page = app
         .broker
         .queues()

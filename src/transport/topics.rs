@@ -114,6 +114,30 @@ pub(crate) async fn publish(
     }))
 }
 
+/// `limit` when it is 1 to `max`; else `400 invalid_field`, saying so.
+pub(crate) fn page_limit(limit: usize, max: usize) -> Result<usize, ApiError> {
+    if limit == 0 || limit > max {
+        return Err(ApiError::coded(
+            crate::protocol::frame::ErrorCode::InvalidField,
+            format!("limit {limit}: give 1 to {max}"),
+        ));
+    }
+    Ok(limit)
+}
+
+/// A payload as the JSON answers show it: `(payload, payload_base64)`,
+/// the text when it is UTF-8, else its standard base64.
+pub(crate) fn text_or_base64(payload: &[u8]) -> (Option<String>, Option<String>) {
+    use base64::Engine as _;
+    match std::str::from_utf8(payload) {
+        Ok(text) => (Some(text.to_owned()), None),
+        Err(_) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(payload)),
+        ),
+    }
+}
+
 /// Most messages one `GET /topics/{t}/history` answers with.
 pub const MAX_HISTORY_PAGE: usize = 10_000;
 
@@ -174,15 +198,9 @@ pub(crate) async fn history(
     name: web::Path<String>,
     app: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    use base64::Engine as _;
     caller.require(Right::Subscribe(&name))?;
     let q: HistoryQuery = query(&req)?;
-    if q.limit == 0 || q.limit > MAX_HISTORY_PAGE {
-        return Err(ApiError::coded(
-            crate::protocol::frame::ErrorCode::InvalidField,
-            format!("limit {}: give 1 to {MAX_HISTORY_PAGE}", q.limit),
-        ));
-    }
+    page_limit(q.limit, MAX_HISTORY_PAGE)?;
     let topic = name.into_inner();
     let Some(page) = app
         .broker
@@ -201,13 +219,7 @@ pub(crate) async fn history(
         .into_iter()
         .map(|e| {
             let m = &e.message;
-            let (payload, payload_base64) = match std::str::from_utf8(&m.payload) {
-                Ok(text) => (Some(text.to_owned()), None),
-                Err(_) => (
-                    None,
-                    Some(base64::engine::general_purpose::STANDARD.encode(&m.payload)),
-                ),
-            };
+            let (payload, payload_base64) = text_or_base64(&m.payload);
             HistoryMessage {
                 offset: m.seq,
                 time_ms: e.time_ms,
@@ -274,12 +286,7 @@ pub(crate) async fn presence(
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Right::Subscribe(&name))?;
     let q: PresenceQuery = query(&req)?;
-    if q.limit == 0 || q.limit > 1000 {
-        return Err(ApiError::coded(
-            crate::protocol::frame::ErrorCode::InvalidField,
-            format!("limit {}: give 1 to 1000", q.limit),
-        ));
-    }
+    page_limit(q.limit, 1000)?;
     let topic = name.into_inner();
     let Some(page) = app
         .broker

@@ -507,6 +507,30 @@ fn queue_depth(b: &TestBroker, queue: &str) -> Option<u64> {
 }
 
 #[test]
+fn an_enqueue_repeated_with_its_message_id_on_other_nodes_is_stored_once_at_the_home() {
+    let nats = Nats::start();
+    let a = homing_node(&nats.url(), "a");
+    let b = homing_node(&nats.url(), "b");
+    let c = homing_node(&nats.url(), "c");
+    block_on(async {
+        let once = || wharf::client::EnqueueOptions::default().msg_id("order-1");
+        let on_a = client(&a).await;
+        let first = on_a
+            .enqueue_with("orders", b"o".to_vec(), once())
+            .await
+            .unwrap();
+        // The retry arrives through another node: the home decides.
+        let on_c = client(&c).await;
+        let again = on_c
+            .enqueue_with("orders", b"o".to_vec(), once())
+            .await
+            .unwrap();
+        assert_eq!(again, first);
+    });
+    assert_eq!(queue_depth(&b, "orders"), Some(1));
+}
+
+#[test]
 fn a_queue_homed_on_b_is_fed_on_a_and_consumed_on_c() {
     let nats = Nats::start();
     let a = homing_node(&nats.url(), "a");
