@@ -1,5 +1,5 @@
 //! The `wharf` binary's client commands: `pub`, `sub`, `queue`, `job`,
-//! `top` and `completions`. Each group has its own file; this one holds
+//! `cluster`, `top` and `completions`. Each group has its own file; this one holds
 //! the connection options they share, the error they end with, and the
 //! dispatch.
 //!
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+mod cluster;
 mod error;
 mod http;
 mod job;
@@ -164,6 +165,8 @@ pub enum ClientCommand {
     Job(job::JobArgs),
     /// A live view of the broker, refreshed every second.
     Top(top::TopArgs),
+    /// This node's view of its cluster (HTTP; needs admin).
+    Cluster(cluster::ClusterArgs),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -185,6 +188,7 @@ pub fn run(command: ClientCommand, app: fn() -> clap::Command) -> ExitCode {
         ClientCommand::Queue(args) => block_on(queue::run(args)),
         ClientCommand::Job(args) => block_on(job::run(args)),
         ClientCommand::Top(args) => block_on(top::run(args)),
+        ClientCommand::Cluster(args) => block_on(cluster::run(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -99,6 +99,11 @@ pub enum QueueCommand {
         /// A message header, NAME=VALUE (repeatable).
         #[arg(long = "header", value_name = "NAME=VALUE")]
         headers: Vec<String>,
+        /// The message's id: sent again with the same id within the
+        /// queue's dedupe window, it is stored once (the first id is
+        /// printed again).
+        #[arg(long, value_name = "ID")]
+        msg_id: Option<String>,
     },
 }
 
@@ -181,8 +186,12 @@ pub async fn run(args: QueueArgs) -> Result<(), CliError> {
             priority,
             ttl_ms,
             headers,
+            msg_id,
         } => {
-            let headers = super::parse_headers(&headers)?;
+            let mut headers = super::parse_headers(&headers)?;
+            if let Some(id) = msg_id {
+                headers.insert(wharf::broker::MSG_ID_HEADER.into(), id);
+            }
             let payload = super::message_or_stdin(message.as_deref())?;
             let q = query(&[
                 ("priority", priority.map(|v| v.to_string())),

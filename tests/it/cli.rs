@@ -492,3 +492,62 @@ fn https_and_wss_with_a_private_ca() {
         "{q:?}"
     );
 }
+
+#[test]
+fn queue_enqueue_with_a_message_id_is_stored_once() {
+    let b = TestBroker::start(|_| {});
+    let first = wharf(
+        &b,
+        &["queue", "enqueue", "cli.once", "m", "--msg-id", "x-1"],
+    );
+    let again = wharf(
+        &b,
+        &["queue", "enqueue", "cli.once", "m", "--msg-id", "x-1"],
+    );
+    assert!(first.ok() && again.ok(), "{first:?} {again:?}");
+    assert_eq!(first.stdout.trim(), "1");
+    assert_eq!(again.stdout.trim(), "1", "the same message: {again:?}");
+}
+
+#[test]
+fn cluster_status_names_the_link_and_the_other_nodes_and_fails_when_the_link_is_down() {
+    let single = TestBroker::start(|_| {});
+    let s = wharf(&single, &["cluster", "status"]);
+    assert!(s.ok(), "{s:?}");
+    assert!(s.stdout.contains("not in a cluster"), "{s:?}");
+    let nats = crate::cluster::Nats::start();
+    let a = crate::cluster::node(&nats.url(), "a");
+    let b = crate::cluster::node(&nats.url(), "b");
+    assert!(
+        common::wait_until(Duration::from_secs(20), || {
+            let s = wharf(&a, &["cluster", "status"]);
+            s.ok() && s.stdout.contains("b     up")
+        }),
+        "a hears b: {:?}",
+        wharf(&a, &["cluster", "status"])
+    );
+    let s = wharf(&a, &["cluster", "status"]);
+    assert!(s.stdout.contains("node a  link connected"), "{s:?}");
+    let json = wharf(&a, &["cluster", "status", "--json"]);
+    assert!(json.stdout.contains("\"peers\""), "{json:?}");
+    // b stops: it says bye and is no longer listed; the link is fine.
+    b.stop().unwrap();
+    assert!(
+        common::wait_until(Duration::from_secs(20), || {
+            let s = wharf(&a, &["cluster", "status"]);
+            s.ok() && s.stdout.contains("no other node heard")
+        }),
+        "{:?}",
+        wharf(&a, &["cluster", "status"])
+    );
+    // NATS goes: the link is down, and the status says so with exit 1.
+    drop(nats);
+    assert!(
+        common::wait_until(Duration::from_secs(20), || {
+            let s = wharf(&a, &["cluster", "status"]);
+            !s.ok() && s.stderr.contains("the NATS link is")
+        }),
+        "{:?}",
+        wharf(&a, &["cluster", "status"])
+    );
+}
