@@ -212,10 +212,29 @@ pub async fn serve(
     let workers = config.server.effective_http_workers();
     let routes = wharf.configure();
     let write_timeout = Duration::from_secs(config.session.write_timeout_s);
+    let stopping_flag = wharf.app_state().streams;
     let make_app = move || {
+        let stopping = stopping_flag.clone();
         App::new()
             .configure(routes.clone())
             .default_service(web::to(transport::not_found))
+            // Once the broker stops, each answer closes its connection: a
+            // client that keeps one alive (a browser, an agent polling)
+            // would otherwise hold the graceful stop for as long as it
+            // sends requests.
+            .wrap_fn(move |req, srv| {
+                let closing = stopping.is_closed();
+                let answer = actix_web::dev::Service::call(srv, req);
+                async move {
+                    let mut res = answer.await?;
+                    if closing {
+                        res.response_mut()
+                            .head_mut()
+                            .set_connection_type(actix_http::ConnectionType::Close);
+                    }
+                    Ok(res)
+                }
+            })
     };
     let builder = actix_server::Server::build()
         .workers(workers)

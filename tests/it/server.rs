@@ -444,3 +444,44 @@ fn binary_reloads_jwt_keys_on_sighup() {
     broker.signal("TERM");
     assert_eq!(broker.wait_exit(Duration::from_secs(20)).code(), Some(0));
 }
+
+#[test]
+fn once_the_broker_stops_a_kept_alive_http_connection_is_closed_after_its_next_answer() {
+    use std::io::{Read, Write};
+    let b = common::TestBroker::start(|c| c.server.shutdown_timeout_s = 30);
+    let addr = b.addr;
+    let mut t = std::net::TcpStream::connect(addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // One answer on a kept-alive connection: it stays open.
+    let mut ask = |t: &mut std::net::TcpStream| -> String {
+        write!(t, "GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&got).contains("\"status\"") {
+            match t.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&got).to_lowercase()
+    };
+    let first = ask(&mut t);
+    assert!(first.starts_with("http/1.1 200"), "{first}");
+    assert!(!first.contains("connection: close"), "{first}");
+    // The stop begins (with a long graceful timeout, which this
+    // connection must not hold up).
+    let stopping = std::thread::spawn(move || b.stop());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = ask(&mut t);
+        if answer.contains("connection: close") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never told to close: {answer}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ... and the broker closes it after that answer.
+    let mut rest = [0u8; 64];
+    assert!(matches!(t.read(&mut rest), Ok(0)), "closed by the broker");
+    stopping.join().unwrap().expect("a clean stop");
+}
