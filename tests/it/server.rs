@@ -453,7 +453,7 @@ fn once_the_broker_stops_a_kept_alive_http_connection_is_closed_after_its_next_a
     let mut t = std::net::TcpStream::connect(addr).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // One answer on a kept-alive connection: it stays open.
-    let mut ask = |t: &mut std::net::TcpStream| -> String {
+    let ask = |t: &mut std::net::TcpStream| -> String {
         write!(t, "GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 1024];
