@@ -386,7 +386,10 @@ impl QueueState {
             return Err(QueueError::Full(self.opts.max_length));
         }
         if let Some(seq) = self.duplicate_of(&m.headers, now) {
-            return Ok((seq, None));
+            // Confirmed once everything submitted before, the first one
+            // included, is on disk: an empty group behind it.
+            let durable = self.writer.as_ref().map(|w| w.submit(Vec::new()));
+            return Ok((seq, durable.transpose().map_err(QueueError::Store)?));
         }
         let with = std::mem::take(&mut m.with);
         let msg = self.stamp(m, now);

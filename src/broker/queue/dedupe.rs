@@ -6,6 +6,10 @@
 //! duplicate. Like JetStream's `Nats-Msg-Id`, the id is the client's to
 //! choose and to keep unique.
 //!
+//! A repeat is confirmed once the store has committed everything
+//! submitted before it (an empty group behind the first message's), so
+//! it is never confirmed before the message it names is on disk.
+//!
 //! The ids are the queue's state, kept in its task like the rest: the
 //! ids seen in the window, at most [`MAX_IDS`] (the oldest forgotten
 //! first), made again at start from the messages the store gives back
