@@ -3,8 +3,12 @@
 //! missed, or learns that it cannot.
 //!
 //! A topic with history keeps its last `size` messages (none older than
-//! `ttl_s`) in memory, as the same `Arc<Published>` its subscribers got,
-//! and in the store (`store/history.rs`). A message's *offset* is its
+//! `ttl_s`) in memory, at first as the same `Arc<Published>` its
+//! subscribers got, and in the store (`store/history.rs`). A payload read
+//! off a connection is a slice of that connection's read buffer, which
+//! it keeps alive; so the flush, once a second, also gives each new kept
+//! message a payload of its own (copying only what is still kept: at
+//! 2 M msg/s into a history of 10,000, 10,000 copies a second, not 2 M). A message's *offset* is its
 //! topic `seq`: consecutive from 1, and continued across restarts. The
 //! topic's *epoch* names one unbroken run of offsets: it changes whenever
 //! the history may have lost messages (a start after an unclean shutdown,
@@ -298,7 +302,9 @@ impl History {
         }
     }
 
-    /// The store writes that bring the disk up to date with memory: the
+    /// The store writes that bring the disk up to date with memory (and
+    /// the new messages' payloads copied out of the read buffers they
+    /// were sliced from, since they are kept): the
     /// epoch if new, messages not yet written, and a range delete of
     /// those pushed out, and how many messages they write. Marked done
     /// at once: a refused submission is retried through
@@ -332,7 +338,14 @@ impl History {
             self.trimmed = oldest - 1;
         }
         let mut messages = 0;
-        for e in self.kept.iter().filter(|e| e.message.seq > self.flushed) {
+        for e in self
+            .kept
+            .iter_mut()
+            .filter(|e| e.message.seq > self.flushed)
+        {
+            // Kept past a second now: with a payload of its own, so that
+            // it no longer holds the read buffer it was sliced from.
+            e.message = Arc::new(e.message.unshared());
             let m = &e.message;
             messages += 1;
             writes.push(history_writes::put(

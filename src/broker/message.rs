@@ -120,6 +120,25 @@ impl Published {
         kept
     }
 
+    /// A copy whose payload has an allocation of its own, for what keeps
+    /// a message for long (a topic's history): a payload read off a
+    /// connection is a slice of that connection's read buffer, and
+    /// keeping the slice would keep the whole buffer.
+    pub fn unshared(&self) -> Published {
+        let mut kept = Published::new(
+            self.topic.clone(),
+            self.seq,
+            Bytes::copy_from_slice(&self.payload),
+            self.headers.clone(),
+            self.priority,
+            false,
+        )
+        .with_qos(self.qos)
+        .with_origin(self.origin, self.retain_flag);
+        kept.epoch = self.epoch.clone();
+        kept
+    }
+
     /// The message's encoding in `slot`, made by `encode` on first use and
     /// shared afterwards (by every subscriber using that format).
     pub fn encoded(&self, slot: EncodingSlot, encode: impl FnOnce(&Published) -> Bytes) -> Bytes {
