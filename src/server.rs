@@ -227,7 +227,8 @@ pub async fn serve(
                 let answer = actix_web::dev::Service::call(srv, req);
                 async move {
                     let mut res = answer.await?;
-                    if closing {
+                    // Not an upgrade: its 101 must say `upgrade`.
+                    if closing && res.status() != actix_web::http::StatusCode::SWITCHING_PROTOCOLS {
                         res.response_mut()
                             .head_mut()
                             .set_connection_type(actix_http::ConnectionType::Close);

@@ -183,7 +183,8 @@ impl TopicHistory<'_> {
     pub async fn flush(&self) -> usize {
         let mut left = 0;
         for topic in self.history_topics() {
-            if let Ok(true) = topic.submit(|t| t.flush_history()).await {
+            // Refused by the writer, or by the topic's queue: unwritten.
+            if !matches!(topic.submit(|t| t.flush_history()).await, Ok(false)) {
                 left += 1;
             }
         }

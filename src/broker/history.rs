@@ -88,6 +88,13 @@ pub struct Recovery {
 }
 
 impl Recovery {
+    /// The same answer, not recovered after all, for `why`.
+    pub(crate) fn missed(mut self, why: String) -> Self {
+        self.recovered = false;
+        self.reason = Some(why);
+        self
+    }
+
     fn not(epoch: &str, offset: u64, reason: String) -> Self {
         Recovery {
             epoch: epoch.to_owned(),
@@ -119,6 +126,8 @@ pub(crate) struct History {
     flushed: u64,
     /// Offsets up to here are gone from the store (or were never written).
     trimmed: u64,
+    /// The latest offset the store's epoch record names.
+    recorded: u64,
     /// The epoch record is still to be written.
     epoch_unwritten: bool,
 }
@@ -133,6 +142,7 @@ impl History {
             kept: VecDeque::new(),
             flushed: latest,
             trimmed: 0,
+            recorded: 0,
             epoch_unwritten: true,
         }
     }
@@ -143,16 +153,20 @@ impl History {
     pub(crate) fn restored(
         decl: &HistoryDecl,
         topic: &Arc<str>,
-        epoch: Option<String>,
+        epoch: Option<(String, u64)>,
         mut stored: Vec<StoredEntry>,
         renew: bool,
     ) -> (Self, u64) {
-        let latest = stored.last().map_or(0, |e| e.offset);
+        // The latest offset used: the last stored message, or what the
+        // epoch record names (its messages may all be gone).
+        let base = epoch.as_ref().map_or(0, |(_, base)| *base);
+        let latest = stored.last().map_or(0, |e| e.offset).max(base);
+        let epoch = epoch.map(|(e, _)| e);
         // Only an unbroken run up to the latest offset is a history: a
         // client whose offset falls before a gap is told it cannot recover.
         let start = stored
             .windows(2)
-            .rposition(|w| w[1].offset != w[0].offset + 1)
+            .rposition(|w| w[1].offset != w[0].offset.saturating_add(1))
             .map_or(0, |i| i + 1);
         let fresh = renew || epoch.is_none();
         let mut h = History {
@@ -164,7 +178,12 @@ impl History {
             ttl_ms: decl.ttl_s.saturating_mul(1000),
             kept: VecDeque::with_capacity(stored.len() - start),
             flushed: latest,
-            trimmed: stored.get(start).map_or(latest, |e| e.offset - 1),
+            // From the first stored message: the first flush deletes what
+            // lies before the kept run (an earlier gap's leftovers too).
+            trimmed: stored
+                .first()
+                .map_or(latest, |e| e.offset.saturating_sub(1)),
+            recorded: base,
             epoch_unwritten: fresh,
         };
         for e in stored.drain(start..) {
@@ -184,6 +203,12 @@ impl History {
         }
         h.trim(now_ms());
         (h, latest)
+    }
+
+    /// Drops every kept message (their run is broken): a position among
+    /// them is then told it cannot be recovered.
+    pub(crate) fn forget_kept(&mut self) {
+        self.kept.clear();
     }
 
     /// Takes a new `[[history]]` entry's size and age limit.
@@ -309,34 +334,40 @@ impl History {
     /// those pushed out, and how many messages they write. Marked done
     /// at once: a refused submission is retried through
     /// [`History::unflush`].
-    pub(crate) fn flush(&mut self, topic: &str) -> (Vec<Write>, FlushMark, u64) {
+    pub(crate) fn flush(&mut self, topic: &str, latest: u64) -> (Vec<Write>, FlushMark, u64) {
+        self.trim(now_ms());
         let mark = FlushMark {
             flushed: self.flushed,
             trimmed: self.trimmed,
+            recorded: self.recorded,
             epoch_unwritten: self.epoch_unwritten,
         };
         let mut writes = Vec::new();
         if self.epoch_unwritten {
             // A new epoch owns nothing the old one wrote.
             writes.push(history_writes::delete(topic, 0, u64::MAX));
-            writes.push(history_writes::put_epoch(topic, &self.epoch));
             self.epoch_unwritten = false;
             self.trimmed = 0;
             self.flushed = self
                 .kept
                 .front()
-                .map_or(self.flushed, |e| e.message.seq - 1);
+                .map_or(self.flushed, |e| e.message.seq.saturating_sub(1));
         }
-        let oldest = self.kept.front().map(|e| e.message.seq);
-        if let Some(oldest) = oldest
-            && oldest > self.trimmed + 1
-            && !mark.epoch_unwritten
-        {
-            writes.push(history_writes::delete(topic, self.trimmed + 1, oldest - 1));
+        if mark.epoch_unwritten || latest > self.recorded {
+            // The epoch with the latest offset used under it: a restart
+            // goes on after it even when no message of it is kept.
+            writes.push(history_writes::put_epoch(topic, &self.epoch, latest));
+            self.recorded = latest;
         }
-        if let Some(oldest) = oldest {
-            self.trimmed = oldest - 1;
+        // Offsets up to here are no longer kept: gone from disk too.
+        let upto = self
+            .kept
+            .front()
+            .map_or(self.flushed, |e| e.message.seq.saturating_sub(1));
+        if upto > self.trimmed && !mark.epoch_unwritten {
+            writes.push(history_writes::delete(topic, self.trimmed + 1, upto));
         }
+        self.trimmed = self.trimmed.max(upto);
         let mut messages = 0;
         for e in self
             .kept
@@ -363,6 +394,7 @@ impl History {
     pub(crate) fn unflush(&mut self, mark: FlushMark) {
         self.flushed = mark.flushed;
         self.trimmed = mark.trimmed;
+        self.recorded = mark.recorded;
         self.epoch_unwritten = mark.epoch_unwritten;
     }
 
@@ -377,5 +409,90 @@ impl History {
 pub(crate) struct FlushMark {
     flushed: u64,
     trimmed: u64,
+    recorded: u64,
     epoch_unwritten: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decl(size: usize) -> HistoryDecl {
+        HistoryDecl {
+            filter: "#".into(),
+            size,
+            ttl_s: 0,
+        }
+    }
+
+    fn message(topic: &Arc<str>, seq: u64) -> Arc<Published> {
+        Arc::new(Published::new(
+            topic.clone(),
+            seq,
+            bytes::Bytes::from_static(b"m"),
+            Default::default(),
+            Priority::Normal,
+            false,
+        ))
+    }
+
+    fn epoch_record(writes: &[Write]) -> Option<u64> {
+        writes.iter().find_map(|w| match w {
+            Write::Put { key, value, .. } if key.ends_with(&[0xFF, 0, 0, 0, 0, 0, 0, 0, 0]) => {
+                Some(u64::from_be_bytes(value[..8].try_into().ok()?))
+            }
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn the_epoch_record_names_the_latest_offset_even_with_nothing_kept() {
+        let topic: Arc<str> = "t".into();
+        // A history that begins at offset 5 (an entry added by a reload).
+        let mut h = History::new(&decl(10), 5);
+        let (writes, _, messages) = h.flush(&topic, 5);
+        assert_eq!((epoch_record(&writes), messages), (Some(5), 0));
+        // Read back with no message: the offsets go on after 5.
+        let (back, latest) = History::restored(
+            &decl(10),
+            &topic,
+            Some((h.epoch.to_string(), 5)),
+            Vec::new(),
+            false,
+        );
+        assert_eq!((latest, &*back.epoch), (5, &*h.epoch));
+        // New messages move the record on at the next flush.
+        h.push(message(&topic, 6));
+        let (writes, _, messages) = h.flush(&topic, 6);
+        assert_eq!((epoch_record(&writes), messages), (Some(6), 1));
+        let (writes, _, _) = h.flush(&topic, 6);
+        assert!(writes.is_empty(), "nothing new: {writes:?}");
+    }
+
+    #[test]
+    fn a_restored_run_after_a_gap_is_what_recovers() {
+        let topic: Arc<str> = "t".into();
+        let entry = |offset| StoredEntry {
+            offset,
+            time_ms: now_ms(),
+            headers: Default::default(),
+            payload: bytes::Bytes::from_static(b"m"),
+        };
+        let stored = vec![entry(1), entry(2), entry(5), entry(6)];
+        let (mut h, latest) =
+            History::restored(&decl(10), &topic, Some(("e".into(), 6)), stored, false);
+        assert_eq!(latest, 6);
+        let (r, missed) = h.recover(Some(("e", 4)), 6);
+        assert!(r.recovered && missed.len() == 2, "{r:?}");
+        let (r, _) = h.recover(Some(("e", 2)), 6);
+        assert!(!r.recovered, "3 and 4 are gone: {r:?}");
+        // The first flush deletes what lies before the kept run.
+        let (writes, _, _) = h.flush(&topic, 6);
+        assert!(
+            writes
+                .iter()
+                .any(|w| matches!(w, Write::DeleteRange { .. })),
+            "{writes:?}"
+        );
+    }
 }

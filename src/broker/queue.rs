@@ -381,15 +381,18 @@ impl QueueState {
         if self.draining {
             return Err(QueueError::Draining);
         }
-        if self.holds() >= self.opts.max_length {
-            self.stats.refused += 1;
-            return Err(QueueError::Full(self.opts.max_length));
-        }
-        if let Some(seq) = self.duplicate_of(&m.headers, now) {
+        // A client's enqueue only (a move carries the source's delete).
+        if m.with.is_empty()
+            && let Some(seq) = self.duplicate_of(&m.headers, now)
+        {
             // Confirmed once everything submitted before, the first one
             // included, is on disk: an empty group behind it.
             let durable = self.writer.as_ref().map(|w| w.submit(Vec::new()));
             return Ok((seq, durable.transpose().map_err(QueueError::Store)?));
+        }
+        if self.holds() >= self.opts.max_length {
+            self.stats.refused += 1;
+            return Err(QueueError::Full(self.opts.max_length));
         }
         let with = std::mem::take(&mut m.with);
         let msg = self.stamp(m, now);

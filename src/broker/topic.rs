@@ -310,15 +310,29 @@ impl TopicState {
             return Ok(recovery);
         }
         self.touched = true;
+        let mut recovery = recovery;
         if sub.is_cancelled() || self.subs.contains(&sub) {
-            return Ok(recovery);
+            return Ok(recovery.missed("the subscription ended, or exists already".into()));
         }
+        // What the subscriber's buffer would not take is not recovered.
+        let mut dropped = 0usize;
         for m in &missed {
-            if sub.sink.deliver(&sub, m) == DeliveryOutcome::Closed {
-                return Ok(recovery);
+            match sub.sink.deliver(&sub, m) {
+                DeliveryOutcome::Queued => {}
+                DeliveryOutcome::Dropped => dropped += 1,
+                DeliveryOutcome::Closed => {
+                    return Ok(recovery.missed("the subscriber went during the replay".into()));
+                }
             }
         }
         self.subs.push(sub);
+        if dropped > 0 {
+            recovery = recovery.missed(format!(
+                "{dropped} of the {} missed messages did not fit the subscriber's buffer \
+                 (its slow-consumer policy dropped them)",
+                missed.len()
+            ));
+        }
         Ok(recovery)
     }
 
@@ -339,11 +353,17 @@ impl TopicState {
     pub(crate) fn restore_history(
         &mut self,
         decl: &HistoryDecl,
-        epoch: Option<String>,
+        epoch: Option<(String, u64)>,
         stored: Vec<StoredEntry>,
         renew: bool,
     ) {
-        let (h, latest) = History::restored(decl, &self.name, epoch, stored, renew);
+        let (mut h, latest) = History::restored(decl, &self.name, epoch, stored, renew);
+        if self.seq > latest {
+            // The retained message (written at once) is ahead of the
+            // history (written a second at a time): the offsets between
+            // are gone, so the kept ones are no unbroken run up to now.
+            h.forget_kept();
+        }
         self.seq = self.seq.max(latest);
         self.history = Some(Box::new(h));
     }
@@ -374,7 +394,7 @@ impl TopicState {
         let (Some(h), Some(writer)) = (&mut self.history, &self.writer) else {
             return false;
         };
-        let (writes, mark, messages): (_, FlushMark, _) = h.flush(&self.name);
+        let (writes, mark, messages): (_, FlushMark, _) = h.flush(&self.name, self.seq);
         if writes.is_empty() {
             return false;
         }

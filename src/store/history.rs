@@ -1,5 +1,6 @@
 //! Topic history on disk: tree `history`, key = `topic | 0xFF | offset (u64
-//! BE)`. Offset 0 holds the topic's epoch (its UTF-8 bytes); every other
+//! BE)`. Offset 0 holds the topic's epoch (the latest offset used under
+//! it, u64 BE, then the epoch's UTF-8 bytes); every other
 //! offset a message: `time (u64 BE, Unix ms) | headers | payload`. 0xFF
 //! never occurs in UTF-8, so a topic's records are contiguous and in
 //! offset order. The broker's topics write these (`broker/history.rs`):
@@ -19,8 +20,9 @@ const TREE: &str = "history";
 pub struct HistoryRecord {
     /// The topic.
     pub topic: String,
-    /// Its epoch, if the record of it was read.
-    pub epoch: Option<String>,
+    /// Its epoch and the latest offset used under it, if the record of
+    /// it was read.
+    pub epoch: Option<(String, u64)>,
     /// Its messages, oldest first.
     pub messages: Vec<StoredEntry>,
 }
@@ -46,13 +48,23 @@ fn key(topic: &str, offset: u64) -> Vec<u8> {
     k
 }
 
-/// The write that stores `topic`'s epoch.
-pub fn put_epoch(topic: &str, epoch: &str) -> Write {
+/// The write that stores `topic`'s epoch and the latest offset used
+/// under it.
+pub fn put_epoch(topic: &str, epoch: &str, latest: u64) -> Write {
+    let mut value = Vec::with_capacity(8 + epoch.len());
+    value.extend_from_slice(&latest.to_be_bytes());
+    value.extend_from_slice(epoch.as_bytes());
     Write::Put {
         tree: TREE,
         key: key(topic, 0),
-        value: epoch.as_bytes().to_vec(),
+        value,
     }
+}
+
+fn decode_epoch(value: &[u8]) -> Option<(String, u64)> {
+    let latest = u64::from_be_bytes(value.get(..8)?.try_into().ok()?);
+    let epoch = std::str::from_utf8(value.get(8..)?).ok()?;
+    Some((epoch.to_owned(), latest))
 }
 
 /// The write that stores message `offset` of `topic`.
@@ -124,7 +136,7 @@ impl Store {
                     return true;
                 };
                 if offset == 0 {
-                    record.epoch = std::str::from_utf8(v).ok().map(str::to_owned);
+                    record.epoch = decode_epoch(v);
                 } else if let Some(e) = decode_entry(offset, v) {
                     record.messages.push(e);
                 } else {
@@ -157,6 +169,11 @@ mod tests {
         assert_eq!((e.time_ms, &e.payload[..]), (123, &b"hi"[..]));
         assert_eq!(e.headers.get("k").map(String::as_str), Some("v"));
         assert!(split(b"short").is_none());
+        let Write::Put { value, .. } = put_epoch("t", "9f3c01ab22d4", 42) else {
+            panic!("a put");
+        };
+        assert_eq!(decode_epoch(&value), Some(("9f3c01ab22d4".into(), 42)));
+        assert_eq!(decode_epoch(&value[..7]), None);
         for cut in 0..12 {
             assert!(decode_entry(1, &value[..cut]).is_none(), "cut at {cut}");
         }

@@ -11,10 +11,14 @@
 //! it is never confirmed before the message it names is on disk.
 //!
 //! The ids are the queue's state, kept in its task like the rest: the
-//! ids seen in the window, at most [`MAX_IDS`] (the oldest forgotten
-//! first), made again at start from the messages the store gives back
-//! (those still in the queue and in memory). In a cluster the id travels
-//! with the message's headers to the queue's home, which decides.
+//! ids seen in the window, at most [`MAX_IDS`] of at most
+//! [`MAX_ID_BYTES`] (the oldest forgotten first), made again at start
+//! from the messages the store gives back into memory (not those past
+//! `memory_window`, nor those already consumed). Only a client's enqueue
+//! is checked: a message moved between queues (dead-lettered, redriven,
+//! moved) keeps its id and is never taken for a repeat. In a cluster the
+//! id travels with the message's headers to the queue's home, which
+//! decides.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -27,6 +31,10 @@ pub const MSG_ID_HEADER: &str = "msg-id";
 
 /// Most ids one queue remembers at once.
 pub const MAX_IDS: usize = 100_000;
+
+/// Longest id deduplicated, in bytes: a longer one makes no promise (it
+/// would be kept in memory for the whole window).
+pub const MAX_ID_BYTES: usize = 256;
 
 /// The ids a queue took lately, each with the seq it got.
 #[derive(Debug, Default)]
@@ -70,6 +78,7 @@ impl super::QueueState {
         }
         let id = headers.get(MSG_ID_HEADER)?;
         let d = self.dedupe.as_mut()?;
+        // Ids are forgotten on the way, so the map shrinks as they age.
         d.forget_before(now.saturating_sub(window));
         d.seen.get(id.as_str()).copied()
     }
@@ -81,7 +90,11 @@ impl super::QueueState {
         if window == 0 || m.enqueued_ms.saturating_add(window) < now {
             return;
         }
-        if let Some(id) = m.headers.get(MSG_ID_HEADER) {
+        if let Some(id) = m
+            .headers
+            .get(MSG_ID_HEADER)
+            .filter(|id| id.len() <= MAX_ID_BYTES)
+        {
             self.dedupe
                 .get_or_insert_with(Box::default)
                 .remember(id, m.seq, m.enqueued_ms);
