@@ -381,14 +381,8 @@ impl QueueState {
         if self.draining {
             return Err(QueueError::Draining);
         }
-        // A client's enqueue only (a move carries the source's delete).
-        if m.with.is_empty()
-            && let Some(seq) = self.duplicate_of(&m.headers, now)
-        {
-            // Confirmed once everything submitted before, the first one
-            // included, is on disk: an empty group behind it.
-            let durable = self.writer.as_ref().map(|w| w.submit(Vec::new()));
-            return Ok((seq, durable.transpose().map_err(QueueError::Store)?));
+        if let Some(answer) = self.repeat_of(&m, now) {
+            return answer;
         }
         if self.holds() >= self.opts.max_length {
             self.stats.refused += 1;

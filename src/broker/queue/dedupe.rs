@@ -69,6 +69,30 @@ impl Dedupe {
 }
 
 impl super::QueueState {
+    /// The answer to an enqueue that repeats one the queue took (a
+    /// client's enqueue only: a move carries the source's delete), if it
+    /// does: the first one's seq, confirmed once everything submitted
+    /// before, the first one included, is on disk (an empty group behind
+    /// it).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn repeat_of(
+        &mut self,
+        m: &super::Incoming,
+        now: u64,
+    ) -> Option<Result<(u64, Option<crate::store::Durable>), super::QueueError>> {
+        if !m.with.is_empty() {
+            return None;
+        }
+        let seq = self.duplicate_of(&m.headers, now)?;
+        let durable = self.writer.as_ref().map(|w| w.submit(Vec::new()));
+        Some(
+            durable
+                .transpose()
+                .map(|d| (seq, d))
+                .map_err(super::QueueError::Store),
+        )
+    }
+
     /// The seq of the message an enqueue with `headers` repeats, if it
     /// carries an id the queue took within its window.
     pub(crate) fn duplicate_of(&mut self, headers: &Headers, now: u64) -> Option<u64> {
