@@ -24,6 +24,9 @@ pub enum BrokerError {
     /// The store writer is too far behind to take the write; try again.
     #[error(transparent)]
     StoreBusy(SubmitError),
+    /// Only the broker publishes there (presence events).
+    #[error("only the broker publishes to {0:?} (presence events)")]
+    ReservedTopic(String),
     /// Creating the topic would pass `topics.max_topics`.
     #[error("too many topics: at most {0}")]
     TooManyTopics(usize),
@@ -117,6 +120,7 @@ impl BrokerError {
             | BrokerError::Contended
             | BrokerError::StoreBusy(_) => ErrorCode::Overloaded,
             BrokerError::TooManyTopics(_) => ErrorCode::TooManyTopics,
+            BrokerError::ReservedTopic(_) => ErrorCode::Forbidden,
             BrokerError::Task(_) | BrokerError::Store(_) => ErrorCode::Internal,
             BrokerError::QueueFull(_) => ErrorCode::QueueFull,
             BrokerError::QueueDraining => ErrorCode::Conflict,

@@ -61,6 +61,11 @@ pub(crate) struct Presence {
     /// By connection: its member, and the subscriptions (ids) it holds
     /// on the topic (a member leaves with its last one).
     members: HashMap<u64, (Member, Vec<Arc<str>>)>,
+    /// Members dropped with their closed subscriptions (by a publish or
+    /// a sweep) whose leave is still to be announced: the next
+    /// unsubscribe on the topic hands them over. At most one per member
+    /// that was.
+    gone: Vec<Member>,
 }
 
 /// A cursor: `connection:client_id` of the last member of a page.
@@ -99,21 +104,36 @@ impl Presence {
     }
 
     /// Takes subscription `id` of connection `sink` away; returns the
-    /// member if that was its last one.
-    pub(crate) fn leave(&mut self, sink: u64, id: &str) -> Option<Member> {
-        let (_, subs) = self.members.get_mut(&sink)?;
-        subs.retain(|s| &**s != id);
-        if subs.is_empty() {
-            return self.members.remove(&sink).map(|(m, _)| m);
+    /// members that left: this one if that was its last subscription,
+    /// and those dropped earlier without a word.
+    pub(crate) fn leave(&mut self, sink: u64, id: &str) -> Vec<Member> {
+        let mut left = std::mem::take(&mut self.gone);
+        if let Some((_, subs)) = self.members.get_mut(&sink) {
+            subs.retain(|s| &**s != id);
+            if subs.is_empty()
+                && let Some((m, _)) = self.members.remove(&sink)
+            {
+                left.push(m);
+            }
         }
-        None
+        left
     }
 
     /// Keeps only the members that still hold one of `live` (the topic's
-    /// subscriptions after it dropped the closed ones).
+    /// subscriptions after it dropped the closed ones); the others' leaves
+    /// wait for the next unsubscribe. One pass over each.
     pub(crate) fn retain_live(&mut self, live: &[Subscription]) {
-        self.members.retain(|sink, (_, subs)| {
-            subs.retain(|id| live.iter().any(|s| s.sink.id() == *sink && s.id == *id));
+        if self.members.is_empty() {
+            return;
+        }
+        let alive: std::collections::HashSet<(u64, &str)> =
+            live.iter().map(|s| (s.sink.id(), &*s.id)).collect();
+        let gone = &mut self.gone;
+        self.members.retain(|sink, (m, subs)| {
+            subs.retain(|id| alive.contains(&(*sink, &**id)));
+            if subs.is_empty() {
+                gone.push(m.clone());
+            }
             !subs.is_empty()
         });
     }

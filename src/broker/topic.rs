@@ -203,12 +203,15 @@ impl TopicState {
     }
 
     /// Removes a subscription if present.
-    /// Removes a subscription if present; returns the presence member
-    /// that left with it, if any.
-    pub(crate) fn unsubscribe(&mut self, sink: u64, id: &str) -> Option<Member> {
+    /// Removes a subscription if present; returns the presence members
+    /// that left (with it, or before it without a word), if any.
+    pub(crate) fn unsubscribe(&mut self, sink: u64, id: &str) -> Vec<Member> {
         self.touched = true;
         self.subs.retain(|s| !(s.sink.id() == sink && &*s.id == id));
-        self.presence.as_mut().and_then(|p| p.leave(sink, id))
+        self.presence
+            .as_mut()
+            .map(|p| p.leave(sink, id))
+            .unwrap_or_default()
     }
 
     /// Drops subscriptions that were cancelled or whose sink is closed

@@ -14,6 +14,14 @@ use crate::taskq::TaskQueue;
 /// retry creates the topic afresh, so more than one is already unusual.
 pub(super) const GONE_RETRIES: usize = 8;
 
+/// Refuses the topics only the broker publishes to (presence events).
+fn reserved(topic: &str) -> Result<(), BrokerError> {
+    if topic.starts_with(crate::routing::PRESENCE_PREFIX) {
+        return Err(BrokerError::ReservedTopic(topic.to_owned()));
+    }
+    Ok(())
+}
+
 impl Broker {
     /// Re-creates topics with their retained messages, as read back from
     /// the store at start.
@@ -164,6 +172,7 @@ impl Broker {
     /// As [`Broker::publish`].
     pub(crate) async fn publish_remote(&self, msg: Publish) -> Result<PublishOutcome, BrokerError> {
         self.check_topic(&msg.topic)?;
+        reserved(&msg.topic)?;
         self.publish_local(msg).await
     }
 
@@ -185,6 +194,8 @@ impl Broker {
         depth: u8,
     ) -> Result<PublishOutcome, BrokerError> {
         self.check_topic(&msg.topic)?;
+        // Rules' republishes and embedding apps come here too.
+        reserved(&msg.topic)?;
         // The hook (the rules) first: it may edit, copy or drop. Its
         // future is boxed by the hook, so it costs nothing in size to a
         // publish that has no hook.
@@ -338,8 +349,11 @@ impl Broker {
                 .submit(move |t| (t.unsubscribe(sink, &id), t.name.clone()))
                 .await
             {
-                Ok((Some(left), name)) => self.presence().announce(&name, "leave", &left).await,
-                Ok((None, _)) => {}
+                Ok((left, name)) => {
+                    for m in left {
+                        self.presence().announce(&name, "leave", &m).await;
+                    }
+                }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }

@@ -253,7 +253,11 @@ pub(crate) async fn stream(
         .map(|v| v.to_str().unwrap_or_default().to_owned());
     // A resumed stream's buffer also holds what it replays.
     let replay = app.config.history.iter().map(|h| h.size).max().unwrap_or(0);
-    let (tx, rx) = mpsc::channel(BUFFER + if last_id.is_some() { replay } else { 0 });
+    // Only a position this stream can resume from raises it.
+    let resumes = last_id
+        .as_deref()
+        .is_some_and(|l| position(l, &filter).is_some());
+    let (tx, rx) = mpsc::channel(BUFFER + if resumes { replay } else { 0 });
     let sink = Arc::new(SseSink {
         id: next_sink_id(),
         tx,
