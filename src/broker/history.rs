@@ -398,6 +398,12 @@ impl History {
         self.epoch_unwritten = mark.epoch_unwritten;
     }
 
+    /// Whether nothing is kept once what is past its age is dropped.
+    pub(crate) fn is_empty_now(&mut self) -> bool {
+        self.trim(now_ms());
+        self.kept.is_empty()
+    }
+
     /// How many messages are kept (for operators).
     pub(crate) fn len(&self) -> usize {
         self.kept.len()

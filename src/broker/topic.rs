@@ -270,13 +270,18 @@ impl TopicState {
     pub(crate) fn remove_if_idle(&mut self) -> bool {
         self.forget_closed();
         let touched = std::mem::replace(&mut self.touched, false);
-        if !self.removed
-            && !touched
-            && self.subs.is_empty()
-            && self.retained.is_none()
-            && self.history.is_none()
-        {
+        // A history whose messages all expired goes with its topic (a
+        // topic made again starts a new epoch); one that keeps messages
+        // keeps the topic.
+        let kept = self.history.as_mut().is_some_and(|h| !h.is_empty_now());
+        if !self.removed && !touched && self.subs.is_empty() && self.retained.is_none() && !kept {
             self.removed = true;
+            if self.history.take().is_some()
+                && let Some(w) = &self.writer
+            {
+                let forget = crate::store::history_writes::delete(&self.name, 0, u64::MAX);
+                let _ = w.submit_detached(vec![forget]);
+            }
         }
         self.removed
     }

@@ -138,6 +138,9 @@ pub(crate) fn text_or_base64(payload: &[u8]) -> (Option<String>, Option<String>)
     }
 }
 
+/// Most payload bytes one `GET /topics/{t}/history` answers with.
+pub const MAX_HISTORY_BYTES: usize = 16 << 20;
+
 /// Most messages one `GET /topics/{t}/history` answers with.
 pub const MAX_HISTORY_PAGE: usize = 10_000;
 
@@ -214,9 +217,17 @@ pub(crate) async fn history(
             format!("no history is kept for {topic:?}: no [[history]] entry covers it"),
         ));
     };
+    // At most MAX_HISTORY_BYTES of payloads in one answer (one message
+    // at least): page on with since = the last offset.
+    let mut bytes = 0usize;
     let messages = page
         .messages
         .into_iter()
+        .take_while(|e| {
+            let first = bytes == 0;
+            bytes = bytes.saturating_add(e.message.payload.len().max(1));
+            first || bytes <= MAX_HISTORY_BYTES
+        })
         .map(|e| {
             let m = &e.message;
             let (payload, payload_base64) = text_or_base64(&m.payload);

@@ -476,3 +476,30 @@ fn in_a_cluster_each_node_keeps_its_own_history_and_another_nodes_position_is_no
         assert_eq!(again.recv_timeout(T).await.unwrap().seq, 2);
     });
 }
+
+#[test]
+fn a_topic_whose_history_expired_is_swept_and_starts_a_new_epoch() {
+    let b = TestBroker::start(|c| {
+        c.topics.idle_timeout_s = 1;
+        c.history.push(HistoryDecl {
+            filter: "chat/#".into(),
+            size: 10,
+            ttl_s: 1,
+        });
+    });
+    publish(b.addr, "chat/brief", "m1");
+    let (epoch, offsets, _) = history(b.addr, "chat/brief", 0);
+    assert_eq!(offsets, vec![1]);
+    // The message expires, then an idle sweep takes the topic (and its
+    // records): nothing is kept, and the epoch is gone with it.
+    assert!(
+        common::wait_until(Duration::from_secs(15), || {
+            history(b.addr, "chat/brief", 0).0.is_empty()
+        }),
+        "the expired topic is swept"
+    );
+    publish(b.addr, "chat/brief", "m2");
+    let (again, offsets, _) = history(b.addr, "chat/brief", 0);
+    assert_ne!(again, epoch, "a topic made again starts a new epoch");
+    assert_eq!(offsets, vec![1]);
+}
