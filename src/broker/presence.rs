@@ -73,6 +73,11 @@ fn cursor(m: &Member) -> String {
     format!("{}:{}", m.connection, m.who.client_id)
 }
 
+/// Whether `after` is a cursor a page gave.
+pub(crate) fn valid_cursor(after: &str) -> bool {
+    parse_cursor(after).is_some()
+}
+
 fn parse_cursor(after: &str) -> Option<(&str, u64)> {
     let (connection, client) = after.split_once(':')?;
     Some((client, connection.parse().ok()?))

@@ -82,6 +82,14 @@ impl TopicPresence<'_> {
         limit: usize,
     ) -> Result<Option<PresencePage>, super::BrokerError> {
         self.check_topic(topic)?;
+        if let Some(a) = after
+            .as_deref()
+            .filter(|a| !super::presence::valid_cursor(a))
+        {
+            return Err(super::BrokerError::Invalid(format!(
+                "after: {a:?} is not a cursor a page gave (its \"next\")"
+            )));
+        }
         if !self.keeps_presence(topic) {
             return Ok(None);
         }

@@ -187,6 +187,17 @@ fn a_crowded_topic_answers_a_count_and_a_page() {
             }
             other => panic!("{other:?}"),
         }
+        let (code, body) = http(
+            b.addr,
+            "GET",
+            "/topics/room/big/presence?after=nonsense",
+            "",
+        );
+        assert_eq!(
+            (code, json(&body)["error"]["code"].as_str()),
+            (400, Some("invalid_field")),
+            "{body}"
+        );
         let (code, body) = http(b.addr, "GET", "/topics/lobby/presence", "");
         assert_eq!(
             (code, json(&body)["error"]["code"].as_str()),

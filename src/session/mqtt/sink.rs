@@ -464,7 +464,11 @@ impl MqttSink {
             props.subscription_identifiers.push(opts.id);
         }
         if let Some(epoch) = &msg.epoch {
-            // A topic with history: the position to recover from.
+            // A topic with history: the position to recover from (the
+            // broker's, not a publisher's headers of the same names).
+            props
+                .user_properties
+                .retain(|(k, _)| k != v5::OFFSET_PROPERTY && k != v5::EPOCH_PROPERTY);
             props
                 .user_properties
                 .push((v5::OFFSET_PROPERTY.into(), msg.seq.to_string()));
