@@ -5,6 +5,7 @@
 //! topic and submits a task to it.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::history::{HistoryPage, Recovery};
 use crate::config::HistoryDecl;
@@ -39,6 +40,9 @@ impl super::Broker {
     /// Whether a `[[history]]` entry covers `topic` (so a publish to it
     /// creates the topic, to be kept).
     pub(super) fn keeps_history(&self, topic: &str) -> bool {
+        if !self.inner.history_on.load(Ordering::Relaxed) {
+            return false;
+        }
         let decls = self.inner.history.read();
         !decls.is_empty() && HistoryDecl::for_topic(&decls, topic).is_some()
     }
@@ -51,6 +55,9 @@ impl TopicHistory<'_> {
     pub async fn set(&self, decls: &[HistoryDecl]) {
         let decls = Arc::new(decls.to_vec());
         *self.inner.history.write() = decls.clone();
+        self.inner
+            .history_on
+            .store(!decls.is_empty(), Ordering::Relaxed);
         let topics: Vec<(Arc<str>, super::Topic)> = self
             .read()
             .topics

@@ -183,6 +183,11 @@ struct Inner {
     history: RwLock<Arc<Vec<crate::config::HistoryDecl>>>,
     /// `[[presence]]`: which topics know who subscribes to them.
     presence: RwLock<Arc<Vec<crate::config::PresenceDecl>>>,
+    /// Whether any `[[history]]` or `[[presence]]` entry is in force, so
+    /// that a broker without them takes no lock to find out (a publish to
+    /// a topic nobody wants, every subscribe).
+    history_on: std::sync::atomic::AtomicBool,
+    presence_on: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -234,6 +239,8 @@ impl Broker {
                 remote: std::sync::OnceLock::new(),
                 history: RwLock::default(),
                 presence: RwLock::default(),
+                history_on: std::sync::atomic::AtomicBool::new(false),
+                presence_on: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }

@@ -4,6 +4,7 @@
 //! leaves come out of the topics' unsubscribe tasks (`topics.rs`).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::presence::{Member, PresencePage, Who};
 use crate::config::PresenceDecl;
@@ -31,6 +32,9 @@ impl super::Broker {
 
     /// Whether a `[[presence]]` entry covers `topic`.
     pub(super) fn keeps_presence(&self, topic: &str) -> bool {
+        if !self.inner.presence_on.load(Ordering::Relaxed) {
+            return false;
+        }
         let decls = self.inner.presence.read();
         !decls.is_empty() && PresenceDecl::covers(&decls, topic)
     }
@@ -42,6 +46,9 @@ impl TopicPresence<'_> {
     /// starts counts the connections that subscribe from then on.
     pub async fn set(&self, decls: &[PresenceDecl]) {
         *self.inner.presence.write() = Arc::new(decls.to_vec());
+        self.inner
+            .presence_on
+            .store(!decls.is_empty(), Ordering::Relaxed);
         let topics: Vec<(Arc<str>, super::Topic)> = self
             .read()
             .topics
@@ -54,11 +61,18 @@ impl TopicPresence<'_> {
         }
     }
 
+    /// Whether a subscription to `filter` counts in a presence: a topic
+    /// name under a `[[presence]]` entry (so a caller makes its [`Who`]
+    /// only then).
+    pub fn counts(&self, filter: &str) -> bool {
+        !crate::routing::is_wildcard(filter) && self.keeps_presence(filter)
+    }
+
     /// Counts `sub`, which just subscribed to a topic name, as `who` in
     /// the topic's presence, and announces the join if it is new. Nothing
     /// for a filter with wildcards or a topic without presence.
     pub async fn join(&self, sub: &super::Subscription, who: Who) {
-        if crate::routing::is_wildcard(&sub.filter) || !self.keeps_presence(&sub.filter) {
+        if !self.counts(&sub.filter) {
             return;
         }
         let Some(topic) = self.read().topics.get(&*sub.filter).cloned() else {

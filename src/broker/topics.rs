@@ -77,8 +77,10 @@ impl Broker {
             }
         });
         // A topic with history is kept from its first message on.
-        let decls = self.history_decls();
-        let history = crate::config::HistoryDecl::for_topic(&decls, name);
+        let decls = self.keeps_history(name).then(|| self.history_decls());
+        let history = decls
+            .as_deref()
+            .and_then(|d| crate::config::HistoryDecl::for_topic(d, name));
         if !create && subs.is_empty() && history.is_none() {
             return Ok(None);
         }

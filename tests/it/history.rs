@@ -5,10 +5,10 @@
 //! `Last-Event-ID`, and `[[history]]` re-read on SIGHUP.
 
 use crate::common::{self, ChildBroker, TestBroker, block_on, http, http_request};
+use crate::sse::{open, until};
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use wharf::client::{Client, ClientOptions};
 use wharf::config::HistoryDecl;
@@ -331,37 +331,6 @@ fn a_crash_gives_the_topics_a_new_epoch() {
     child.wait_exit(T);
 }
 
-/// Opens `/sse` with `extra` header lines; the stream once its head is
-/// read.
-fn sse(addr: SocketAddr, topic: &str, extra: &str) -> TcpStream {
-    let mut t = TcpStream::connect(addr).unwrap();
-    t.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    write!(
-        t,
-        "GET /sse?topic={topic} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{extra}\r\n"
-    )
-    .unwrap();
-    t
-}
-
-/// What the stream sends until `needle` arrives.
-fn until(t: &mut TcpStream, needle: &str) -> String {
-    let mut got = Vec::new();
-    let deadline = Instant::now() + T;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline && !String::from_utf8_lossy(&got).contains(needle) {
-        match t.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(_) => {}
-        }
-    }
-    let text = String::from_utf8_lossy(&got).into_owned();
-    assert!(text.contains(needle), "no {needle:?} in {text:?}");
-    text
-}
-
 #[test]
 fn an_event_stream_resumes_from_its_last_event_id() {
     let b = TestBroker::start(chat(100));
@@ -370,8 +339,7 @@ fn an_event_stream_resumes_from_its_last_event_id() {
     }
     let (epoch, _, _) = history(b.addr, "chat/sse", 0);
     // A first stream: ids carry the position.
-    let mut first = sse(b.addr, "chat/sse", "");
-    until(&mut first, "\r\n\r\n");
+    let (mut first, _) = open(b.addr, "/sse?topic=chat/sse", "");
     publish(b.addr, "chat/sse", "m4");
     let text = until(&mut first, "m4");
     assert!(
@@ -381,9 +349,9 @@ fn an_event_stream_resumes_from_its_last_event_id() {
     drop(first);
     publish(b.addr, "chat/sse", "m5");
     // The browser reconnects with the last id it saw.
-    let mut again = sse(
+    let (mut again, _) = open(
         b.addr,
-        "chat/sse",
+        "/sse?topic=chat/sse",
         &format!("Last-Event-ID: chat/sse@2:{epoch}\r\n"),
     );
     let text = until(&mut again, "m5");
@@ -399,9 +367,9 @@ fn an_event_stream_resumes_from_its_last_event_id() {
     );
     assert!(!text.contains("\"m2\""), "{text}");
     // Another epoch: told, not replayed.
-    let mut stale = sse(
+    let (mut stale, _) = open(
         b.addr,
-        "chat/sse",
+        "/sse?topic=chat/sse",
         "Last-Event-ID: chat/sse@2:000000000000\r\n",
     );
     let text = until(&mut stale, "\"recovered\":false");

@@ -14,7 +14,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// Opens `path` with `extra` header lines: the stream and the response
 /// head.
-fn open(addr: SocketAddr, path: &str, extra: &str) -> (TcpStream, String) {
+pub(crate) fn open(addr: SocketAddr, path: &str, extra: &str) -> (TcpStream, String) {
     let mut t = TcpStream::connect(addr).unwrap();
     t.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
@@ -36,7 +36,7 @@ fn open(addr: SocketAddr, path: &str, extra: &str) -> (TcpStream, String) {
 
 /// Reads the stream until `needle` has arrived: what came (chunk sizes
 /// and all).
-fn until(t: &mut TcpStream, needle: &str) -> String {
+pub(crate) fn until(t: &mut TcpStream, needle: &str) -> String {
     let mut got = Vec::new();
     let deadline = Instant::now() + WAIT;
     let mut buf = [0u8; 4096];

@@ -408,6 +408,20 @@ export class Emitter {
     listenerFailed(_event, _error) { }
 }
 const noop = () => { };
+/**
+ * Ends a subscription or consumer `wire` on the broker: resolves once it
+ * confirmed, at once while disconnected (the broker ended it with the
+ * session), and when it no longer knew it.
+ */
+function endOnBroker(link, wire) {
+    if (wire === null || !link.connected())
+        return Promise.resolve();
+    return link.ask({ op: "unsubscribe", id: wire }).then(() => undefined, (e) => {
+        if (e.code === "closed" || e.code === "unknown_subscription")
+            return;
+        throw e;
+    });
+}
 function handlerError(what, e) {
     return new WharfError("handler", `${what} threw: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
 }
@@ -489,13 +503,7 @@ export class Subscription extends Emitter {
             return Promise.resolve();
         const wire = this.wire;
         this.stop(new WharfError("closed", "unsubscribed"));
-        if (wire === null || !this.link.connected())
-            return Promise.resolve();
-        return this.link.ask({ op: "unsubscribe", id: wire }).then(() => undefined, (e) => {
-            if (e.code === "closed" || e.code === "unknown_subscription")
-                return;
-            throw e;
-        });
+        return endOnBroker(this.link, wire);
     }
     listenerFailed(event, error) {
         this.link.report(handlerError(`a subscription's ${event} listener`, error));
@@ -746,13 +754,7 @@ export class Consumer extends Emitter {
             return Promise.resolve();
         const wire = this.wire;
         this.stop(new WharfError("closed", "cancelled"));
-        if (wire === null || !this.link.connected())
-            return Promise.resolve();
-        return this.link.ask({ op: "unsubscribe", id: wire }).then(() => undefined, (e) => {
-            if (e.code === "closed" || e.code === "unknown_subscription")
-                return;
-            throw e;
-        });
+        return endOnBroker(this.link, wire);
     }
     listenerFailed(event, error) {
         this.link.report(handlerError(`a consumer's ${event} listener`, error));

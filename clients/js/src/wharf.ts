@@ -809,6 +809,22 @@ interface Link {
   unhealthy(why: string, error: WharfError): void;
 }
 
+/**
+ * Ends a subscription or consumer `wire` on the broker: resolves once it
+ * confirmed, at once while disconnected (the broker ended it with the
+ * session), and when it no longer knew it.
+ */
+function endOnBroker(link: Link, wire: string | null): Promise<void> {
+  if (wire === null || !link.connected()) return Promise.resolve();
+  return link.ask({ op: "unsubscribe", id: wire }).then(
+    () => undefined,
+    (e: WharfError) => {
+      if (e.code === "closed" || e.code === "unknown_subscription") return;
+      throw e;
+    },
+  );
+}
+
 function handlerError(what: string, e: unknown): WharfError {
   return new WharfError("handler", `${what} threw: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
 }
@@ -906,14 +922,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     if (!this.live) return Promise.resolve();
     const wire = this.wire;
     this.stop(new WharfError("closed", "unsubscribed"));
-    if (wire === null || !this.link.connected()) return Promise.resolve();
-    return this.link.ask({ op: "unsubscribe", id: wire }).then(
-      () => undefined,
-      (e: WharfError) => {
-        if (e.code === "closed" || e.code === "unknown_subscription") return;
-        throw e;
-      },
-    );
+    return endOnBroker(this.link, wire);
   }
 
   protected override listenerFailed(event: string, error: unknown): void {
@@ -1187,14 +1196,7 @@ export class Consumer extends Emitter<ConsumerEvents> {
     if (!this.live) return Promise.resolve();
     const wire = this.wire;
     this.stop(new WharfError("closed", "cancelled"));
-    if (wire === null || !this.link.connected()) return Promise.resolve();
-    return this.link.ask({ op: "unsubscribe", id: wire }).then(
-      () => undefined,
-      (e: WharfError) => {
-        if (e.code === "closed" || e.code === "unknown_subscription") return;
-        throw e;
-      },
-    );
+    return endOnBroker(this.link, wire);
   }
 
   protected override listenerFailed(event: string, error: unknown): void {

@@ -685,8 +685,8 @@ impl MqttSession {
             return reason::UNSPECIFIED_ERROR;
         }
         let client = self.connected.as_ref().map_or("", |c| c.client_id.as_str());
-        let who = crate::session::ops::presence::who(client, self.principal.as_ref());
-        self.broker.presence().join(&sub, who).await; // if the topic keeps presence
+        crate::session::ops::presence::join_as(&self.broker, &sub, client, self.principal.as_ref())
+            .await;
         if let Some(c) = self.connected.as_mut() {
             c.subs.insert(filter, sub);
         }

@@ -59,15 +59,30 @@ pub(in crate::session) async fn presence(session: &mut Session, format: Format, 
 /// Counts the session in the presence of the topic `sub` subscribed to
 /// (if it keeps one).
 pub(in crate::session) async fn join(session: &Session, sub: &Subscription) {
-    let who = who(&session.client_id, session.principal.as_ref());
-    session.broker.presence().join(sub, who).await;
+    join_as(
+        &session.broker,
+        sub,
+        &session.client_id,
+        session.principal.as_ref(),
+    )
+    .await;
 }
 
-/// How a connection of `client_id` authenticated as `principal` shows in
-/// presence.
-pub(in crate::session) fn who(client_id: &str, principal: Option<&Principal>) -> Who {
-    Who {
+/// Counts a connection of `client_id` authenticated as `principal` in the
+/// presence of the topic `sub` subscribed to, if it keeps one (its `Who`
+/// made only then).
+pub(in crate::session) async fn join_as(
+    broker: &crate::broker::Broker,
+    sub: &Subscription,
+    client_id: &str,
+    principal: Option<&Principal>,
+) {
+    if !broker.presence().counts(&sub.filter) {
+        return;
+    }
+    let who = Who {
         client_id: client_id.into(),
         principal: principal.map_or("anonymous", |p| p.name()).into(),
-    }
+    };
+    broker.presence().join(sub, who).await;
 }

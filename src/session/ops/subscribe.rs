@@ -44,13 +44,7 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
         subscribe_durable(session, format, s).await;
         return;
     }
-    let sub = Subscription::new(
-        session.out.clone(),
-        &s.id,
-        &s.filter,
-        crate::broker::SubTag::Prefix(codec::message_prefix(format, &s.id)),
-        Some(encoding_slot(format)),
-    );
+    let sub = plain(session, format, &s);
     match session.broker.subscribe(sub.clone()).await {
         Ok(()) => {
             session.receipt(format, s.rid);
@@ -59,6 +53,18 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
         }
         Err(e) => session.broker_error(format, e, s.rid),
     }
+}
+
+/// A plain subscription's entry in the topics: the session's outbound
+/// queue, tagged with its `message` frames' prefix.
+fn plain(session: &Session, format: Format, s: &Subscribe) -> Subscription {
+    Subscription::new(
+        session.out.clone(),
+        &s.id,
+        &s.filter,
+        crate::broker::SubTag::Prefix(codec::message_prefix(format, &s.id)),
+        Some(encoding_slot(format)),
+    )
 }
 
 /// A plain subscription to one topic that resumes from `recover`: the
@@ -70,13 +76,7 @@ async fn subscribe_recovering(
     s: Subscribe,
     recover: Recover,
 ) {
-    let sub = Subscription::new(
-        session.out.clone(),
-        &s.id,
-        &s.filter,
-        crate::broker::SubTag::Prefix(codec::message_prefix(format, &s.id)),
-        Some(encoding_slot(format)),
-    );
+    let sub = plain(session, format, &s);
     let position = (!recover.epoch.is_empty()).then_some((recover.epoch.as_str(), recover.offset));
     match session
         .broker
