@@ -29,6 +29,7 @@ mod queues;
 mod shared;
 mod sink;
 mod stats;
+mod takeover;
 mod topic;
 mod topics;
 mod txn;

@@ -785,6 +785,7 @@ impl QueueState {
 mod admin;
 mod dedupe;
 pub use dedupe::MSG_ID_HEADER;
+mod install;
 mod refill;
 mod settle;
 mod txn;

@@ -85,7 +85,7 @@ fn is_dlq_name(name: &str) -> bool {
 
 /// The dead-letter queue of `name`: configured, or `<name>.dlq`; none for
 /// dead-letter queues and durable subscriptions.
-fn dead_letter_name(reg: &QueueRegistry, name: &str) -> Option<String> {
+pub(super) fn dead_letter_name(reg: &QueueRegistry, name: &str) -> Option<String> {
     if is_dlq_name(name) || name.starts_with(DURABLE_PREFIX) || super::shared::is_shared(name) {
         return None;
     }

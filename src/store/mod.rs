@@ -106,6 +106,7 @@ mod history;
 pub mod jobs;
 pub mod queues;
 mod recover;
+pub mod replica;
 mod retained;
 mod write;
 mod writer;

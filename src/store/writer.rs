@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::engine::Engine;
+use super::replica::{Completion, Replica, ReplicaCell, queue_of};
 use super::write::{CommitError, ReadResult, Write};
 use crate::config::{FlushMode, StoreConfig};
 use crate::metrics::StoreStats;
@@ -88,9 +89,17 @@ pub struct WriterHandle {
     /// preallocated slots (~100 B each) held 6.5 MiB of an idle broker.
     queued: Arc<AtomicUsize>,
     stats: Arc<StoreStats>,
+    /// Where some queues' writes are copied before they are confirmed.
+    replica: ReplicaCell,
 }
 
 impl WriterHandle {
+    /// Installs the replica some queues' writes go to before they are
+    /// confirmed (once; `false` if one was installed already).
+    pub fn set_replica(&self, replica: Arc<dyn Replica>) -> bool {
+        self.replica.set(replica).is_ok()
+    }
+
     /// What the writer measured of its commits, for metrics.
     pub fn stats(&self) -> &StoreStats {
         &self.stats
@@ -186,10 +195,12 @@ impl StoreWriter {
         let (closed_tx, closed) = crossbeam_channel::bounded(1);
         let stats = Arc::new(StoreStats::default());
         let measured = stats.clone();
+        let replica = ReplicaCell::default();
+        let replicas = replica.clone();
         std::thread::Builder::new()
             .name("wharf-store-writer".into())
             .spawn(move || {
-                run(engine, &taken, mode, interval, &measured);
+                run(engine, &taken, mode, interval, &measured, &replicas);
                 let _ = closed_tx.send(());
                 // Refuse whatever still arrives, until every handle is gone.
                 let closed = || CommitError("the store writer has shut down".into());
@@ -206,7 +217,12 @@ impl StoreWriter {
                 }
             })?;
         Ok(StoreWriter {
-            handle: WriterHandle { tx, queued, stats },
+            handle: WriterHandle {
+                tx,
+                queued,
+                stats,
+                replica,
+            },
             closed: Some(closed),
         })
     }
@@ -339,6 +355,7 @@ fn run(
     mode: FlushMode,
     interval: Duration,
     stats: &StoreStats,
+    replica: &ReplicaCell,
 ) {
     // Makes the applied writes durable, timing it.
     let durable = |engine: &mut Box<dyn Engine>| {
@@ -459,12 +476,17 @@ fn run(
         if let Err(e) = &result {
             tracing::error!("{e}");
         }
-        for m in group {
-            if let Msg::Writes {
-                done: Some(done), ..
-            } = m
-            {
-                let _ = done.send(result.clone());
+        match (replica.get(), &result) {
+            (Some(r), Ok(())) => hand_to_replica(r.as_ref(), group),
+            _ => {
+                for m in group {
+                    if let Msg::Writes {
+                        done: Some(done), ..
+                    } = m
+                    {
+                        let _ = done.send(result.clone());
+                    }
+                }
             }
         }
         if closing {
@@ -475,6 +497,38 @@ fn run(
     }
     if let Err(e) = engine.durable() {
         tracing::error!("final store flush failed: {e}");
+    }
+}
+
+/// Completes a durable group's submissions, except those with writes to
+/// replicated queues: their writes and completions go to the replica,
+/// which completes them once its copy is safe.
+fn hand_to_replica(replica: &dyn Replica, group: Vec<Msg>) {
+    let mut copied = Vec::new();
+    let mut waiting = Vec::new();
+    for m in group {
+        let Msg::Writes { writes, done } = m else {
+            continue;
+        };
+        let replicated = writes
+            .iter()
+            .any(|w| queue_of(w).is_some_and(|id| replica.replicates(id)));
+        if !replicated {
+            if let Some(done) = done {
+                let _ = done.send(Ok(()));
+            }
+            continue;
+        }
+        copied.extend(writes.into_iter().filter_map(|w| {
+            let id = queue_of(&w).filter(|&id| replica.replicates(id))?;
+            Some((id, w))
+        }));
+        if let Some(done) = done {
+            waiting.push(Completion(done));
+        }
+    }
+    if !copied.is_empty() {
+        replica.replicate(copied, waiting);
     }
 }
 
@@ -490,6 +544,7 @@ mod tests {
             tx,
             queued: queued.clone(),
             stats: Arc::default(),
+            replica: ReplicaCell::default(),
         };
         let taken = Taken {
             rx,

@@ -1,0 +1,63 @@
+//! What a cluster node needs to take a queue over from a lost home: the
+//! queue's dead-letter queue (which moves with it), and installing the
+//! messages the replicated journal held in place of what this node's
+//! store had of the queue. The broker does not know who asks (the
+//! cluster's failover, `cluster/failover.rs`).
+
+use super::queues::dead_letter_name;
+use super::{BrokerError, Queues};
+use crate::store::Write;
+use crate::store::queues::{self as records, DELIVERIES_TREE, MESSAGES_TREE, StoredMessage};
+
+impl Queues<'_> {
+    /// The dead-letter queue `name`'s messages go to, if any (its own
+    /// configured one, or `<name>.dlq`).
+    pub fn dead_letter_of(self, name: &str) -> Option<String> {
+        let reg = self.inner.queues.read();
+        dead_letter_name(&reg, name).filter(|d| d != name)
+    }
+
+    /// Replaces everything this node holds of queue `name` (created if
+    /// need be) with `messages`: written to the store first (the old
+    /// records deleted in the same batch), then installed in the queue's
+    /// task. Returns the queue's id in this node's store.
+    ///
+    /// # Errors
+    /// An invalid name, the store refusing or failing the batch, the
+    /// queue refusing the task.
+    pub async fn install_queue(
+        self,
+        name: &str,
+        messages: Vec<StoredMessage>,
+    ) -> Result<u32, BrokerError> {
+        let handle = self
+            .queue(name, true)?
+            .ok_or_else(|| BrokerError::UnknownQueue(name.to_owned()))?;
+        let id = handle.id;
+        if let Some(w) = &self.inner.writer {
+            let (from, to) = records::queue_range(id);
+            let mut writes = Vec::with_capacity(2 + messages.len() * 2);
+            for tree in [MESSAGES_TREE, DELIVERIES_TREE] {
+                writes.push(Write::DeleteRange {
+                    tree,
+                    from: from.clone(),
+                    to: to.clone(),
+                });
+            }
+            for m in &messages {
+                writes.push(records::put_message(id, m));
+                if m.deliveries > 0 || m.not_before_ms > 0 {
+                    writes.push(records::put_deliveries(id, m));
+                }
+            }
+            w.submit(writes)?.await.map_err(BrokerError::Store)?;
+        }
+        handle.tq.submit(move |q| q.install(messages)).await?;
+        Ok(id)
+    }
+
+    /// The id queue `name` has in this node's store, if it exists here.
+    pub fn store_id(self, name: &str) -> Option<u32> {
+        self.inner.queues.read().queues.get(name).map(|h| h.id)
+    }
+}
