@@ -150,6 +150,8 @@ impl Wharf {
             // The other nodes: the broker's remote (publishes forwarded,
             // calls for queues homed elsewhere sent there).
             let _ = broker.set_remote(Arc::new(cluster.clone()));
+            // With failover, the queues held here are journaled too.
+            cluster.use_store(&writer.handle());
             // Queues and jobs homed on other nodes are called there.
             cluster.set_homes(crate::cluster::home::Homes::new(
                 &config.cluster.members,

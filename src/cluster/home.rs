@@ -66,15 +66,24 @@ impl Homes {
     /// The node `queue` lives on; `None` when every node keeps its own
     /// (no members listed, or a `$` name).
     pub fn home_of(&self, queue: &str) -> Option<&str> {
+        let key = self.key_of(queue)?;
+        match self.explicit.get(key) {
+            Some(home) => Some(home),
+            None => rendezvous(&self.members, key),
+        }
+    }
+
+    /// The name `queue` is homed by: its own, or, for a dead-letter queue,
+    /// its queue's (a chain of configured dead-letter queues is followed,
+    /// at most 8 deep); `None` when every node keeps its own.
+    pub fn key_of<'s>(&'s self, queue: &'s str) -> Option<&'s str> {
         if self.members.is_empty() || queue.starts_with('$') {
             return None;
         }
         let mut name = queue;
-        // A dead-letter queue follows its queue (bounded: a chain of
-        // configured dead-letter queues cannot loop forever).
         for _ in 0..8 {
-            if let Some(home) = self.explicit.get(name) {
-                return Some(home);
+            if self.explicit.contains_key(name) {
+                break;
             }
             if let Some(owner) = self.dead_letters.get(name) {
                 name = owner;
@@ -84,7 +93,19 @@ impl Homes {
                 break;
             }
         }
-        rendezvous(&self.members, name)
+        Some(name)
+    }
+
+    /// The members in the order they take a key's queues: its `home`
+    /// first, then by rendezvous score.
+    pub fn ranked(&self, key: &str) -> Vec<&str> {
+        let mut ranked: Vec<&str> = self.members.iter().map(String::as_str).collect();
+        ranked.sort_by_key(|m| std::cmp::Reverse(score(m, key)));
+        if let Some(home) = self.explicit.get(key) {
+            ranked.retain(|m| m != home);
+            ranked.insert(0, home);
+        }
+        ranked
     }
 }
 

@@ -29,10 +29,16 @@ impl Remote for Cluster {
     }
 
     fn enqueue_sent(&self, home: &str, msg: Enqueue) -> Result<Answering<u64>, BrokerError> {
+        if self.is_here(home) {
+            return Ok(self.enqueue_here(msg));
+        }
         Cluster::enqueue_sent(self, home, msg)
     }
 
     fn enqueue_detached(&self, home: &str, msg: Enqueue) {
+        if self.is_here(home) {
+            return self.enqueue_detached_here(msg);
+        }
         self.enqueue_detached_at(home, msg);
     }
 
@@ -45,6 +51,9 @@ impl Remote for Cluster {
         ids: Vec<u64>,
         how: Settlement,
     ) -> Result<Answering<()>, BrokerError> {
+        if self.is_here(home) {
+            return Ok(self.settle_here(queue, sink, id, ids, how));
+        }
         Cluster::settle_sent(self, home, queue, sink, id, ids, how)
     }
 
@@ -57,6 +66,13 @@ impl Remote for Cluster {
         ids: Vec<u64>,
         how: Settlement,
     ) {
+        if self.is_here(home) {
+            let settled = self.settle_here(queue, sink, id, ids, how);
+            self.spawn_here(async move {
+                let _ = settled.await;
+            });
+            return;
+        }
         self.settle_detached_at(home, queue, sink, id, ids, how);
     }
 
@@ -67,6 +83,9 @@ impl Remote for Cluster {
         sub: Subscription,
         prefetch: u32,
     ) -> HookFuture<'a, Result<(), BrokerError>> {
+        if self.is_here(home) {
+            return Box::pin(self.consume_here(queue, sub, prefetch));
+        }
         Box::pin(self.consume_at(home, queue, sub, prefetch))
     }
 
@@ -77,6 +96,9 @@ impl Remote for Cluster {
         sink: u64,
         id: &'a str,
     ) -> HookFuture<'a, Result<(), BrokerError>> {
+        if self.is_here(home) {
+            return Box::pin(self.cancel_here(queue, sink, id));
+        }
         Box::pin(self.cancel_at(home, queue, sink, id))
     }
 
@@ -86,6 +108,9 @@ impl Remote for Cluster {
         queue: &'a str,
         op: AdminOp,
     ) -> HookFuture<'a, Result<serde_json::Value, BrokerError>> {
+        if self.is_here(home) {
+            return Box::pin(self.admin_here(queue, op));
+        }
         Box::pin(self.admin_at(home, queue, op))
     }
 

@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::js::api;
 use super::{NatsError, Synced, subject, wire};
 
 /// Most entries one filter's read takes.
@@ -17,27 +18,6 @@ pub const MAX_SYNC: u64 = 100_000;
 /// The bucket's stream name, for a bucket name.
 fn stream(bucket: &str) -> String {
     format!("KV_{bucket}")
-}
-
-/// A JetStream API request; its JSON reply, or the error it carries.
-async fn api(
-    client: &async_nats::Client,
-    subject: String,
-    body: Value,
-) -> Result<Value, NatsError> {
-    let reply = client
-        .request(subject, body.to_string().into())
-        .await
-        .map_err(|e| NatsError::Request(e.to_string()))?;
-    let v: Value =
-        serde_json::from_slice(&reply.payload).map_err(|e| NatsError::Unreadable(e.to_string()))?;
-    match v.get("error") {
-        Some(e) => Err(NatsError::Refused {
-            description: e["description"].as_str().unwrap_or("error").to_owned(),
-            code: e["err_code"].to_string(),
-        }),
-        None => Ok(v),
-    }
 }
 
 /// Finds the bucket's stream, or creates it: one message per key, on

@@ -152,6 +152,7 @@ async fn run(
     let (control, control_rx) = mpsc::channel(CONTROL_DEPTH);
     let (stop, stop_rx) = oneshot::channel();
     let (stopped, stopped_rx) = std::sync::mpsc::channel();
+    let instance = uuid::Uuid::now_v7().simple().to_string();
     let shared = Arc::new(Shared {
         node: node.clone(),
         prefix,
@@ -166,10 +167,21 @@ async fn run(
         on_connect: std::sync::OnceLock::new(),
         remotes: super::remote::Remotes::new(),
         peers: Default::default(),
-        instance: uuid::Uuid::now_v7().simple().to_string(),
+        instance: instance.clone(),
         members: config.members.clone(),
         conflicts: Default::default(),
         online,
+        failover: config.failover.then(|| {
+            super::failover::Failover::new(
+                &config.prefix,
+                &node,
+                &instance,
+                config.lease_ms,
+                config.replicas,
+            )
+        }),
+        broker: broker.clone(),
+        runtime: tokio::runtime::Handle::current(),
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
     let bucket = retained_bucket(&shared.prefix);
@@ -187,6 +199,12 @@ async fn run(
     }
     let (finish, finishing) = oneshot::channel();
     let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
+    if let Some(f) = &shared.failover {
+        // Appends for the queues held here, and the leases kept (both end
+        // with the runtime).
+        f.journal.run(client.clone());
+        tokio::spawn(super::failover::keep(shared.clone()));
+    }
     // Calls to this node's queues and jobs, and deliveries to its
     // consumers of other nodes' queues (ends with the runtime).
     tokio::spawn(super::serve::serve(

@@ -23,8 +23,12 @@
 
 mod connect;
 mod error;
+mod failover;
+mod here;
 pub mod home;
 mod hooks;
+mod journal;
+mod js;
 mod kv;
 mod link;
 mod peers;
@@ -143,6 +147,12 @@ struct Shared {
     /// Whether the NATS client is connected (set by its events): the
     /// pump holds publishes while it is not.
     online: tokio::sync::watch::Receiver<bool>,
+    /// Queues failing over between members (`[cluster] failover`).
+    failover: Option<failover::Failover>,
+    /// The broker this node serves (calls taken over here run on it).
+    broker: WeakBroker,
+    /// The link's runtime (for work started from the broker's threads).
+    runtime: tokio::runtime::Handle,
     /// Asks the link's thread to stop; answered when it has.
     stop: Mutex<Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
@@ -207,9 +217,9 @@ pub struct Cluster {
 }
 
 /// How often a node says it is alive on `{prefix}.sys.hello`.
-const HELLO_EVERY: Duration = Duration::from_secs(2);
+pub(super) const HELLO_EVERY: Duration = Duration::from_secs(2);
 /// A node not heard for this long is listed as lost.
-const LOST_AFTER: Duration = Duration::from_secs(10);
+pub(super) const LOST_AFTER: Duration = Duration::from_secs(10);
 /// A lost node is forgotten after this long.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// How often filters no local subscription uses are looked for.

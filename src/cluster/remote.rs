@@ -294,18 +294,28 @@ impl Cluster {
     /// The node `queue` lives on (this one or another); `None` when
     /// every node keeps its own (no `members`).
     pub(crate) fn home_of(&self, queue: &str) -> Option<String> {
+        if let Some((_, node)) = self.shared.failover_home(queue) {
+            return Some(node);
+        }
         Some(self.shared.remotes.homes.get()?.home_of(queue)?.to_owned())
     }
 
     /// The node `queue` lives on, when that is not this one.
     pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<String> {
+        if let Some((key, node)) = self.shared.failover_home(queue) {
+            // This node, but not taken over yet: the call takes it over
+            // first (`here.rs`).
+            let served = node == self.shared.node
+                && self.shared.failover.as_ref().is_some_and(|f| f.holds(&key));
+            return (!served).then_some(node);
+        }
         let home = self.shared.remotes.homes.get()?.home_of(queue)?;
         (home != self.shared.node).then(|| home.to_owned())
     }
 
     /// Sends `call` (with `payload`) to `home` and waits up to `limit`
     /// for its answer.
-    async fn call(
+    pub(super) async fn call(
         &self,
         home: &str,
         call: &Call,

@@ -108,7 +108,22 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
             format!("node {:?} is starting", shared.node),
         );
     }
-    if let Some(queue) = call.queue() {
+    if let Some(queue) = call.queue()
+        && let Some((key, node)) = shared.failover_home(queue)
+    {
+        if node != shared.node {
+            return refused(
+                ErrorCode::Overloaded,
+                format!(
+                    "{queue:?} lives on node {node:?} now, not on {:?}",
+                    shared.node
+                ),
+            );
+        }
+        if let Err(e) = super::failover::claim(shared, &key).await {
+            return broker_refused(&e);
+        }
+    } else if let Some(queue) = call.queue() {
         let home = shared.remotes.homes.get().and_then(|h| h.home_of(queue));
         if home != Some(shared.node.as_str()) {
             return refused(
@@ -265,7 +280,7 @@ async fn answer(shared: &Arc<Shared>, broker: &WeakBroker, call: Call, payload: 
 }
 
 /// Runs an operator's call on a queue here, its home.
-async fn admin_answer(broker: &Broker, queue: &str, op: AdminOp) -> Answer {
+pub(super) async fn admin_answer(broker: &Broker, queue: &str, op: AdminOp) -> Answer {
     fn value<T: serde::Serialize>(r: Result<T, BrokerError>) -> Answer {
         match r {
             Ok(v) => Answer::Value {

@@ -58,6 +58,20 @@ pub struct ClusterConfig {
     pub tls_key: PathBuf,
     /// Use TLS even when the URL says `nats://`.
     pub tls_required: bool,
+    /// Queues survive the loss of their home node: each queue's writes
+    /// are also kept in a JetStream stream (the journal), the home is the
+    /// member holding the queue's lease (a JetStream key-value entry it
+    /// renews), and when the home is lost the next member takes the
+    /// lease, rebuilds the queue from the journal and serves it. Needs
+    /// `members` and JetStream on NATS; costs a NATS round trip per
+    /// confirmed enqueue or ack (group-committed).
+    pub failover: bool,
+    /// How long a lease lasts unless renewed, in milliseconds: a lost
+    /// home's queues move after about this long.
+    pub lease_ms: u64,
+    /// JetStream replicas of the journal and the leases (3 on a
+    /// three-server NATS cluster; 1 on one server).
+    pub replicas: usize,
 }
 
 impl Default for ClusterConfig {
@@ -79,6 +93,9 @@ impl Default for ClusterConfig {
             tls_cert: PathBuf::new(),
             tls_key: PathBuf::new(),
             tls_required: false,
+            failover: false,
+            lease_ms: 10_000,
+            replicas: 1,
         }
     }
 }
@@ -168,6 +185,21 @@ impl ClusterConfig {
                 "creds",
                 "give one of user and password, token, or creds".into(),
             ));
+        }
+        if self.failover && (self.members.is_empty() || self.nats.is_empty()) {
+            return Err(invalid(
+                "failover",
+                "needs nats and members (queues fail over between the members)".into(),
+            ));
+        }
+        if !(1_000..=600_000).contains(&self.lease_ms) {
+            return Err(invalid(
+                "lease_ms",
+                "must be between 1000 and 600000".into(),
+            ));
+        }
+        if !(1..=5).contains(&self.replicas) {
+            return Err(invalid("replicas", "must be between 1 and 5".into()));
         }
         if self.tls_cert.as_os_str().is_empty() != self.tls_key.as_os_str().is_empty() {
             return Err(invalid(

@@ -13,6 +13,7 @@ mod auth;
 mod cli;
 mod cluster;
 mod cluster_conflicts;
+mod cluster_failover;
 mod cluster_kill;
 mod crash;
 mod dashboard;

@@ -1,0 +1,540 @@
+//! Queues that survive their home (`[cluster] failover`): leases and
+//! takeovers. Each queue (with its dead-letter queue, under the name it
+//! is homed by) has a lease: a message on `{prefix}.lease.{key}` in the
+//! JetStream stream `{PREFIX}_LEASES`, which keeps one message per
+//! subject for `lease_ms` (`max_age`). Taking a lease appends to a
+//! subject with no message (expected last subject sequence 0), renewing
+//! it appends after the holder's own message; so at most one node holds
+//! a lease, and a lease nobody renews is gone after `lease_ms`, without
+//! a consensus of Wharf's own.
+//!
+//! The home of a queue is the node holding its lease, as every node
+//! reads the stream every quarter lease; without one, the first member
+//! in the queue's order (its `home`, then by rendezvous score) that is
+//! alive (heard within ten seconds). That node takes the lease when a
+//! call comes or when its keeper sees the lease gone, reads the queue's
+//! journal (`journal.rs`), fences off the old home, installs what the
+//! journal says in its own store and memory, and serves: deliveries in
+//! flight at the old home are delivered again (at least once, as after a
+//! crash). Until the takeover is done, calls for the queue wait for it.
+//!
+//! A holder that cannot renew its lease in time (NATS away) stops
+//! serving the queue when the lease would have run out; its appends are
+//! refused from the moment another node fences the journal, so nothing it
+//! confirms is lost. The jobs resource keeps its fixed home.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use super::home::JOBS_HOME_KEY;
+use super::journal::Journal;
+use super::js::{self, PublishError};
+use super::{LOST_AFTER, Shared};
+use crate::broker::{Broker, BrokerError};
+use crate::protocol::frame::ErrorCode;
+
+/// Most leases read back in one look.
+const MAX_LEASES: u64 = 1_000_000;
+/// How long a takeover may take before its calls are told so.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a lease message says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Holder {
+    node: String,
+    instance: String,
+}
+
+/// A lease this node holds.
+struct Held {
+    /// Its message's sequence (renewals follow it).
+    rev: u64,
+    renewed: Instant,
+    /// The queues it covers (the key's queue and its dead-letter queue).
+    queues: Vec<String>,
+}
+
+/// A lease as last read.
+#[derive(Debug, Clone)]
+struct Seen {
+    holder: Holder,
+}
+
+/// The failover state of a node (`Shared::failover`).
+pub(super) struct Failover {
+    pub(super) lease: Duration,
+    replicas: usize,
+    stream: String,
+    subject_prefix: String,
+    pub(super) journal: Arc<Journal>,
+    held: Mutex<HashMap<String, Held>>,
+    seen: RwLock<HashMap<String, Seen>>,
+    /// Every key ever seen leased or held here, so a lease that ran out
+    /// is still known to need a home.
+    known: Mutex<HashSet<String>>,
+    claiming: tokio::sync::Mutex<()>,
+    ready: AtomicBool,
+    /// When the node started: queues without a lease are not taken over
+    /// before the other nodes' hellos had time to come.
+    born: Instant,
+    /// Queues taken over, and leases lost.
+    pub(super) taken: AtomicU64,
+    pub(super) lost: AtomicU64,
+}
+
+impl Failover {
+    pub(super) fn new(
+        prefix: &str,
+        node: &str,
+        instance: &str,
+        lease_ms: u64,
+        replicas: usize,
+    ) -> Failover {
+        Failover {
+            lease: Duration::from_millis(lease_ms),
+            replicas,
+            stream: format!("{}_LEASES", prefix.replace('.', "_").to_uppercase()),
+            subject_prefix: format!("{prefix}.lease."),
+            journal: Arc::new(Journal::new(prefix, node, instance)),
+            held: Mutex::default(),
+            seen: RwLock::default(),
+            known: Mutex::default(),
+            claiming: tokio::sync::Mutex::new(()),
+            ready: AtomicBool::new(false),
+            born: Instant::now(),
+            taken: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+        }
+    }
+
+    /// Leases held here.
+    pub(super) fn held_count(&self) -> usize {
+        self.held.lock().len()
+    }
+
+    /// The queues whose lease this node holds.
+    pub(super) fn held_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.held.lock().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Whether this node holds `key`'s lease (and has installed its
+    /// queues).
+    pub(super) fn holds(&self, key: &str) -> bool {
+        self.held.lock().contains_key(key)
+    }
+
+    fn subject(&self, key: &str) -> String {
+        format!(
+            "{}{}",
+            self.subject_prefix,
+            super::subject::retained_key(key)
+        )
+    }
+
+    async fn ensure_streams(&self, client: &async_nats::Client) -> Result<(), super::NatsError> {
+        if self.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        js::ensure_stream(
+            client,
+            serde_json::json!({
+                "name": self.stream,
+                "subjects": [format!("{}>", self.subject_prefix)],
+                "retention": "limits",
+                "max_consumers": -1,
+                "max_msgs": -1,
+                "max_bytes": -1,
+                "max_age": u64::try_from(self.lease.as_nanos()).unwrap_or(u64::MAX),
+                "max_msgs_per_subject": 1,
+                "max_msg_size": -1,
+                "storage": "file",
+                "discard": "old",
+                "num_replicas": self.replicas,
+                "duplicate_window": 1_000_000_000u64,
+            }),
+        )
+        .await?;
+        js::ensure_stream(client, self.journal.stream_config(self.replicas)).await?;
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn alive(&self, node: &str) -> bool {
+        node == self.node
+            || self
+                .peers
+                .lock()
+                .get(node)
+                .is_some_and(|heard| heard.elapsed() < LOST_AFTER)
+    }
+
+    /// The node that serves the queues homed by `key` now: its lease's
+    /// holder, or the first live member in its order.
+    pub(super) fn route(&self, f: &Failover, key: &str) -> Option<String> {
+        if f.holds(key) {
+            return Some(self.node.clone());
+        }
+        if let Some(s) = f.seen.read().get(key) {
+            return Some(s.holder.node.clone());
+        }
+        let homes = self.remotes.homes.get()?;
+        let ranked = homes.ranked(key);
+        ranked
+            .iter()
+            .find(|m| self.alive(m))
+            .or(ranked.first())
+            .map(|m| (*m).to_owned())
+    }
+
+    /// The home of `queue` when failover is on (`None` for the jobs and
+    /// `$` names, which keep their fixed homes).
+    pub(super) fn failover_home(&self, queue: &str) -> Option<(String, String)> {
+        let f = self.failover.as_ref()?;
+        let key = self.remotes.homes.get()?.key_of(queue)?;
+        if key == JOBS_HOME_KEY {
+            return None;
+        }
+        let node = self.route(f, key)?;
+        Some((key.to_owned(), node))
+    }
+}
+
+impl super::Cluster {
+    /// Makes `writer` copy the writes of the queues this node holds the
+    /// lease of to the journal before confirming them (with failover on).
+    pub fn use_store(&self, writer: &crate::store::WriterHandle) {
+        if let Some(f) = &self.shared.failover {
+            writer.set_replica(f.journal.clone());
+        }
+    }
+}
+
+/// Why a takeover did not happen.
+fn claim_error(key: &str, why: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Remote {
+        code: ErrorCode::Overloaded,
+        message: format!("queue {key:?} has no home right now: {why}"),
+    }
+}
+
+/// Takes `key`'s lease and its queues over, unless this node holds it
+/// already: waits for a takeover in progress.
+///
+/// # Errors
+/// Another node holds the lease, NATS or JetStream failing, or the
+/// broker refusing to install the queues.
+pub(super) async fn claim(shared: &Arc<Shared>, key: &str) -> Result<(), BrokerError> {
+    let Some(f) = shared.failover.as_ref() else {
+        return Ok(());
+    };
+    if f.holds(key) {
+        return Ok(());
+    }
+    let _one = tokio::time::timeout(CLAIM_TIMEOUT, f.claiming.lock())
+        .await
+        .map_err(|_| claim_error(key, "other takeovers are still running"))?;
+    if f.holds(key) {
+        return Ok(());
+    }
+    let client = &shared.client;
+    f.ensure_streams(client)
+        .await
+        .map_err(|e| claim_error(key, format!("JetStream: {e}")))?;
+    let broker = shared
+        .broker
+        .upgrade()
+        .ok_or_else(|| claim_error(key, "the node is stopping"))?;
+    // The lease: a subject with no message, or one this node's previous
+    // process left.
+    let subject = f.subject(key);
+    let current = js::last_of(client, &f.stream, &subject)
+        .await
+        .map_err(|e| claim_error(key, format!("reading the lease: {e}")))?;
+    let expected = match &current {
+        None => 0,
+        Some(m) => match serde_json::from_slice::<Holder>(&m.payload) {
+            Ok(h) if h.node == shared.node && h.instance != shared.instance => m.seq,
+            Ok(h) => {
+                return Err(claim_error(
+                    key,
+                    format!("node {:?} holds its lease", h.node),
+                ));
+            }
+            Err(_) => m.seq,
+        },
+    };
+    let me = Holder {
+        node: shared.node.clone(),
+        instance: shared.instance.clone(),
+    };
+    let body = serde_json::to_vec(&me).unwrap_or_default();
+    let rev = match js::publish_expecting(
+        client,
+        subject,
+        async_nats::HeaderMap::new(),
+        body.into(),
+        expected,
+        shared.confirm,
+    )
+    .await
+    {
+        Ok(rev) => rev,
+        Err(PublishError::Fenced) => {
+            return Err(claim_error(key, "another node took its lease first"));
+        }
+        Err(PublishError::Other(e)) => return Err(claim_error(key, format!("JetStream: {e}"))),
+    };
+    let renewed = Instant::now();
+    let mut queues = vec![key.to_owned()];
+    if let Some(dlq) = broker.queues().dead_letter_of(key) {
+        queues.push(dlq);
+    }
+    for name in &queues {
+        if let Err(e) = take_over(shared, f, &broker, name).await {
+            // Let it go: another node (or a later try) takes it.
+            for started in &queues {
+                f.journal.stop(started);
+            }
+            let _ = release(shared, f, key, rev).await;
+            return Err(e);
+        }
+    }
+    tracing::info!(queue = key, node = %shared.node, "cluster: this node is the queue's home now");
+    f.taken.fetch_add(1, Ordering::Relaxed);
+    f.known.lock().insert(key.to_owned());
+    f.held.lock().insert(
+        key.to_owned(),
+        Held {
+            rev,
+            renewed,
+            queues,
+        },
+    );
+    f.seen.write().insert(key.to_owned(), Seen { holder: me });
+    Ok(())
+}
+
+/// Reads queue `name`'s journal, fences it, installs what it holds and
+/// starts appending to it.
+async fn take_over(
+    shared: &Arc<Shared>,
+    f: &Failover,
+    broker: &Broker,
+    name: &str,
+) -> Result<(), BrokerError> {
+    let client = &shared.client;
+    for _ in 0..3 {
+        let (rebuilt, last) = f
+            .journal
+            .read(client, name)
+            .await
+            .map_err(|e| claim_error(name, format!("reading its journal: {e}")))?;
+        let last = match f.journal.fence(client, name, last).await {
+            Ok(seq) => seq,
+            // Its old home appended after the read: read again.
+            Err(PublishError::Fenced) => continue,
+            Err(PublishError::Other(e)) => {
+                return Err(claim_error(name, format!("fencing its journal: {e}")));
+            }
+        };
+        let messages = rebuilt.messages();
+        let count = messages.len();
+        let id = broker.queues().install_queue(name, messages).await?;
+        f.journal.start(id, name, last, rebuilt);
+        tracing::info!(
+            queue = name,
+            messages = count,
+            "cluster: queue rebuilt from its journal"
+        );
+        return Ok(());
+    }
+    Err(claim_error(
+        name,
+        "its old home keeps appending to its journal",
+    ))
+}
+
+/// Gives a lease up (deletes its message if it is still ours).
+async fn release(shared: &Shared, f: &Failover, key: &str, rev: u64) -> Result<(), PublishError> {
+    // A purge of the subject, only if its last message is still ours.
+    match js::last_of(&shared.client, &f.stream, &f.subject(key)).await {
+        Ok(Some(m)) if m.seq == rev => {
+            let _ = js::purge_below(&shared.client, &f.stream, &f.subject(key), rev + 1).await;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Renews this node's leases, reads everyone's, takes over the queues
+/// whose lease ran out where this node is next in line, and moves this
+/// node's consumers to their queues' new homes: every quarter lease,
+/// until the link's runtime ends.
+pub(super) async fn keep(shared: Arc<Shared>) {
+    let Some(f) = shared.failover.as_ref() else {
+        return;
+    };
+    let every = (f.lease / 4).max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !super::connected(&shared.client) {
+            drop_stale(&shared, f);
+            continue;
+        }
+        if f.ensure_streams(&shared.client).await.is_err() {
+            continue;
+        }
+        renew(&shared, f).await;
+        look(&shared, f).await;
+        let settled = f.born.elapsed() >= super::HELLO_EVERY * 2 + Duration::from_millis(500);
+        for key in orphans(&shared, f).into_iter().filter(|_| settled) {
+            if let Err(e) = claim(&shared, &key).await {
+                tracing::debug!(queue = %key, "cluster: no takeover yet: {e}");
+            }
+        }
+        let cluster = super::Cluster {
+            shared: shared.clone(),
+        };
+        cluster.follow_homes().await;
+    }
+}
+
+/// Drops the leases this node could not renew before they ran out.
+fn drop_stale(shared: &Shared, f: &Failover) {
+    let stale: Vec<(String, Held)> = {
+        let mut held = f.held.lock();
+        let keys: Vec<String> = held
+            .iter()
+            .filter(|(_, h)| h.renewed.elapsed() >= f.lease)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| held.remove_entry(&k))
+            .collect()
+    };
+    for (key, h) in stale {
+        lost(shared, f, &key, &h, "it could not be renewed in time");
+    }
+}
+
+fn lost(shared: &Shared, f: &Failover, key: &str, h: &Held, why: &str) {
+    for q in &h.queues {
+        f.journal.stop(q);
+    }
+    f.seen.write().remove(key);
+    f.lost.fetch_add(1, Ordering::Relaxed);
+    tracing::error!(queue = key, node = %shared.node, "cluster: this node lost the queue's lease ({why}); it no longer serves the queue");
+}
+
+async fn renew(shared: &Shared, f: &Failover) {
+    drop_stale(shared, f);
+    let held: Vec<(String, u64)> = f
+        .held
+        .lock()
+        .iter()
+        .map(|(k, h)| (k.clone(), h.rev))
+        .collect();
+    let me = Holder {
+        node: shared.node.clone(),
+        instance: shared.instance.clone(),
+    };
+    let body: bytes::Bytes = serde_json::to_vec(&me).unwrap_or_default().into();
+    for (key, rev) in held {
+        let started = Instant::now();
+        let result = js::publish_expecting(
+            &shared.client,
+            f.subject(&key),
+            async_nats::HeaderMap::new(),
+            body.clone(),
+            rev,
+            shared.confirm,
+        )
+        .await;
+        match result {
+            Ok(new) => {
+                if let Some(h) = f.held.lock().get_mut(&key) {
+                    h.rev = new;
+                    h.renewed = started;
+                }
+            }
+            Err(PublishError::Fenced) => {
+                let gone = f.held.lock().remove(&key);
+                if let Some(h) = gone {
+                    lost(shared, f, &key, &h, "another node holds it now");
+                }
+            }
+            Err(PublishError::Other(e)) => {
+                tracing::warn!(queue = %key, "cluster: renewing the lease failed: {e}");
+            }
+        }
+    }
+}
+
+/// Reads every lease.
+async fn look(shared: &Shared, f: &Failover) {
+    let read = js::read(
+        &shared.client,
+        &f.stream,
+        &format!("{}>", f.subject_prefix),
+        "last_per_subject",
+        shared.confirm,
+        MAX_LEASES,
+    )
+    .await;
+    let Ok(leases) = read else {
+        return;
+    };
+    let mut seen = HashMap::with_capacity(leases.len());
+    for m in leases {
+        let Some(key) = m
+            .subject
+            .strip_prefix(&f.subject_prefix)
+            .and_then(|k| super::subject::key_topic(k).ok())
+        else {
+            continue;
+        };
+        if let Ok(holder) = serde_json::from_slice::<Holder>(&m.payload) {
+            seen.insert(key, Seen { holder });
+        }
+    }
+    f.known.lock().extend(seen.keys().cloned());
+    // What this node holds stays as it knows it (a renewal may be newer).
+    let held: Vec<String> = f.held.lock().keys().cloned().collect();
+    let mut table = f.seen.write();
+    let mine: Vec<(String, Seen)> = held
+        .iter()
+        .filter_map(|k| table.get(k).map(|s| (k.clone(), s.clone())))
+        .collect();
+    *table = seen;
+    table.extend(mine);
+}
+
+/// Keys known to need a home whose lease nobody holds and whose first
+/// live member in line is this node.
+fn orphans(shared: &Shared, f: &Failover) -> Vec<String> {
+    let mut keys: HashSet<String> = f.known.lock().clone();
+    if let Some(homes) = shared.remotes.homes.get()
+        && let Some(broker) = shared.broker.upgrade()
+    {
+        for name in broker.queues().queue_names() {
+            if let Some(key) = homes.key_of(&name) {
+                keys.insert(key.to_owned());
+            }
+        }
+    }
+    keys.retain(|k| k != JOBS_HOME_KEY && !f.holds(k) && !f.seen.read().contains_key(k));
+    keys.into_iter()
+        .filter(|k| shared.route(f, k).as_deref() == Some(shared.node.as_str()))
+        .collect()
+}

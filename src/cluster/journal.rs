@@ -1,0 +1,720 @@
+//! The queues' journal (`[cluster] failover`): every write a home makes to
+//! a queue it holds the lease of (messages, delivery state, deletes) is
+//! also appended to one JetStream stream, `{PREFIX}_QUEUES`, on the
+//! queue's subject `{prefix}.jq.{key}`, before the write is confirmed (the
+//! store writer hands it here: `store::replica`). A node that takes the
+//! queue over reads the subject back and holds what it says.
+//!
+//! A record is one group of writes to one queue: a version byte, then
+//! operations, each a tag and a 9-byte key (the store key without the
+//! queue's id: 9 - priority, seq):
+//!
+//! | tag | operation | then |
+//! |---|---|---|
+//! | 1 / 3 | put a message / its delivery state | `u32` length, the store's value |
+//! | 2 / 4 | delete a message / its delivery state | |
+//! | 5 / 6 | delete a range of messages / of delivery state | the last key |
+//!
+//! Each append says which subject sequence it follows
+//! (`Nats-Expected-Last-Subject-Sequence`), so only one writer appends at
+//! a time: a node taking a queue over appends a takeover record first,
+//! and the appends of a home that lost its lease without knowing it are
+//! refused from then on (fenced). Records no live message needs any more
+//! are purged below the oldest record that still holds one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
+
+use super::js::{self, PublishError};
+use crate::store::queues::{
+    DELIVERIES_TREE, MESSAGES_TREE, StoredMessage, decode_deliveries, decode_message, message_key,
+};
+use crate::store::replica::{Completion, Replica};
+use crate::store::{CommitError, Write};
+
+/// The record format's version byte.
+const VERSION: u8 = 1;
+/// Largest record appended (NATS's default `max_payload` is 1 MiB): a
+/// group's writes to one queue are split across records past it.
+const MAX_RECORD: usize = 900 * 1024;
+/// Groups waiting for the journal before the store writer's submissions
+/// are failed rather than queued.
+const BACKLOG: usize = 4096;
+/// How long an append waits for JetStream.
+const APPEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most records read back for one queue.
+pub(super) const MAX_RECORDS: u64 = 10_000_000;
+/// How often a queue's dead records are purged at most.
+const PURGE_EVERY: Duration = Duration::from_secs(1);
+
+/// A store key without its queue id: 9 - priority, then the seq.
+type Key = [u8; 9];
+
+/// One operation of a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    Put {
+        delivery: bool,
+        key: Key,
+        value: Vec<u8>,
+    },
+    Delete {
+        delivery: bool,
+        key: Key,
+    },
+    Range {
+        delivery: bool,
+        from: Key,
+        to: Key,
+    },
+}
+
+fn short(key: &[u8]) -> Option<Key> {
+    key.get(4..13).and_then(|k| Key::try_from(k).ok())
+}
+
+impl Op {
+    /// A store write as an operation (`None` for other trees).
+    fn of(w: &Write) -> Option<Op> {
+        let delivery = |tree: &str| match tree {
+            MESSAGES_TREE => Some(false),
+            DELIVERIES_TREE => Some(true),
+            _ => None,
+        };
+        Some(match w {
+            Write::Put { tree, key, value } => Op::Put {
+                delivery: delivery(tree)?,
+                key: short(key)?,
+                value: value.clone(),
+            },
+            Write::Delete { tree, key } => Op::Delete {
+                delivery: delivery(tree)?,
+                key: short(key)?,
+            },
+            Write::DeleteRange { tree, from, to } => Op::Range {
+                delivery: delivery(tree)?,
+                from: short(from)?,
+                to: short(to)?,
+            },
+        })
+    }
+
+    fn encoded_len(&self) -> usize {
+        match self {
+            Op::Put { value, .. } => 1 + 9 + 4 + value.len(),
+            Op::Delete { .. } => 1 + 9,
+            Op::Range { .. } => 1 + 18,
+        }
+    }
+
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Op::Put {
+                delivery,
+                key,
+                value,
+            } => {
+                out.put_u8(if *delivery { 3 } else { 1 });
+                out.put_slice(key);
+                out.put_u32(u32::try_from(value.len()).unwrap_or(u32::MAX));
+                out.put_slice(value);
+            }
+            Op::Delete { delivery, key } => {
+                out.put_u8(if *delivery { 4 } else { 2 });
+                out.put_slice(key);
+            }
+            Op::Range { delivery, from, to } => {
+                out.put_u8(if *delivery { 6 } else { 5 });
+                out.put_slice(from);
+                out.put_slice(to);
+            }
+        }
+    }
+}
+
+/// The operations of a record, or `None` if it does not read.
+fn decode(record: &[u8]) -> Option<Vec<Op>> {
+    let (&version, mut rest) = record.split_first()?;
+    if version != VERSION {
+        return None;
+    }
+    let mut ops = Vec::new();
+    let key = |b: &[u8]| Key::try_from(b.get(..9)?).ok();
+    while let Some((&tag, body)) = rest.split_first() {
+        let k = key(body)?;
+        match tag {
+            1 | 3 => {
+                let len = u32::from_be_bytes(body.get(9..13)?.try_into().ok()?) as usize;
+                let value = body.get(13..13 + len)?.to_vec();
+                ops.push(Op::Put {
+                    delivery: tag == 3,
+                    key: k,
+                    value,
+                });
+                rest = &body[13 + len..];
+            }
+            2 | 4 => {
+                ops.push(Op::Delete {
+                    delivery: tag == 4,
+                    key: k,
+                });
+                rest = &body[9..];
+            }
+            5 | 6 => {
+                let to = key(body.get(9..)?)?;
+                ops.push(Op::Range {
+                    delivery: tag == 6,
+                    from: k,
+                    to,
+                });
+                rest = &body[18..];
+            }
+            _ => return None,
+        }
+    }
+    Some(ops)
+}
+
+/// A queue's state as records rebuild it: per key, its message and its
+/// delivery state.
+#[derive(Debug, Default)]
+pub(super) struct Rebuilt {
+    entries: BTreeMap<Key, (Option<Vec<u8>>, Option<Vec<u8>>)>,
+    /// For purging: where each live put is, and how many each record holds.
+    live: Live,
+}
+
+impl Rebuilt {
+    fn apply(&mut self, ops: &[Op], seq: u64) {
+        for op in ops {
+            match op {
+                Op::Put {
+                    delivery,
+                    key,
+                    value,
+                } => {
+                    let e = self.entries.entry(*key).or_default();
+                    let slot = if *delivery { &mut e.1 } else { &mut e.0 };
+                    *slot = Some(value.clone());
+                    self.live.put(*delivery, *key, seq);
+                }
+                Op::Delete { delivery, key } => {
+                    if let Some(e) = self.entries.get_mut(key) {
+                        if *delivery { e.1 = None } else { e.0 = None }
+                    }
+                    self.live.delete(*delivery, key);
+                }
+                Op::Range { delivery, from, to } => {
+                    for (k, e) in self.entries.range_mut(*from..=*to) {
+                        if *delivery {
+                            e.1 = None
+                        } else {
+                            e.0 = None
+                        }
+                        self.live.delete(*delivery, k);
+                    }
+                }
+            }
+        }
+        self.entries.retain(|_, e| e.0.is_some() || e.1.is_some());
+    }
+
+    /// The messages the records leave, with their delivery state.
+    pub(super) fn messages(&self) -> Vec<StoredMessage> {
+        self.entries
+            .iter()
+            .filter_map(|(k, (m, d))| {
+                let mut key = message_key(0, 0, 0);
+                key[4..].copy_from_slice(k);
+                let (_, mut msg) = decode_message(&key, m.as_deref()?)?;
+                if let Some((n, nb)) = d.as_deref().and_then(decode_deliveries) {
+                    msg.deliveries = n;
+                    msg.not_before_ms = nb;
+                }
+                Some(msg)
+            })
+            .collect()
+    }
+}
+
+/// Which records hold live puts: a record below the oldest of them holds
+/// nothing anyone needs.
+#[derive(Debug, Default)]
+struct Live {
+    at: HashMap<(bool, Key), u64>,
+    count: BTreeMap<u64, u32>,
+}
+
+impl Live {
+    fn put(&mut self, delivery: bool, key: Key, seq: u64) {
+        if let Some(old) = self.at.insert((delivery, key), seq) {
+            self.drop_one(old);
+        }
+        *self.count.entry(seq).or_default() += 1;
+    }
+
+    fn delete(&mut self, delivery: bool, key: &Key) {
+        if let Some(old) = self.at.remove(&(delivery, *key)) {
+            self.drop_one(old);
+        }
+    }
+
+    fn drop_one(&mut self, seq: u64) {
+        if let Some(n) = self.count.get_mut(&seq) {
+            *n -= 1;
+            if *n == 0 {
+                self.count.remove(&seq);
+            }
+        }
+    }
+
+    /// The oldest record still holding a live put.
+    fn oldest(&self) -> Option<u64> {
+        self.count.keys().next().copied()
+    }
+}
+
+/// A queue this node appends to: it holds the queue's lease.
+pub(super) struct Journaled {
+    /// The queue's name.
+    pub(super) name: String,
+    /// Its subject.
+    pub(super) subject: String,
+    /// The subject's last sequence, as this node appended or read it.
+    last: AtomicU64,
+    /// What purging needs (only the journal's task touches it).
+    live: Mutex<(Live, u64, Instant)>,
+}
+
+/// One group's writes on their way to the journal.
+struct Batch {
+    writes: Vec<(u32, Write)>,
+    done: Vec<Completion>,
+}
+
+/// The journal: the store writer's replica for the queues this node
+/// holds the lease of.
+pub(super) struct Journal {
+    /// `{PREFIX}_QUEUES`.
+    pub(super) stream: String,
+    /// `{prefix}.jq.`.
+    subject_prefix: String,
+    /// `{node}/{instance}`, on each record.
+    writer: String,
+    /// Queues appended to, by their id in this node's store.
+    queues: RwLock<HashMap<u32, Arc<Journaled>>>,
+    tx: mpsc::Sender<Batch>,
+    rx: Mutex<Option<mpsc::Receiver<Batch>>>,
+    /// Records appended, and appends refused or failed.
+    pub(super) appended: AtomicU64,
+    pub(super) failed: AtomicU64,
+}
+
+impl Journal {
+    pub(super) fn new(prefix: &str, node: &str, instance: &str) -> Journal {
+        let (tx, rx) = mpsc::channel(BACKLOG);
+        Journal {
+            stream: format!("{}_QUEUES", prefix.replace('.', "_").to_uppercase()),
+            subject_prefix: format!("{prefix}.jq."),
+            writer: format!("{node}/{instance}"),
+            queues: RwLock::default(),
+            tx,
+            rx: Mutex::new(Some(rx)),
+            appended: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// The stream's configuration.
+    pub(super) fn stream_config(&self, replicas: usize) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.stream,
+            "subjects": [format!("{}>", self.subject_prefix)],
+            "retention": "limits",
+            "max_consumers": -1,
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": 0,
+            "max_msg_size": -1,
+            "storage": "file",
+            "discard": "new",
+            "num_replicas": replicas,
+            "duplicate_window": 120_000_000_000u64,
+        })
+    }
+
+    /// Queue `name`'s subject.
+    pub(super) fn subject(&self, name: &str) -> String {
+        format!(
+            "{}{}",
+            self.subject_prefix,
+            super::subject::retained_key(name)
+        )
+    }
+
+    /// Reads queue `name`'s records back: what they leave, the subject's
+    /// last sequence, and who wrote its last record.
+    pub(super) async fn read(
+        &self,
+        client: &async_nats::Client,
+        name: &str,
+    ) -> Result<(Rebuilt, u64), super::NatsError> {
+        let subject = self.subject(name);
+        let records = js::read(
+            client,
+            &self.stream,
+            &subject,
+            "all",
+            Duration::from_secs(5),
+            MAX_RECORDS,
+        )
+        .await?;
+        let mut rebuilt = Rebuilt::default();
+        let mut last = 0;
+        for r in records {
+            last = r.seq;
+            match decode(&r.payload) {
+                Some(ops) => rebuilt.apply(&ops, r.seq),
+                None if r.payload.is_empty() => {} // a takeover record
+                None => {
+                    tracing::error!(
+                        queue = name,
+                        seq = r.seq,
+                        "cluster: an unreadable journal record is skipped"
+                    )
+                }
+            }
+        }
+        Ok((rebuilt, last))
+    }
+
+    /// Appends a takeover record after sequence `last` (fencing off any
+    /// other writer); the new last sequence.
+    pub(super) async fn fence(
+        &self,
+        client: &async_nats::Client,
+        name: &str,
+        last: u64,
+    ) -> Result<u64, PublishError> {
+        js::publish_expecting(
+            client,
+            self.subject(name),
+            self.headers(),
+            Bytes::new(),
+            last,
+            APPEND_TIMEOUT,
+        )
+        .await
+    }
+
+    fn headers(&self) -> async_nats::HeaderMap {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Wharf-Writer", self.writer.as_str());
+        h
+    }
+
+    /// From now on, queue `id` (`name`) is appended to, after sequence
+    /// `last`, with `rebuilt`'s records live.
+    pub(super) fn start(&self, id: u32, name: &str, last: u64, rebuilt: Rebuilt) {
+        let q = Journaled {
+            name: name.to_owned(),
+            subject: self.subject(name),
+            last: AtomicU64::new(last),
+            live: Mutex::new((rebuilt.live, 0, Instant::now())),
+        };
+        self.queues.write().insert(id, Arc::new(q));
+    }
+
+    /// Stops appending to queue `name` (its lease is gone).
+    pub(super) fn stop(&self, name: &str) {
+        self.queues.write().retain(|_, q| q.name != name);
+    }
+
+    /// The task that appends what the writer hands over, until the
+    /// writer's handles are gone or the runtime ends. Started once.
+    pub(super) fn run(self: &Arc<Self>, client: async_nats::Client) {
+        let Some(mut rx) = self.rx.lock().take() else {
+            return;
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batches = vec![first];
+                while batches.len() < 1024 {
+                    match rx.try_recv() {
+                        Ok(b) => batches.push(b),
+                        Err(_) => break,
+                    }
+                }
+                me.append(&client, batches).await;
+            }
+        });
+    }
+
+    /// Appends the batches' writes, one record (or a few) per queue, the
+    /// queues at once, and completes the batches.
+    async fn append(&self, client: &async_nats::Client, batches: Vec<Batch>) {
+        let mut per: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
+        let mut touched: Vec<Vec<u32>> = Vec::with_capacity(batches.len());
+        let mut dones = Vec::with_capacity(batches.len());
+        for b in batches {
+            let mut ids: Vec<u32> = b.writes.iter().map(|(id, _)| *id).collect();
+            ids.dedup();
+            for (id, w) in &b.writes {
+                if let Some(op) = Op::of(w) {
+                    per.entry(*id).or_default().push(op);
+                }
+            }
+            touched.push(ids);
+            dones.push(b.done);
+        }
+        let appends = per.into_iter().map(|(id, ops)| async move {
+            let q = self.queues.read().get(&id).cloned();
+            let result = match q {
+                Some(q) => self.append_queue(client, &q, ops).await,
+                None => Err("this node no longer holds the queue's lease".to_owned()),
+            };
+            (id, result)
+        });
+        let results: HashMap<u32, Result<(), String>> = futures_util::future::join_all(appends)
+            .await
+            .into_iter()
+            .collect();
+        for (ids, done) in touched.into_iter().zip(dones) {
+            let failed = ids
+                .iter()
+                .find_map(|id| results.get(id).and_then(|r| r.as_ref().err()));
+            let result = match failed {
+                Some(why) => Err(CommitError(format!("the cluster journal: {why}"))),
+                None => Ok(()),
+            };
+            for d in done {
+                d.complete(result.clone());
+            }
+        }
+    }
+
+    /// Appends `ops` to queue `q`'s subject, in records of at most
+    /// [`MAX_RECORD`], each after the last.
+    async fn append_queue(
+        &self,
+        client: &async_nats::Client,
+        q: &Journaled,
+        ops: Vec<Op>,
+    ) -> Result<(), String> {
+        let mut start = 0;
+        while start < ops.len() {
+            let mut end = start;
+            let mut size = 1;
+            while end < ops.len() && (end == start || size + ops[end].encoded_len() <= MAX_RECORD) {
+                size += ops[end].encoded_len();
+                end += 1;
+            }
+            let mut record = BytesMut::with_capacity(size);
+            record.put_u8(VERSION);
+            for op in &ops[start..end] {
+                op.encode(&mut record);
+            }
+            let last = q.last.load(Ordering::Acquire);
+            match js::publish_expecting(
+                client,
+                q.subject.clone(),
+                self.headers(),
+                record.freeze(),
+                last,
+                APPEND_TIMEOUT,
+            )
+            .await
+            {
+                Ok(seq) => {
+                    q.last.store(seq, Ordering::Release);
+                    self.appended.fetch_add(1, Ordering::Relaxed);
+                    let mut live = q.live.lock();
+                    let mut rebuilt = Rebuilt {
+                        live: std::mem::take(&mut live.0),
+                        ..Rebuilt::default()
+                    };
+                    rebuilt.track(&ops[start..end], seq);
+                    live.0 = rebuilt.live;
+                }
+                Err(PublishError::Fenced) => {
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(queue = %q.name, "cluster: another node appends to this queue's journal now: this node no longer serves it");
+                    self.stop(&q.name);
+                    return Err("another node took the queue over".into());
+                }
+                Err(PublishError::Other(e)) => {
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                    // It may have been stored: learn the subject's last
+                    // sequence again, and keep it only if this node wrote it.
+                    self.relearn(client, q).await;
+                    return Err(format!("JetStream did not confirm the append: {e}"));
+                }
+            }
+            start = end;
+        }
+        self.maybe_purge(client, q).await;
+        Ok(())
+    }
+
+    /// After an append whose outcome is unknown: the subject's last
+    /// record, taken as the last if this node wrote it.
+    async fn relearn(&self, client: &async_nats::Client, q: &Journaled) {
+        if let Ok(Some(m)) = js::last_of(client, &self.stream, &q.subject).await {
+            let writer = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Wharf-Writer"))
+                .map(|v| v.as_str().to_owned());
+            if writer.as_deref() == Some(self.writer.as_str()) {
+                q.last.store(m.seq, Ordering::Release);
+            }
+        }
+    }
+
+    /// Purges the queue's records below the oldest live one, at most once
+    /// per [`PURGE_EVERY`] (the last record stays: appends follow it).
+    async fn maybe_purge(&self, client: &async_nats::Client, q: &Journaled) {
+        let below = {
+            let mut live = q.live.lock();
+            let last = q.last.load(Ordering::Acquire);
+            let below = live.0.oldest().unwrap_or(last).min(last);
+            if below <= live.1 + 1 || live.2.elapsed() < PURGE_EVERY {
+                return;
+            }
+            live.1 = below;
+            live.2 = Instant::now();
+            below
+        };
+        if let Err(e) = js::purge_below(client, &self.stream, &q.subject, below).await {
+            tracing::warn!(queue = %q.name, "cluster: purging the journal failed: {e}");
+        }
+    }
+}
+
+impl Rebuilt {
+    /// Records where `ops` (appended as record `seq`) put things, for
+    /// purging, without keeping their values.
+    fn track(&mut self, ops: &[Op], seq: u64) {
+        for op in ops {
+            match op {
+                Op::Put { delivery, key, .. } => self.live.put(*delivery, *key, seq),
+                Op::Delete { delivery, key } => self.live.delete(*delivery, key),
+                Op::Range { delivery, from, to } => {
+                    let gone: Vec<Key> = self
+                        .live
+                        .at
+                        .keys()
+                        .filter(|(d, k)| d == delivery && k >= from && k <= to)
+                        .map(|(_, k)| *k)
+                        .collect();
+                    for k in gone {
+                        self.live.delete(*delivery, &k);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Replica for Journal {
+    fn replicates(&self, id: u32) -> bool {
+        self.queues.read().contains_key(&id)
+    }
+
+    fn replicate(&self, writes: Vec<(u32, Write)>, done: Vec<Completion>) {
+        if let Err(e) = self.tx.try_send(Batch { writes, done }) {
+            let (mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b)) = e;
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            for d in b.done {
+                d.complete(Err(CommitError(
+                    "the cluster journal is behind or stopped".into(),
+                )));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::queues::{delete_message, put_deliveries, put_message};
+
+    fn msg(seq: u64, priority: u8) -> StoredMessage {
+        StoredMessage {
+            seq,
+            priority,
+            headers: Default::default(),
+            payload: Bytes::from(format!("m{seq}")),
+            enqueued_ms: 1,
+            expires_ms: 0,
+            deliveries: 0,
+            not_before_ms: 0,
+        }
+    }
+
+    fn record(writes: &[Write]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        b.put_u8(VERSION);
+        for w in writes {
+            Op::of(w).unwrap().encode(&mut b);
+        }
+        b.to_vec()
+    }
+
+    #[test]
+    fn records_rebuild_what_the_writes_leave_and_know_what_may_be_purged() {
+        let mut delivered = msg(2, 5);
+        delivered.deliveries = 3;
+        let r1 = record(&[
+            put_message(7, &msg(1, 0)),
+            put_message(7, &delivered),
+            put_message(7, &msg(3, 0)),
+        ]);
+        let r2 = record(&[put_deliveries(7, &delivered)]);
+        let [a, b] = delete_message(7, 0, 1);
+        let r3 = record(&[a, b]);
+        let mut rebuilt = Rebuilt::default();
+        for (seq, r) in [(10, &r1), (11, &r2), (12, &r3)] {
+            rebuilt.apply(&decode(r).unwrap(), seq);
+        }
+        let got = rebuilt.messages();
+        assert_eq!(got.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(got[0].deliveries, 3);
+        assert_eq!(got[0].priority, 5);
+        assert_eq!(got[1].payload, Bytes::from("m3"));
+        assert_eq!(rebuilt.live.oldest(), Some(10), "3 and 2 are still in it");
+        // A purge of the rest (as a queue purge writes it) leaves nothing.
+        let (from, to) = crate::store::queues::queue_range(7);
+        let r4 = record(&[
+            Write::DeleteRange {
+                tree: MESSAGES_TREE,
+                from: from.clone(),
+                to: to.clone(),
+            },
+            Write::DeleteRange {
+                tree: DELIVERIES_TREE,
+                from,
+                to,
+            },
+        ]);
+        rebuilt.apply(&decode(&r4).unwrap(), 13);
+        assert!(rebuilt.messages().is_empty());
+        assert_eq!(rebuilt.live.oldest(), None);
+    }
+
+    #[test]
+    fn unreadable_records_are_refused() {
+        assert_eq!(decode(&[]), None);
+        assert_eq!(decode(&[9]), None);
+        assert_eq!(decode(&[VERSION, 1, 0]), None);
+        assert_eq!(decode(&[VERSION, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(decode(&[VERSION]), Some(vec![]));
+    }
+}

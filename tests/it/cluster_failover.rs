@@ -1,0 +1,189 @@
+//! Queues that survive their home (`[cluster] failover`): three nodes on
+//! one `nats-server` with JetStream, the queue's home b a real `wharf`
+//! binary killed with SIGKILL and never started again. Another member
+//! takes the queue's lease, rebuilds it from the journal and serves it;
+//! a consumer on c carries on without doing anything, and every
+//! confirmed message reaches it.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::{ChildBroker, LONG, TestBroker, block_on, eventually};
+use wharf::client::{Client, ClientOptions};
+
+use crate::cluster::{Nats, client, status};
+
+const MEMBERS: [&str; 3] = ["a", "b", "c"];
+/// Confirmed messages in the queue before its home dies.
+const N: usize = 300;
+/// A lease runs out this long after its holder stops renewing it.
+const LEASE_MS: u64 = 2_000;
+
+fn members() -> String {
+    MEMBERS
+        .iter()
+        .map(|m| format!("\"{m}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn failover_node(nats: &str, name: &str) -> TestBroker {
+    let (nats, name) = (nats.to_owned(), name.to_owned());
+    let node = TestBroker::start(move |c| {
+        c.cluster.nats = vec![nats];
+        c.cluster.node = name;
+        c.cluster.connect_timeout_ms = 2_000;
+        c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+        c.cluster.failover = true;
+        c.cluster.lease_ms = LEASE_MS;
+        c.queues.push(wharf::config::QueueDecl {
+            name: "orders".into(),
+            home: Some("b".into()),
+            ack_timeout_ms: Some(60_000),
+            ..Default::default()
+        });
+    });
+    status(&node);
+    node
+}
+
+/// Node b as a `wharf serve` child process; the child and its WebSocket URL.
+fn child_b(dir: &std::path::Path, nats: &str) -> (ChildBroker, String) {
+    let config = dir.join("b.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\nnats = [\"{nats}\"]\nnode = \"b\"\nmembers = [{}]\n\
+             connect_timeout_ms = 2000\nfailover = true\nlease_ms = {LEASE_MS}\n\n\
+             [[queues]]\nname = \"orders\"\nhome = \"b\"\nack_timeout_ms = 60000\n",
+            members()
+        ),
+    )
+    .expect("b's config is written");
+    let data = dir.join("b-data");
+    let child = ChildBroker::spawn(&[
+        "serve",
+        "--config",
+        config.to_str().expect("a UTF-8 path"),
+        "--bind",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().expect("a UTF-8 path"),
+    ]);
+    let url = format!("ws://{}/ws", child.address());
+    (child, url)
+}
+
+fn home_of(node: &TestBroker, queue: &str) -> Option<String> {
+    let (code, body) = common::http(node.addr, "GET", &format!("/queues/{queue}"), "");
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["home"].as_str().map(str::to_owned)
+}
+
+#[test]
+fn a_queue_whose_home_is_killed_is_served_by_another_member_with_every_confirmed_message() {
+    let nats = Nats::start();
+    let dir = tempfile::tempdir().expect("a directory for node b");
+    let (mut b, b_url) = child_b(dir.path(), &nats.url());
+    let a = failover_node(&nats.url(), "a");
+    let c = failover_node(&nats.url(), "c");
+    block_on(async {
+        let on_b = Client::connect(&b_url, ClientOptions::default())
+            .await
+            .expect("a client on b");
+        // b takes the queue's lease at its first call.
+        on_b.enqueue("orders", "first")
+            .await
+            .expect("b serves its queue");
+        let on_a = client(&a).await;
+        let mut pending = Vec::with_capacity(N);
+        for i in 0..N {
+            let opts = wharf::client::EnqueueOptions::default();
+            pending.push(
+                on_a.enqueue_pipelined("orders", format!("m{i}").into_bytes(), opts)
+                    .await
+                    .expect("an enqueue on a, homed on b"),
+            );
+        }
+        for p in pending {
+            p.await.expect("confirmed by b, and journaled");
+        }
+        let on_c = client(&c).await;
+        let mut consumer = on_c.consume("orders", 20).await.expect("a consumer on c");
+        // The consumer takes and acks a part before b dies.
+        let mut got = BTreeSet::new();
+        while got.len() < 100 {
+            let d = consumer
+                .recv_timeout(LONG)
+                .await
+                .expect("a delivery from b on c");
+            on_c.ack(consumer.id(), &[d.id])
+                .await
+                .expect("an ack through c");
+            got.insert(String::from_utf8_lossy(&d.payload).into_owned());
+        }
+
+        b.child.kill().expect("SIGKILL node b");
+        assert!(!b.wait_exit(LONG).success(), "b was killed");
+        let killed = Instant::now();
+        drop(on_b);
+
+        // Nobody does anything: the consumer on c gets the rest from the
+        // queue's new home (what was in flight at b comes again).
+        let deadline = killed + Duration::from_secs(30);
+        let mut redelivered = 0;
+        let want = N + 1;
+        while got.len() < want {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(d) = consumer.recv_timeout(left).await else {
+                panic!(
+                    "{} of {want} messages within 30 s of b's death; a: {}, c: {}",
+                    got.len(),
+                    status(&a),
+                    status(&c)
+                );
+            };
+            let text = String::from_utf8_lossy(&d.payload).into_owned();
+            if !got.insert(text) {
+                redelivered += 1;
+            }
+            // Acks go to whichever node serves the queue now; one to the
+            // old home may fail while the consumer moves.
+            let _ = on_c.ack(consumer.id(), &[d.id]).await;
+        }
+        let served = killed.elapsed();
+        let home = home_of(&a, "orders").expect("a names the queue's home");
+        assert!(home == "a" || home == "c", "a survivor is the home: {home}");
+        eprintln!(
+            "all {want} messages on c {served:?} after b's death, home now {home}, \
+             {redelivered} delivered twice"
+        );
+        // The queue keeps working: a new message, enqueued on a, reaches c.
+        on_a.enqueue("orders", "after")
+            .await
+            .expect("an enqueue after the failover");
+        loop {
+            let d = consumer
+                .recv_timeout(LONG)
+                .await
+                .expect("the message enqueued after the failover");
+            let _ = on_c.ack(consumer.id(), &[d.id]).await;
+            if &d.payload[..] == b"after" {
+                break;
+            }
+        }
+        assert!(
+            eventually(LONG, || {
+                let (code, body) = common::http(a.addr, "GET", "/queues/orders", "");
+                code == 200 && body.contains("\"depth\":0")
+            })
+            .await,
+            "every message acked at the new home"
+        );
+    });
+}
