@@ -126,6 +126,18 @@ fn status_text(s: &Value) -> String {
         .collect();
     out.push_str(&counted.join("  "));
     out.push('\n');
+    let f = &s["failover"];
+    if f.is_object() {
+        out.push_str(&format!(
+            "failover: home of {} (lease {} ms)  taken over {}  leases lost {}  journal appends {} ({} failed)\n",
+            list(&f["leases"]),
+            cell(&f["lease_ms"]),
+            cell(&f["taken_over"]),
+            cell(&f["leases_lost"]),
+            cell(&f["journal_appended"]),
+            cell(&f["journal_failed"]),
+        ));
+    }
     let rows: Vec<Vec<String>> = s["peers"]
         .as_array()
         .into_iter()
@@ -177,6 +189,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("b     up     0.8 s ago"), "{text}");
+        assert!(!text.contains("failover"), "{text}");
+        let mut failing_over = ok.clone();
+        failing_over["failover"] = serde_json::json!({"lease_ms": 10000, "leases": ["orders", "jobs2"],
+            "taken_over": 2, "leases_lost": 0, "journal_appended": 40, "journal_failed": 1});
+        let text = status_text(&failing_over);
+        assert!(
+            text.contains("failover: home of orders,jobs2 (lease 10000 ms)  taken over 2"),
+            "{text}"
+        );
         let sick = serde_json::json!({"enabled": true, "node": "a", "state": "disconnected",
             "peers": [{"node": "b", "up": false}], "lost": 5, "same_name": ["x"],
             "other_members": {"c": ["a", "c"]}});

@@ -11,7 +11,7 @@
 //! The home of a queue is the node holding its lease, as every node
 //! reads the stream every quarter lease; without one, the first member
 //! in the queue's order (its `home`, then by rendezvous score) that is
-//! alive (heard within ten seconds). That node takes the lease when a
+//! alive (heard within five seconds). That node takes the lease when a
 //! call comes or when its keeper sees the lease gone, reads the queue's
 //! journal (`journal.rs`), fences off the old home, installs what the
 //! journal says in its own store and memory, and serves: deliveries in
@@ -31,15 +31,17 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
+use super::Shared;
 use super::home::JOBS_HOME_KEY;
 use super::journal::Journal;
 use super::js::{self, PublishError};
-use super::{LOST_AFTER, Shared};
 use crate::broker::{Broker, BrokerError};
 use crate::protocol::frame::ErrorCode;
 
 /// Most leases read back in one look.
 const MAX_LEASES: u64 = 1_000_000;
+/// How long a stream just made may take to elect its leader.
+const STREAM_WAIT: Duration = Duration::from_secs(10);
 /// How long a takeover may take before its calls are told so.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -112,11 +114,6 @@ impl Failover {
         }
     }
 
-    /// Leases held here.
-    pub(super) fn held_count(&self) -> usize {
-        self.held.lock().len()
-    }
-
     /// The queues whose lease this node holds.
     pub(super) fn held_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.held.lock().keys().cloned().collect();
@@ -159,13 +156,24 @@ impl Failover {
                 "num_replicas": self.replicas,
                 "duplicate_window": 1_000_000_000u64,
             }),
+            STREAM_WAIT,
         )
         .await?;
-        js::ensure_stream(client, self.journal.stream_config(self.replicas)).await?;
+        js::ensure_stream(
+            client,
+            self.journal.stream_config(self.replicas),
+            STREAM_WAIT,
+        )
+        .await?;
         self.ready.store(true, Ordering::Release);
         Ok(())
     }
 }
+
+/// A member not heard for this long is passed over when a queue without
+/// a lease needs a home (shorter than [`LOST_AFTER`](super::LOST_AFTER): passing over a slow
+/// member only moves a queue, and the lease keeps it in one place).
+const SILENT_AFTER: Duration = Duration::from_secs(5);
 
 impl Shared {
     fn alive(&self, node: &str) -> bool {
@@ -174,7 +182,7 @@ impl Shared {
                 .peers
                 .lock()
                 .get(node)
-                .is_some_and(|heard| heard.elapsed() < LOST_AFTER)
+                .is_some_and(|heard| heard.elapsed() < SILENT_AFTER)
     }
 
     /// The node that serves the queues homed by `key` now: its lease's
@@ -487,7 +495,6 @@ async fn look(shared: &Shared, f: &Failover) {
         &shared.client,
         &f.stream,
         &format!("{}>", f.subject_prefix),
-        "last_per_subject",
         shared.confirm,
         MAX_LEASES,
     )

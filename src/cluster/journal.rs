@@ -181,11 +181,15 @@ fn decode(record: &[u8]) -> Option<Vec<Op>> {
     Some(ops)
 }
 
+/// A message's stored value and its delivery state's, as records leave
+/// them.
+type Entry = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// A queue's state as records rebuild it: per key, its message and its
 /// delivery state.
 #[derive(Debug, Default)]
 pub(super) struct Rebuilt {
-    entries: BTreeMap<Key, (Option<Vec<u8>>, Option<Vec<u8>>)>,
+    entries: BTreeMap<Key, Entry>,
     /// For purging: where each live put is, and how many each record holds.
     live: Live,
 }
@@ -370,7 +374,6 @@ impl Journal {
             client,
             &self.stream,
             &subject,
-            "all",
             Duration::from_secs(5),
             MAX_RECORDS,
         )

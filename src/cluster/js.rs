@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use super::NatsError;
@@ -39,24 +38,39 @@ pub(super) async fn api(
     }
 }
 
-/// Finds the stream `config` names, or creates it as `config` says.
+/// Finds the stream `config` names, or creates it as `config` says, and
+/// waits (up to `wait`) until it has a leader: a replicated stream just
+/// made takes a moment to elect one, and refuses nothing meanwhile but
+/// answers nothing either.
 ///
 /// # Errors
-/// No JetStream on the server, or a refusal.
+/// No JetStream on the server, a refusal, or no leader in time.
 pub(super) async fn ensure_stream(
     client: &async_nats::Client,
     config: Value,
+    wait: Duration,
 ) -> Result<(), NatsError> {
     let name = config["name"].as_str().unwrap_or_default().to_owned();
-    if api(client, format!("$JS.API.STREAM.INFO.{name}"), json!({}))
-        .await
-        .is_ok()
-    {
-        return Ok(());
+    let info = format!("$JS.API.STREAM.INFO.{name}");
+    if api(client, info.clone(), json!({})).await.is_err() {
+        api(client, format!("$JS.API.STREAM.CREATE.{name}"), config).await?;
     }
-    api(client, format!("$JS.API.STREAM.CREATE.{name}"), config)
-        .await
-        .map(|_| ())
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        // A single server says nothing of a cluster.
+        if let Ok(v) = api(client, info.clone(), json!({})).await
+            && (v.get("cluster").is_none()
+                || v["cluster"]["leader"]
+                    .as_str()
+                    .is_some_and(|l| !l.is_empty()))
+        {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(NatsError::Stopped("electing the stream's leader"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Why a publish to a stream was not stored.
@@ -125,107 +139,54 @@ pub(super) struct Stored {
     pub seq: u64,
 }
 
-/// The stream sequence in a push delivery's reply subject
-/// (`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.…`, or with a domain
-/// and account hash, two tokens later).
-fn stream_seq(reply: Option<&async_nats::Subject>) -> Option<u64> {
-    let tokens: Vec<&str> = reply?.as_str().split('.').collect();
-    let at = if tokens.len() >= 12 { 7 } else { 5 };
-    tokens.get(at)?.parse().ok()
-}
-
-/// The messages of `stream` on subjects matching `filter`, as `policy`
-/// (`all`, `last_per_subject`) picks them, in order: an ephemeral push
-/// consumer delivering to an inbox, read up to the count it reports
-/// pending (at most `max`), each message within `wait`.
+/// The messages of `stream` on subjects matching `filter`, in order, at
+/// most `max`: one direct message get after another (no consumer, so
+/// nothing to place on a server that may be down), each within `wait`.
 ///
 /// # Errors
-/// A refusal, more than `max` messages, or a message that does not come.
+/// A refusal, more than `max` messages, or a reply that does not come.
 pub(super) async fn read(
     client: &async_nats::Client,
     stream: &str,
     filter: &str,
-    policy: &str,
     wait: Duration,
     max: u64,
 ) -> Result<Vec<Stored>, NatsError> {
-    let inbox = client.new_inbox();
-    let mut sub = client
-        .subscribe(inbox.clone())
+    let mut out = Vec::new();
+    let mut next = 1u64;
+    loop {
+        let got = tokio::time::timeout(
+            wait,
+            get(
+                client,
+                stream,
+                json!({ "seq": next, "next_by_subj": filter }),
+            ),
+        )
         .await
-        .map_err(|e| NatsError::Request(e.to_string()))?;
-    let created = api(
-        client,
-        format!("$JS.API.CONSUMER.CREATE.{stream}"),
-        json!({
-            "stream_name": stream,
-            "config": {
-                "deliver_subject": inbox,
-                "deliver_policy": policy,
-                "ack_policy": "none",
-                "filter_subject": filter,
-                "replay_policy": "instant",
-                "inactive_threshold": 10_000_000_000u64,
-                "mem_storage": true,
-                "num_replicas": 1,
-            }
-        }),
-    )
-    .await?;
-    let pending = created["num_pending"].as_u64().unwrap_or(0);
-    let result = async {
-        if pending > max {
+        .map_err(|_| NatsError::Timeout)??;
+        let Some(m) = got else {
+            return Ok(out);
+        };
+        if out.len() as u64 >= max {
             return Err(NatsError::Refused {
-                description: format!("{pending} messages on {filter}, more than {max}"),
+                description: format!("more than {max} messages on {filter}"),
                 code: "wharf".into(),
             });
         }
-        let mut out = Vec::with_capacity(usize::try_from(pending).unwrap_or(0));
-        for _ in 0..pending {
-            let Ok(Some(m)) = tokio::time::timeout(wait, sub.next()).await else {
-                return Err(NatsError::Stopped("a stream read"));
-            };
-            let Some(seq) = stream_seq(m.reply.as_ref()) else {
-                continue;
-            };
-            out.push(Stored {
-                subject: m.subject.to_string(),
-                headers: m.headers,
-                payload: m.payload,
-                seq,
-            });
-        }
-        Ok(out)
+        next = m.seq + 1;
+        out.push(m);
     }
-    .await;
-    if let Some(consumer) = created["name"].as_str() {
-        // Done with it; the server would drop it idle anyway.
-        let _ = client
-            .publish(
-                format!("$JS.API.CONSUMER.DELETE.{stream}.{consumer}"),
-                Bytes::new(),
-            )
-            .await;
-    }
-    result
 }
 
-/// The last message of `stream` on `subject`, if it has one.
-///
-/// # Errors
-/// A refusal other than "no message", or no reply.
-pub(super) async fn last_of(
+/// One message get (`$JS.API.STREAM.MSG.GET`): the message, or `None`
+/// when there is none.
+async fn get(
     client: &async_nats::Client,
     stream: &str,
-    subject: &str,
+    request: Value,
 ) -> Result<Option<Stored>, NatsError> {
-    let got = api(
-        client,
-        format!("$JS.API.STREAM.MSG.GET.{stream}"),
-        json!({ "last_by_subj": subject }),
-    )
-    .await;
-    let v = match got {
+    let v = match api(client, format!("$JS.API.STREAM.MSG.GET.{stream}"), request).await {
         Ok(v) => v,
         // 10037: no message found.
         Err(NatsError::Refused { code, .. }) if code == "10037" => return Ok(None),
@@ -240,11 +201,23 @@ pub(super) async fn last_of(
     };
     let headers = decode("hdrs").and_then(|raw| parse_headers(&raw));
     Ok(Some(Stored {
-        subject: m["subject"].as_str().unwrap_or(subject).to_owned(),
+        subject: m["subject"].as_str().unwrap_or_default().to_owned(),
         headers,
         payload: decode("data").unwrap_or_default().into(),
         seq: m["seq"].as_u64().unwrap_or(0),
     }))
+}
+
+/// The last message of `stream` on `subject`, if it has one.
+///
+/// # Errors
+/// A refusal other than "no message", or no reply.
+pub(super) async fn last_of(
+    client: &async_nats::Client,
+    stream: &str,
+    subject: &str,
+) -> Result<Option<Stored>, NatsError> {
+    get(client, stream, json!({ "last_by_subj": subject })).await
 }
 
 /// Headers as a stored message's `hdrs` hold them (`NATS/1.0` then
@@ -282,15 +255,6 @@ pub(super) async fn purge_below(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_stream_sequence_is_read_from_either_reply_form() {
-        let old = async_nats::Subject::from("$JS.ACK.S.C.1.42.7.1700000000.0");
-        assert_eq!(stream_seq(Some(&old)), Some(42));
-        let new = async_nats::Subject::from("$JS.ACK.dom.acc.S.C.1.43.7.1700000000.0.tok");
-        assert_eq!(stream_seq(Some(&new)), Some(43));
-        assert_eq!(stream_seq(None), None);
-    }
 
     #[test]
     fn stored_headers_are_read() {

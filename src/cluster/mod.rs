@@ -497,6 +497,14 @@ impl Cluster {
             consumers_elsewhere,
             same_name,
             other_members,
+            failover: s.failover.as_ref().map(|f| FailoverStatus {
+                lease_ms: f.lease.as_millis() as u64,
+                leases: f.held_keys(),
+                taken_over: f.taken.load(Ordering::Relaxed),
+                leases_lost: f.lost.load(Ordering::Relaxed),
+                journal_appended: f.journal.appended.load(Ordering::Relaxed),
+                journal_failed: f.journal.failed.load(Ordering::Relaxed),
+            }),
         }
     }
 
@@ -577,6 +585,28 @@ pub struct ClusterStatus {
     /// Peers whose `[cluster] members` differ from this node's, with
     /// theirs: queues are homed differently on each side.
     pub other_members: BTreeMap<String, Vec<String>>,
+    /// Queue failover (`[cluster] failover`), when on.
+    pub failover: Option<FailoverStatus>,
+}
+
+/// `GET /admin/cluster`'s `failover`: the leases this node holds and
+/// what its journal did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FailoverStatus {
+    /// How long a lease lasts unless renewed.
+    pub lease_ms: u64,
+    /// The queues (by the name they are homed by) whose lease this node
+    /// holds: it is their home.
+    pub leases: Vec<String>,
+    /// Queues this node took over (a first home included).
+    pub taken_over: u64,
+    /// Leases this node lost while holding them (not renewed in time, or
+    /// taken by another node).
+    pub leases_lost: u64,
+    /// Journal records appended.
+    pub journal_appended: u64,
+    /// Journal appends that failed (their writes were not confirmed).
+    pub journal_failed: u64,
 }
 
 /// The cluster at a glance (`GET /admin/overview`'s `cluster`).

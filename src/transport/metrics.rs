@@ -228,6 +228,29 @@ fn cluster(e: &mut DescriptorEncoder<'_>, c: &crate::cluster::ClusterStatus) -> 
             ("same_name", c.same_name.len() as i64),
             ("members", c.other_members.len() as i64),
         ],
+    )?;
+    let Some(f) = &c.failover else {
+        return Ok(());
+    };
+    gauge(
+        e,
+        "wharf_cluster_leases",
+        "Queue leases this node holds (it is those queues' home).",
+        f.leases.len() as i64,
+    )?;
+    counters(
+        e,
+        "wharf_cluster_failover",
+        "Queue failover events: queues taken over here, leases lost while held.",
+        "event",
+        &[("taken_over", f.taken_over), ("lease_lost", f.leases_lost)],
+    )?;
+    counters(
+        e,
+        "wharf_cluster_journal_appends",
+        "Journal appends of held queues' writes, by outcome (a failed one's writes were not confirmed).",
+        "outcome",
+        &[("ok", f.journal_appended), ("failed", f.journal_failed)],
     )
 }
 

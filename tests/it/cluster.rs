@@ -47,6 +47,12 @@ impl Nats {
 
     /// Starts (again) on the same port and waits until it accepts.
     pub(crate) fn restart(&mut self) {
+        self.start_with(&[]);
+    }
+
+    /// Starts on its port with `extra` arguments and waits until it
+    /// accepts.
+    fn start_with(&mut self, extra: &[String]) {
         self.kill();
         // Debian installs it in /usr/sbin, not on every user's PATH.
         let program = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
@@ -63,6 +69,7 @@ impl Nats {
                 "-sd",
             ])
             .arg(self.store.path())
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -89,6 +96,82 @@ impl Nats {
 impl Drop for Nats {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Three `nats-server`s with JetStream routed into one NATS cluster (as
+/// three machines would run them), each killed on drop.
+pub(crate) struct NatsCluster {
+    pub(crate) servers: Vec<Nats>,
+}
+
+impl NatsCluster {
+    /// Starts the three and waits until JetStream has a metadata leader
+    /// (replicated streams can be made from then on).
+    pub(crate) fn start() -> NatsCluster {
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let mut servers = Vec::new();
+        for (i, (port, route)) in ports.iter().enumerate() {
+            let routes: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, (_, r))| format!("nats://127.0.0.1:{r}"))
+                .collect();
+            let mut n = Nats {
+                port: *port,
+                child: None,
+                store: tempfile::tempdir().unwrap(),
+            };
+            let log = n.store.path().join("log");
+            n.start_with(&[
+                "-n".into(),
+                format!("s{i}"),
+                "--cluster_name".into(),
+                "wharf".into(),
+                "--cluster".into(),
+                format!("nats://127.0.0.1:{route}"),
+                "--routes".into(),
+                routes.join(","),
+                "-l".into(),
+                log.to_str().unwrap().to_owned(),
+            ]);
+            servers.push(n);
+        }
+        let deadline = Instant::now() + LONG;
+        for n in &servers {
+            let log = n.store.path().join("log");
+            while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("metadata leader")) {
+                assert!(
+                    Instant::now() < deadline,
+                    "no JetStream leader in the NATS cluster"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        NatsCluster { servers }
+    }
+
+    /// The last lines of each server's log (for a failure's message).
+    pub(crate) fn logs(&self) -> String {
+        let mut out = String::new();
+        for (i, n) in self.servers.iter().enumerate() {
+            let log = std::fs::read_to_string(n.store.path().join("log")).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            out.push_str(&format!("--- nats s{i}\n"));
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// The servers' URLs, server `first`'s first.
+    pub(crate) fn urls(&self, first: usize) -> Vec<String> {
+        let mut urls: Vec<String> = self.servers.iter().map(Nats::url).collect();
+        urls.rotate_left(first);
+        urls
     }
 }
 

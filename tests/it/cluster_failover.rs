@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{ChildBroker, LONG, TestBroker, block_on, eventually};
 use wharf::client::{Client, ClientOptions};
 
-use crate::cluster::{Nats, client, status};
+use crate::cluster::{Nats, NatsCluster, client, status};
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
 /// Confirmed messages in the queue before its home dies.
@@ -29,10 +29,11 @@ fn members() -> String {
         .join(", ")
 }
 
-fn failover_node(nats: &str, name: &str) -> TestBroker {
-    let (nats, name) = (nats.to_owned(), name.to_owned());
+fn failover_node(nats: Vec<String>, replicas: usize, name: &str) -> TestBroker {
+    let name = name.to_owned();
     let node = TestBroker::start(move |c| {
-        c.cluster.nats = vec![nats];
+        c.cluster.nats = nats;
+        c.cluster.replicas = replicas;
         c.cluster.node = name;
         c.cluster.connect_timeout_ms = 2_000;
         c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
@@ -50,14 +51,17 @@ fn failover_node(nats: &str, name: &str) -> TestBroker {
 }
 
 /// Node b as a `wharf serve` child process; the child and its WebSocket URL.
-fn child_b(dir: &std::path::Path, nats: &str) -> (ChildBroker, String) {
+fn child_b(dir: &std::path::Path, nats: &[String], replicas: usize) -> (ChildBroker, String) {
     let config = dir.join("b.toml");
+    let nats: Vec<String> = nats.iter().map(|u| format!("\"{u}\"")).collect();
     std::fs::write(
         &config,
         format!(
-            "[cluster]\nnats = [\"{nats}\"]\nnode = \"b\"\nmembers = [{}]\n\
-             connect_timeout_ms = 2000\nfailover = true\nlease_ms = {LEASE_MS}\n\n\
+            "[cluster]\nnats = [{}]\nnode = \"b\"\nmembers = [{}]\n\
+             connect_timeout_ms = 2000\nfailover = true\nlease_ms = {LEASE_MS}\n\
+             replicas = {replicas}\n\n\
              [[queues]]\nname = \"orders\"\nhome = \"b\"\nack_timeout_ms = 60000\n",
+            nats.join(", "),
             members()
         ),
     )
@@ -88,10 +92,37 @@ fn home_of(node: &TestBroker, queue: &str) -> Option<String> {
 #[test]
 fn a_queue_whose_home_is_killed_is_served_by_another_member_with_every_confirmed_message() {
     let nats = Nats::start();
+    let urls = |_| vec![nats.url()];
+    home_killed(&urls, 1, || {});
+}
+
+/// Three NATS servers with the journal and the leases on three replicas;
+/// b's machine dies: b and the NATS server it used are killed.
+#[test]
+fn on_a_three_server_nats_cluster_a_queue_survives_its_home_and_a_nats_server() {
+    let mut nats = NatsCluster::start();
+    let urls: Vec<Vec<String>> = (0..3).map(|i| nats.urls(i)).collect();
+    let urls = |i: usize| urls[i].clone();
+    let logs = std::cell::RefCell::new(String::new());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        home_killed(&urls, 3, || nats.servers[1].kill());
+    }));
+    if let Err(e) = result {
+        *logs.borrow_mut() = nats.logs();
+        eprintln!("{}", logs.borrow());
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// Nodes a, b (a child process) and c, each on NATS server `urls(i)`
+/// first; a queue homed on b holds N confirmed messages, c consumes a
+/// part, then b is killed (and `also` runs): c gets the rest within 30 s
+/// of the kill, from a survivor.
+fn home_killed(urls: &dyn Fn(usize) -> Vec<String>, replicas: usize, also: impl FnOnce()) {
     let dir = tempfile::tempdir().expect("a directory for node b");
-    let (mut b, b_url) = child_b(dir.path(), &nats.url());
-    let a = failover_node(&nats.url(), "a");
-    let c = failover_node(&nats.url(), "c");
+    let (mut b, b_url) = child_b(dir.path(), &urls(1), replicas);
+    let a = failover_node(urls(0), replicas, "a");
+    let c = failover_node(urls(2), replicas, "c");
     block_on(async {
         let on_b = Client::connect(&b_url, ClientOptions::default())
             .await
@@ -129,6 +160,7 @@ fn a_queue_whose_home_is_killed_is_served_by_another_member_with_every_confirmed
         }
 
         b.child.kill().expect("SIGKILL node b");
+        also();
         assert!(!b.wait_exit(LONG).success(), "b was killed");
         let killed = Instant::now();
         drop(on_b);
@@ -159,6 +191,12 @@ fn a_queue_whose_home_is_killed_is_served_by_another_member_with_every_confirmed
         let served = killed.elapsed();
         let home = home_of(&a, "orders").expect("a names the queue's home");
         assert!(home == "a" || home == "c", "a survivor is the home: {home}");
+        let new_home = if home == "a" { &a } else { &c };
+        let f = &status(new_home)["failover"];
+        assert_eq!(f["leases"], serde_json::json!(["orders"]), "{f}");
+        assert!(f["taken_over"].as_u64() >= Some(1), "{f}");
+        let (_, metrics) = common::http(new_home.addr, "GET", "/metrics", "");
+        assert!(metrics.contains("wharf_cluster_leases 1"), "{metrics}");
         eprintln!(
             "all {want} messages on c {served:?} after b's death, home now {home}, \
              {redelivered} delivered twice"

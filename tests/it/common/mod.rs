@@ -205,7 +205,9 @@ impl TestBroker {
         // The broker's warnings go to the test's output (shown when it
         // fails): a slow or stuck stop says which step it was at.
         let _ = tracing_subscriber::fmt()
-            .with_env_filter("wharf=warn")
+            .with_env_filter(
+                std::env::var("WHARF_TEST_LOG").unwrap_or_else(|_| "wharf=warn".into()),
+            )
             .with_test_writer()
             .try_init();
         let mut config = wharf::Config::default();
