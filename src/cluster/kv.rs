@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use super::js::api;
-use super::{NatsError, Synced, subject, wire};
+use super::{NatsError, Shared, Synced, subject, wire};
 
 /// Most entries one filter's read takes.
 pub const MAX_SYNC: u64 = 100_000;
@@ -139,4 +139,37 @@ pub async fn read(
         }
     }
     Ok(out)
+}
+
+/// The retained bucket's name: the prefix's tokens joined by `_`.
+pub(super) fn retained_bucket(prefix: &str) -> String {
+    format!("{}_retained", prefix.replace('.', "_"))
+}
+
+/// Finds or creates the retained bucket and from then on writes retained
+/// messages to it. Without JetStream on the NATS server, retained
+/// messages stay with each node (said each time it is tried).
+pub(super) async fn ensure_bucket(
+    client: &async_nats::Client,
+    bucket: &str,
+    shared: &Shared,
+) -> bool {
+    if shared.retained.get().is_some() {
+        return true;
+    }
+    match tokio::time::timeout(shared.confirm, ensure(client, bucket)).await {
+        Ok(Ok(())) => {
+            let _ = shared.retained.set(format!("$KV.{bucket}."));
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(
+                bucket,
+                "cluster: no retained bucket ({e}); retained messages stay with each node \
+                 until NATS has JetStream (nats-server -js)"
+            );
+            false
+        }
+        Err(_) => false,
+    }
 }

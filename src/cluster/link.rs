@@ -184,9 +184,9 @@ async fn run(
         runtime: tokio::runtime::Handle::current(),
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
-    let bucket = retained_bucket(&shared.prefix);
+    let bucket = kv::retained_bucket(&shared.prefix);
     if super::connected(&client) {
-        ensure_bucket(&client, &bucket, &shared).await;
+        kv::ensure_bucket(&client, &bucket, &shared).await;
     }
     tracing::info!(node = %node, nats = %config.nats.join(", "), "cluster: this node joins");
     if started
@@ -253,35 +253,6 @@ async fn run(
     })
     .await;
     let _ = stopped.send(());
-}
-
-/// The retained bucket's name: the prefix's tokens joined by `_`.
-fn retained_bucket(prefix: &str) -> String {
-    format!("{}_retained", prefix.replace('.', "_"))
-}
-
-/// Finds or creates the retained bucket and from then on writes retained
-/// messages to it. Without JetStream on the NATS server, retained
-/// messages stay with each node (said each time it is tried).
-async fn ensure_bucket(client: &async_nats::Client, bucket: &str, shared: &Shared) -> bool {
-    if shared.retained.get().is_some() {
-        return true;
-    }
-    match tokio::time::timeout(shared.confirm, kv::ensure(client, bucket)).await {
-        Ok(Ok(())) => {
-            let _ = shared.retained.set(format!("$KV.{bucket}."));
-            true
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(
-                bucket,
-                "cluster: no retained bucket ({e}); retained messages stay with each node \
-                 until NATS has JetStream (nats-server -js)"
-            );
-            false
-        }
-        Err(_) => false,
-    }
 }
 
 /// Sends forwarded publishes to NATS in the order they were handed over,
@@ -675,7 +646,7 @@ async fn serve(
                         Some(Control::Want { filter, reply }) => {
                             let has_bucket = shared.retained.get().is_some()
                                 || (super::connected(&client)
-                                    && ensure_bucket(&client, &bucket, shared).await);
+                                    && kv::ensure_bucket(&client, &bucket, shared).await);
                             let mut reply = Some(reply);
                             match link.want(&client, filter, &mut reply, has_bucket).await {
                                 Wanted::Now(answer) => {

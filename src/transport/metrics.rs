@@ -157,6 +157,8 @@ async fn gather(app: &AppState) -> Snapshot {
 #[derive(Debug)]
 struct WharfCollector(Snapshot);
 
+mod cluster;
+
 type Out = Result<(), std::fmt::Error>;
 
 fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Out {
@@ -175,85 +177,6 @@ fn counter_f(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: f64) ->
 }
 
 /// One counter family with a series per label value.
-/// The cluster's series: its link, what crossed it, the nodes heard,
-/// and conflicts (a node named as this one, members that differ).
-fn cluster(e: &mut DescriptorEncoder<'_>, c: &crate::cluster::ClusterStatus) -> Out {
-    gauge(
-        e,
-        "wharf_cluster_connected",
-        "1 while the link to NATS is connected.",
-        i64::from(c.state == "connected"),
-    )?;
-    counter(
-        e,
-        "wharf_cluster_connects",
-        "Times the link connected to NATS.",
-        c.connects,
-    )?;
-    let up = c.peers.iter().filter(|p| p.up).count();
-    gauges(
-        e,
-        "wharf_cluster_peers",
-        "Other nodes heard, by whether they were heard lately.",
-        "state",
-        &[("up", up as i64), ("lost", (c.peers.len() - up) as i64)],
-    )?;
-    counters(
-        e,
-        "wharf_cluster_messages",
-        "Publishes that crossed the cluster: forwarded to NATS, dropped (buffer full), \
-         failed (NATS refused), received from other nodes, refused here, lost (this node fell behind).",
-        "outcome",
-        &[
-            ("forwarded", c.forwarded),
-            ("dropped", c.dropped),
-            ("failed", c.failed),
-            ("received", c.received),
-            ("refused", c.refused),
-            ("lost", c.lost),
-        ],
-    )?;
-    gauge(
-        e,
-        "wharf_cluster_buffered",
-        "Publishes waiting for NATS now.",
-        c.buffered as i64,
-    )?;
-    gauges(
-        e,
-        "wharf_cluster_conflicts",
-        "Other processes heard using this node's name (same_name), and peers whose members differ (members).",
-        "kind",
-        &[
-            ("same_name", c.same_name.len() as i64),
-            ("members", c.other_members.len() as i64),
-        ],
-    )?;
-    let Some(f) = &c.failover else {
-        return Ok(());
-    };
-    gauge(
-        e,
-        "wharf_cluster_leases",
-        "Queue leases this node holds (it is those queues' home).",
-        f.leases.len() as i64,
-    )?;
-    counters(
-        e,
-        "wharf_cluster_failover",
-        "Queue failover events: queues taken over here, leases lost while held.",
-        "event",
-        &[("taken_over", f.taken_over), ("lease_lost", f.leases_lost)],
-    )?;
-    counters(
-        e,
-        "wharf_cluster_journal_appends",
-        "Journal appends of held queues' writes, by outcome (a failed one's writes were not confirmed).",
-        "outcome",
-        &[("ok", f.journal_appended), ("failed", f.journal_failed)],
-    )
-}
-
 fn counters(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -513,7 +436,7 @@ impl Collector for WharfCollector {
             )?;
         }
         if let Some(c) = &s.cluster {
-            cluster(e, c)?;
+            cluster::cluster(e, c)?;
         }
         if let Some(h) = &s.store_durable {
             histogram(
