@@ -747,6 +747,25 @@ mod tests {
         );
     }
 
+    /// README's failover example is a config that validates.
+    #[test]
+    fn the_readme_failover_example_is_a_valid_config() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("### Failover")
+            .nth(1)
+            .expect("README has a Failover section");
+        let block = section
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("with a TOML example");
+        let config = Config::from_toml(block).expect("the example parses");
+        config.validate().expect("the example validates");
+        assert!(config.cluster.failover);
+        assert_eq!(config.cluster.replicas, 3);
+    }
+
     #[test]
     fn a_syntax_error_names_its_line_and_column_on_one_line() {
         let e = Config::from_toml("[server]\nbind = \"127.0.0.1:0\"\n[store\n")

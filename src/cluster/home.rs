@@ -332,6 +332,19 @@ mod tests {
         assert_eq!(h.home_of("other.dlq"), h.home_of("other"));
         assert_eq!(h.home_of(".dlq"), rendezvous(&m, ".dlq"));
         assert_eq!(h.home_of("jobs.dlq"), h.home_of(JOBS_HOME_KEY));
+        // Failover's order: the home first, then by score; a dead-letter
+        // queue is keyed by its queue.
+        assert_eq!(h.key_of("graveyard"), Some("orders"));
+        assert_eq!(h.key_of("other.dlq"), Some("other"));
+        assert_eq!(h.key_of("$durable/c/s"), None);
+        let ranked = h.ranked("orders");
+        assert_eq!(ranked[0], "node-2");
+        assert_eq!(ranked.len(), 3);
+        let other = h.ranked("other");
+        assert_eq!(Some(other[0]), rendezvous(&m, "other"));
+        let mut sorted = other.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, ["node-0", "node-1", "node-2"]);
     }
 
     #[test]

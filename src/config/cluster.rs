@@ -222,3 +222,30 @@ pub fn valid_prefix(prefix: &str) -> bool {
                     .all(|b| (0x21..=0x7e).contains(&b) && !matches!(b, b'.' | b'*' | b'>'))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failover_needs_members_and_sane_leases_and_replicas() {
+        let mut c = ClusterConfig {
+            nats: vec!["nats://127.0.0.1:4222".into()],
+            node: "a".into(),
+            failover: true,
+            ..ClusterConfig::default()
+        };
+        let key = |c: &ClusterConfig| match c.validate() {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(key(&c), "cluster.failover");
+        c.members = vec!["a".into(), "b".into()];
+        assert!(c.validate().is_ok());
+        c.lease_ms = 999;
+        assert_eq!(key(&c), "cluster.lease_ms");
+        c.lease_ms = 10_000;
+        c.replicas = 0;
+        assert_eq!(key(&c), "cluster.replicas");
+    }
+}

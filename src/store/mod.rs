@@ -760,6 +760,80 @@ mod tests {
         assert_eq!(got[0].topic, "t/1");
     }
 
+    /// A replica that keeps what it is handed and completes nothing until
+    /// told.
+    #[derive(Default)]
+    struct Held {
+        writes: parking_lot::Mutex<Vec<(u32, Write)>>,
+        done: parking_lot::Mutex<Vec<replica::Completion>>,
+    }
+
+    impl replica::Replica for Held {
+        fn replicates(&self, id: u32) -> bool {
+            id == 1
+        }
+
+        fn replicate(&self, writes: Vec<(u32, Write)>, done: Vec<replica::Completion>) {
+            self.writes.lock().extend(writes);
+            self.done.lock().extend(done);
+        }
+    }
+
+    #[test]
+    fn writes_to_replicated_queues_are_confirmed_by_the_replica_after_the_disk() {
+        use futures_util::FutureExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path());
+        let store = Store::open(&cfg).unwrap();
+        let mut writer = store.start_writer(&cfg).unwrap();
+        let h = writer.handle();
+        let held = std::sync::Arc::new(Held::default());
+        assert!(h.set_replica(held.clone()));
+        let msg = |seq| queues::StoredMessage {
+            seq,
+            priority: 0,
+            headers: Default::default(),
+            payload: bytes::Bytes::from_static(b"m"),
+            enqueued_ms: 1,
+            expires_ms: 0,
+            deliveries: 0,
+            not_before_ms: 0,
+        };
+        let mut replicated = h
+            .submit(vec![
+                queues::put_message(1, &msg(1)),
+                queues::put_queue("q", 1, b""),
+            ])
+            .unwrap();
+        let local = h.submit(vec![queues::put_message(2, &msg(1))]).unwrap();
+        actix_rt::System::new().block_on(async {
+            local
+                .await
+                .expect("a queue nobody replicates: confirmed after the flush");
+            // On disk, and with the replica, but not confirmed by it yet.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while held.done.lock().is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the replica got nothing"
+                );
+                actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            assert!((&mut replicated).now_or_never().is_none());
+            let writes = held.writes.lock().clone();
+            assert_eq!(writes.len(), 1, "only queue 1's message record: {writes:?}");
+            assert_eq!(writes[0].0, 1);
+            for d in held.done.lock().drain(..) {
+                d.complete(Err(CommitError("the replica failed".into())));
+            }
+            assert_eq!(
+                replicated.await,
+                Err(CommitError("the replica failed".into()))
+            );
+        });
+        assert!(writer.close(std::time::Duration::from_secs(10)));
+    }
+
     #[test]
     fn open_writes_schema_and_reopens() {
         let tmp = tempfile::tempdir().unwrap();
