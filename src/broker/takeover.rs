@@ -56,8 +56,15 @@ impl Queues<'_> {
         Ok(id)
     }
 
-    /// The id queue `name` has in this node's store, if it exists here.
-    pub fn store_id(self, name: &str) -> Option<u32> {
-        self.inner.queues.read().queues.get(name).map(|h| h.id)
+    /// The name of the queue with id `id` in this node's store, if it
+    /// exists here (a scan: for a replica's first look at an id).
+    pub fn name_of(self, id: u32) -> Option<String> {
+        self.inner
+            .queues
+            .read()
+            .queues
+            .iter()
+            .find(|(_, h)| h.id == id)
+            .map(|(name, _)| name.to_string())
     }
 }

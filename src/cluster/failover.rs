@@ -221,6 +221,10 @@ impl super::Cluster {
     /// lease of to the journal before confirming them (with failover on).
     pub fn use_store(&self, writer: &crate::store::WriterHandle) {
         if let Some(f) = &self.shared.failover {
+            let broker = self.shared.broker.clone();
+            f.journal.set_names(Box::new(move |id| {
+                broker.upgrade()?.queues().name_of(id)
+            }));
             writer.set_replica(f.journal.clone());
         }
     }

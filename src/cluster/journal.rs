@@ -296,6 +296,9 @@ pub(super) struct Journaled {
     live: Mutex<(Live, u64, Instant)>,
 }
 
+/// Finds a queue's name from its id in this node's store.
+pub(super) type NameOf = Box<dyn Fn(u32) -> Option<String> + Send + Sync>;
+
 /// One group's writes on their way to the journal.
 struct Batch {
     writes: Vec<(u32, Write)>,
@@ -311,8 +314,14 @@ pub(super) struct Journal {
     subject_prefix: String,
     /// `{node}/{instance}`, on each record.
     writer: String,
-    /// Queues appended to, by their id in this node's store.
-    queues: RwLock<HashMap<u32, Arc<Journaled>>>,
+    /// Queues appended to, by name.
+    held: RwLock<HashMap<String, Arc<Journaled>>>,
+    /// The same by their id in this node's store, and ids known not to
+    /// be held (a queue deleted and made again gets a new id: it is
+    /// looked up by name once).
+    ids: RwLock<HashMap<u32, Option<Arc<Journaled>>>>,
+    /// A queue's name from its id in this node's store.
+    name_of: std::sync::OnceLock<NameOf>,
     tx: mpsc::Sender<Batch>,
     rx: Mutex<Option<mpsc::Receiver<Batch>>>,
     /// Records appended, and appends refused or failed.
@@ -327,7 +336,9 @@ impl Journal {
             stream: format!("{}_QUEUES", prefix.replace('.', "_").to_uppercase()),
             subject_prefix: format!("{prefix}.jq."),
             writer: format!("{node}/{instance}"),
-            queues: RwLock::default(),
+            held: RwLock::default(),
+            ids: RwLock::default(),
+            name_of: std::sync::OnceLock::new(),
             tx,
             rx: Mutex::new(Some(rx)),
             appended: AtomicU64::new(0),
@@ -425,18 +436,43 @@ impl Journal {
     /// From now on, queue `id` (`name`) is appended to, after sequence
     /// `last`, with `rebuilt`'s records live.
     pub(super) fn start(&self, id: u32, name: &str, last: u64, rebuilt: Rebuilt) {
-        let q = Journaled {
+        let q = Arc::new(Journaled {
             name: name.to_owned(),
             subject: self.subject(name),
             last: AtomicU64::new(last),
             live: Mutex::new((rebuilt.live, 0, Instant::now())),
-        };
-        self.queues.write().insert(id, Arc::new(q));
+        });
+        self.held.write().insert(name.to_owned(), q.clone());
+        self.ids.write().insert(id, Some(q));
     }
 
     /// Stops appending to queue `name` (its lease is gone).
     pub(super) fn stop(&self, name: &str) {
-        self.queues.write().retain(|_, q| q.name != name);
+        self.held.write().remove(name);
+        self.ids
+            .write()
+            .retain(|_, q| q.as_ref().is_some_and(|q| q.name != name));
+    }
+
+    /// Sets how a queue's name is found from its id (once).
+    pub(super) fn set_names(&self, name_of: NameOf) {
+        let _ = self.name_of.set(name_of);
+    }
+
+    /// The held queue with store id `id`, if any.
+    fn by_id(&self, id: u32) -> Option<Arc<Journaled>> {
+        if let Some(known) = self.ids.read().get(&id) {
+            return known.clone();
+        }
+        let name = self.name_of.get().and_then(|f| f(id));
+        let found = name.and_then(|n| self.held.read().get(&n).cloned());
+        let mut ids = self.ids.write();
+        // Bounded: ids of queues that come and go are forgotten at times.
+        if ids.len() >= 100_000 {
+            ids.retain(|_, q| q.is_some());
+        }
+        ids.insert(id, found.clone());
+        found
     }
 
     /// The task that appends what the writer hands over, until the
@@ -478,7 +514,7 @@ impl Journal {
             dones.push(b.done);
         }
         let appends = per.into_iter().map(|(id, ops)| async move {
-            let q = self.queues.read().get(&id).cloned();
+            let q = self.by_id(id);
             let result = match q {
                 Some(q) => self.append_queue(client, &q, ops).await,
                 None => Err("this node no longer holds the queue's lease".to_owned()),
@@ -628,7 +664,7 @@ impl Rebuilt {
 
 impl Replica for Journal {
     fn replicates(&self, id: u32) -> bool {
-        self.queues.read().contains_key(&id)
+        self.by_id(id).is_some()
     }
 
     fn replicate(&self, writes: Vec<(u32, Write)>, done: Vec<Completion>) {

@@ -29,20 +29,33 @@ impl Drop for Nats {
 }
 
 fn start_nats() -> Option<Nats> {
+    start_nats_with(free_port()?, "", &[])
+}
+
+fn free_port() -> Option<u16> {
+    Some(
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .ok()?
+            .port(),
+    )
+}
+
+/// A nats-server with JetStream on `port` (its store named by `tag`),
+/// with `extra` arguments; waits until it accepts.
+fn start_nats_with(port: u16, tag: &str, extra: &[String]) -> Option<Nats> {
     let program = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
         .into_iter()
         .map(PathBuf::from)
         .find(|p| p.exists())
         .unwrap_or_else(|| PathBuf::from("nats-server"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .ok()?
-        .port();
     // With JetStream, as a cluster with retained messages runs it.
-    let store = std::env::temp_dir().join(format!("wharf-bench-{}-nats", std::process::id()));
+    let store =
+        std::env::temp_dir().join(format!("wharf-bench-{}-nats{tag}", std::process::id()));
     let child = Command::new(program)
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(&store)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -63,6 +76,35 @@ fn start_nats() -> Option<Nats> {
     Some(nats)
 }
 
+/// Three nats-servers routed into one NATS cluster with JetStream (the
+/// streams' leader is elected when a stream is made).
+fn start_nats_cluster() -> Option<Vec<Nats>> {
+    let ports: Vec<(u16, u16)> = (0..3)
+        .map(|_| Some((free_port()?, free_port()?)))
+        .collect::<Option<_>>()?;
+    let mut servers = Vec::new();
+    for (i, (port, route)) in ports.iter().enumerate() {
+        let routes: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, (_, r))| format!("nats://127.0.0.1:{r}"))
+            .collect();
+        let extra = [
+            "-n".into(),
+            format!("s{i}"),
+            "--cluster_name".into(),
+            "wharfbench".into(),
+            "--cluster".into(),
+            format!("nats://127.0.0.1:{route}"),
+            "--routes".into(),
+            routes.join(","),
+        ];
+        servers.push(start_nats_with(*port, &format!("-s{i}"), &extra)?);
+    }
+    Some(servers)
+}
+
 /// CPU seconds of several processes together.
 fn cpu_of(pids: &[u32]) -> f64 {
     pids.iter().filter_map(|p| cpu_seconds(*p)).sum()
@@ -78,6 +120,25 @@ fn measured(pids: &[u32], f: impl FnOnce() -> (Row, Option<f64>)) -> Row {
     if let Some(rate) = rate.filter(|r| *r > 0.0) {
         row.result.push_str(&format!(
             ", {:.2} us of broker CPU per delivery",
+            cores / rate * 1e6
+        ));
+    }
+    row
+}
+
+/// [`measured`], with the share of `nats` (some of `pids`) said apart.
+fn measured_split(pids: &[u32], nats: &[u32], f: impl FnOnce() -> (Row, Option<f64>)) -> Row {
+    let (wall, before) = (Instant::now(), cpu_of(nats));
+    let mut rate = None;
+    let mut row = measured(pids, || {
+        let (r, n) = f();
+        rate = n;
+        (r, n)
+    });
+    let cores = (cpu_of(nats) - before) / wall.elapsed().as_secs_f64().max(1e-9);
+    if let Some(rate) = rate.filter(|r| *r > 0.0) {
+        row.result.push_str(&format!(
+            " ({:.2} us of it in nats-server)",
             cores / rate * 1e6
         ));
     }
@@ -204,7 +265,109 @@ pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
         ));
     }
     drop(nodes);
+    if args.queue_messages > 0 {
+        rows.extend(failover(args, &base, &single_url, single.child.id()));
+    }
     drop(single);
     let _ = std::fs::remove_dir_all(&base);
+    rows
+}
+
+/// Durable queues with `[cluster] failover` on a three-server NATS
+/// cluster (journal and leases on three replicas), beside one node
+/// without a cluster and JetStream's own work queue on the same NATS
+/// cluster, end to end.
+fn failover(args: &Args, base: &std::path::Path, single_url: &str, single: u32) -> Vec<Row> {
+    let Some(servers) = start_nats_cluster() else {
+        eprintln!("wharf-bench: the NATS cluster did not start");
+        return Vec::new();
+    };
+    let nats: Vec<String> = servers.iter().map(|n| format!("\"{}\"", n.url)).collect();
+    let nodes: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut mine = nats.clone();
+            mine.rotate_left(i);
+            spawn_broker_in(
+                args,
+                &base.join(format!("failover-{name}")),
+                &format!(
+                    "[cluster]\nnats = [{}]\nnode = \"{name}\"\nmembers = [\"a\", \"b\", \"c\"]\n\
+                     failover = true\nreplicas = 3\n\n\
+                     [[queues]]\nname = \"bench/roundtrip\"\nhome = \"b\"\n",
+                    mine.join(", ")
+                ),
+            )
+        })
+        .collect();
+    let urls: Vec<String> = nodes.iter().map(|(_, u)| u.clone()).collect();
+    let nats_pids: Vec<u32> = servers.iter().map(|n| n.child.id()).collect();
+    let mut pids: Vec<u32> = nodes.iter().map(|(s, _)| s.child.id()).collect();
+    pids.extend(&nats_pids);
+    let mut a = args.clone();
+    a.pid = None;
+    let label = |mut r: Row, what: &str| {
+        r.scenario = format!("{what}: {}", r.scenario);
+        r
+    };
+    let rate = |r: &Row| {
+        r.result
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<f64>().ok())
+    };
+    let flush = "always";
+    let mut rows = Vec::new();
+    rows.push(label(
+        measured(&[single], || {
+            let r = crate::queues::round_trip_between(
+                &a,
+                single_url,
+                single_url,
+                "bench/roundtrip",
+                flush,
+            );
+            let n = rate(&r);
+            (r, n)
+        }),
+        "one node, no cluster",
+    ));
+    rows.push(label(
+        measured_split(&pids, &nats_pids, || {
+            let r = crate::queues::round_trip_between(
+                &a,
+                &urls[1],
+                &urls[1],
+                "bench/roundtrip",
+                flush,
+            );
+            let n = rate(&r);
+            (r, n)
+        }),
+        "failover R3, clients on the queue's home b",
+    ));
+    rows.push(label(
+        measured_split(&pids, &nats_pids, || {
+            let r = crate::queues::round_trip_between(
+                &a,
+                &urls[0],
+                &urls[2],
+                "bench/roundtrip",
+                flush,
+            );
+            let n = rate(&r);
+            (r, n)
+        }),
+        "failover R3, publishers on a, consumers on c, queue homed on b",
+    ));
+    drop(nodes);
+    rows.push(label(
+        measured(&nats_pids, || {
+            let (r, n) = crate::jetstream::work_queue(&a, &servers[1].url, 3);
+            (r, Some(n))
+        }),
+        "the same NATS cluster, no Wharf",
+    ));
     rows
 }

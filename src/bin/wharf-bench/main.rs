@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 mod auth;
 mod cluster;
 mod history;
+mod jetstream;
 mod jobs;
 mod mqtt;
 mod progress;
@@ -160,7 +161,7 @@ pub(crate) struct Cpu {
 }
 
 impl Cpu {
-    fn start(pid: Option<u32>) -> Cpu {
+    pub(crate) fn start(pid: Option<u32>) -> Cpu {
         Cpu {
             wall: Instant::now(),
             own: cpu_seconds(std::process::id()).unwrap_or(0.0),
@@ -170,7 +171,7 @@ impl Cpu {
     }
 
     /// (load generator cores, broker cores) used since `start`.
-    fn cores(&self) -> (f64, Option<f64>) {
+    pub(crate) fn cores(&self) -> (f64, Option<f64>) {
         let wall = self.wall.elapsed().as_secs_f64().max(1e-9);
         let own = (cpu_seconds(std::process::id()).unwrap_or(0.0) - self.own) / wall;
         let broker = match (self.pid.and_then(cpu_seconds), self.broker) {
