@@ -222,9 +222,8 @@ impl super::Cluster {
     pub fn use_store(&self, writer: &crate::store::WriterHandle) {
         if let Some(f) = &self.shared.failover {
             let broker = self.shared.broker.clone();
-            f.journal.set_names(Box::new(move |id| {
-                broker.upgrade()?.queues().name_of(id)
-            }));
+            f.journal
+                .set_names(Box::new(move |id| broker.upgrade()?.queues().name_of(id)));
             writer.set_replica(f.journal.clone());
         }
     }
@@ -385,6 +384,22 @@ async fn release(shared: &Shared, f: &Failover, key: &str, rev: u64) -> Result<(
         _ => {}
     }
     Ok(())
+}
+
+/// Gives up every lease this node holds (it is stopping): the next
+/// homes take the queues over at once instead of after `lease_ms`.
+pub(super) async fn release_all(shared: &Shared) {
+    let Some(f) = shared.failover.as_ref() else {
+        return;
+    };
+    let held: Vec<(String, Held)> = f.held.lock().drain().collect();
+    for (key, h) in held {
+        for q in &h.queues {
+            f.journal.stop(q);
+        }
+        let _ = release(shared, f, &key, h.rev).await;
+        tracing::info!(queue = %key, "cluster: this node stops and gives the queue's lease up");
+    }
 }
 
 /// Renews this node's leases, reads everyone's, takes over the queues

@@ -240,6 +240,8 @@ async fn run(
     let bye_subject = format!("{}.sys.bye", shared.prefix);
     let _ = tokio::time::timeout(FLUSH_ON_STOP, async {
         let _ = pump.await;
+        // Its queues' next homes need not wait for the leases to run out.
+        super::failover::release_all(&shared).await;
         // As a hello (with this process's instance), so that a bye from
         // another process of the same name is told apart.
         let bye = super::peers::Hello {

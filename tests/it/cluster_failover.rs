@@ -225,3 +225,89 @@ fn home_killed(urls: &dyn Fn(usize) -> Vec<String>, replicas: usize, also: impl 
         );
     });
 }
+
+/// A home that stops gives its leases up, so another member serves its
+/// queues at once (well before the lease would run out); and a queue
+/// deleted and made again on its home is journaled anew: what the new
+/// home serves is exactly the confirmed messages since the deletion.
+#[test]
+fn a_home_that_stops_hands_its_queues_over_at_once_with_what_it_held() {
+    let nats = Nats::start();
+    let slow_lease = 60_000;
+    let node = |name: &str| {
+        let (url, name) = (nats.url(), name.to_owned());
+        let node = TestBroker::start(move |c| {
+            c.cluster.nats = vec![url];
+            c.cluster.node = name;
+            c.cluster.connect_timeout_ms = 2_000;
+            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+            c.cluster.failover = true;
+            c.cluster.lease_ms = slow_lease;
+            c.queues.push(wharf::config::QueueDecl {
+                name: "orders".into(),
+                home: Some("b".into()),
+                ..Default::default()
+            });
+        });
+        status(&node);
+        node
+    };
+    let (a, b, c) = (node("a"), node("b"), node("c"));
+    block_on(async {
+        let on_b = client(&b).await;
+        for i in 0..5 {
+            on_b.enqueue("orders", format!("old{i}"))
+                .await
+                .expect("b serves its queue");
+        }
+        let (code, body) = common::http(b.addr, "DELETE", "/queues/orders", "");
+        assert_eq!(code, 204, "{body}");
+        let on_a = client(&a).await;
+        for i in 0..50 {
+            on_a.enqueue("orders", format!("new{i}"))
+                .await
+                .expect("an enqueue on a, homed on b again");
+        }
+        drop(on_b);
+    });
+    let stopped = Instant::now();
+    b.stop().expect("b stops");
+    block_on(async {
+        let on_c = client(&c).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut consumer = loop {
+            match on_c.consume("orders", 100).await {
+                Ok(k) => break k,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "no home for orders: {e}");
+                    actix_rt::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let mut got = BTreeSet::new();
+        while got.len() < 50 {
+            let d = consumer
+                .recv_timeout(LONG)
+                .await
+                .unwrap_or_else(|| panic!("{} of 50 after b stopped", got.len()));
+            on_c.ack(consumer.id(), &[d.id]).await.expect("an ack");
+            got.insert(String::from_utf8_lossy(&d.payload).into_owned());
+        }
+        let want: BTreeSet<String> = (0..50).map(|i| format!("new{i}")).collect();
+        assert_eq!(got, want, "the messages since the deletion, none before");
+        let taken = stopped.elapsed();
+        eprintln!("served again {taken:?} after b stopped");
+        assert!(
+            taken < Duration::from_millis(slow_lease / 2),
+            "b's lease was given up, not left to run out: {taken:?}"
+        );
+        assert!(
+            consumer
+                .recv_timeout(Duration::from_millis(300))
+                .await
+                .is_none(),
+            "nothing more (no deleted message came back)"
+        );
+    });
+    drop((a, c));
+}

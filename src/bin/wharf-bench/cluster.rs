@@ -50,8 +50,7 @@ fn start_nats_with(port: u16, tag: &str, extra: &[String]) -> Option<Nats> {
         .find(|p| p.exists())
         .unwrap_or_else(|| PathBuf::from("nats-server"));
     // With JetStream, as a cluster with retained messages runs it.
-    let store =
-        std::env::temp_dir().join(format!("wharf-bench-{}-nats{tag}", std::process::id()));
+    let store = std::env::temp_dir().join(format!("wharf-bench-{}-nats{tag}", std::process::id()));
     let child = Command::new(program)
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(&store)
@@ -335,13 +334,8 @@ fn failover(args: &Args, base: &std::path::Path, single_url: &str, single: u32) 
     ));
     rows.push(label(
         measured_split(&pids, &nats_pids, || {
-            let r = crate::queues::round_trip_between(
-                &a,
-                &urls[1],
-                &urls[1],
-                "bench/roundtrip",
-                flush,
-            );
+            let r =
+                crate::queues::round_trip_between(&a, &urls[1], &urls[1], "bench/roundtrip", flush);
             let n = rate(&r);
             (r, n)
         }),
@@ -349,13 +343,8 @@ fn failover(args: &Args, base: &std::path::Path, single_url: &str, single: u32) 
     ));
     rows.push(label(
         measured_split(&pids, &nats_pids, || {
-            let r = crate::queues::round_trip_between(
-                &a,
-                &urls[0],
-                &urls[2],
-                "bench/roundtrip",
-                flush,
-            );
+            let r =
+                crate::queues::round_trip_between(&a, &urls[0], &urls[2], "bench/roundtrip", flush);
             let n = rate(&r);
             (r, n)
         }),

@@ -130,8 +130,7 @@ async fn consume(url: String, total: usize, done: Arc<AtomicUsize>) {
         .expect("pull");
         let mut got = 0;
         while got < batch {
-            let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(2), sub.next()).await
-            else {
+            let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(2), sub.next()).await else {
                 break;
             };
             // A status (no messages, timeout) ends the pull.
