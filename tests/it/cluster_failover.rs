@@ -311,3 +311,174 @@ fn a_home_that_stops_hands_its_queues_over_at_once_with_what_it_held() {
     });
     drop((a, c));
 }
+
+/// A TCP proxy between a node and NATS that the test can cut (every
+/// connection closed, new ones refused) and heal.
+struct Proxy {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(to: u16) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (cut2, open2) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { continue };
+                if cut2.load(Ordering::Acquire) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                let mut held = open2.lock().unwrap();
+                held.push(client.try_clone().unwrap());
+                held.push(server.try_clone().unwrap());
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy { port, cut, open }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// The home's link to NATS is cut while clients on it and on the other
+/// nodes keep enqueuing: another member takes the queue over, the old
+/// home confirms nothing it could not journal, and every message any
+/// client was told was stored reaches the consumer; once the link is
+/// back, the old home sends its calls to the new one.
+#[test]
+fn a_home_cut_off_from_nats_loses_no_confirmed_message() {
+    let nats = Nats::start();
+    let nats_port: u16 = nats.url().rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = Proxy::start(nats_port);
+    let node = |name: &str, url: String| {
+        let name = name.to_owned();
+        let node = TestBroker::start(move |c| {
+            c.cluster.nats = vec![url];
+            c.cluster.node = name;
+            c.cluster.connect_timeout_ms = 2_000;
+            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+            c.cluster.failover = true;
+            c.cluster.lease_ms = LEASE_MS;
+            c.queues.push(wharf::config::QueueDecl {
+                name: "orders".into(),
+                home: Some("b".into()),
+                ack_timeout_ms: Some(60_000),
+                ..Default::default()
+            });
+        });
+        status(&node);
+        node
+    };
+    let (a, b, c) = (
+        node("a", nats.url()),
+        node("b", proxy.url()),
+        node("c", nats.url()),
+    );
+    block_on(async {
+        let (on_a, on_b) = (client(&a).await, client(&b).await);
+        let mut confirmed = BTreeSet::new();
+        for i in 0..100 {
+            let m = format!("before{i}");
+            on_a.enqueue("orders", m.as_str())
+                .await
+                .expect("b serves orders");
+            confirmed.insert(m);
+        }
+        proxy.cut();
+        let cut = Instant::now();
+        // Both sides keep enqueuing through the cut and the takeover.
+        let (mut refused_on_b, mut refused_on_a) = (0, 0);
+        let mut i = 0;
+        while cut.elapsed() < Duration::from_secs(10) {
+            for (who, on, refused) in [
+                ("b", &on_b, &mut refused_on_b),
+                ("a", &on_a, &mut refused_on_a),
+            ] {
+                let m = format!("during-{who}{i}");
+                let sent = actix_rt::time::timeout(
+                    Duration::from_secs(1),
+                    on.enqueue("orders", m.as_str()),
+                );
+                match sent.await {
+                    Ok(Ok(_)) => {
+                        confirmed.insert(m);
+                    }
+                    _ => *refused += 1,
+                }
+            }
+            i += 1;
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        let after_cut = confirmed.len();
+        proxy.heal();
+        // Back on NATS, b is not the home any more: its calls go there.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match on_b.enqueue("orders", "after-heal").await {
+                Ok(_) => break,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "b never forwarded again: {e}");
+                    actix_rt::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        confirmed.insert("after-heal".into());
+        let on_c = client(&c).await;
+        let mut consumer = on_c.consume("orders", 100).await.expect("a consumer on c");
+        let mut got = BTreeSet::new();
+        while !confirmed.is_subset(&got) {
+            let Some(d) = consumer.recv_timeout(LONG).await else {
+                let missing: Vec<&String> = confirmed.difference(&got).take(10).collect();
+                panic!(
+                    "{} confirmed messages never came, e.g. {missing:?}; a: {}",
+                    confirmed.difference(&got).count(),
+                    status(&a)
+                );
+            };
+            let _ = on_c.ack(consumer.id(), &[d.id]).await;
+            got.insert(String::from_utf8_lossy(&d.payload).into_owned());
+        }
+        eprintln!(
+            "{after_cut} confirmed through the cut ({refused_on_b} refused on b, {refused_on_a} on a), \
+             all delivered; home now {:?}",
+            home_of(&a, "orders")
+        );
+        assert_ne!(
+            home_of(&a, "orders").as_deref(),
+            Some("b"),
+            "the home moved"
+        );
+        assert!(refused_on_b > 0, "b refused what it could not journal");
+        assert!(after_cut > 100, "the new home took enqueues during the cut");
+    });
+}
