@@ -6,7 +6,7 @@
 
 use super::queues::dead_letter_name;
 use super::{BrokerError, Queues};
-use crate::store::Write;
+use crate::store::{CommitError, Write};
 use crate::store::queues::{self as records, DELIVERIES_TREE, MESSAGES_TREE, StoredMessage};
 
 impl Queues<'_> {
@@ -54,6 +54,45 @@ impl Queues<'_> {
         }
         handle.tq.submit(move |q| q.install(messages)).await?;
         Ok(id)
+    }
+
+    /// What this node's store holds of queue `name` (its messages and
+    /// their delivery state), as the writes that would store it again,
+    /// with the queue's id; `None` when the queue is not here. For a
+    /// replica that starts empty while the queue already has messages.
+    ///
+    /// # Errors
+    /// The store writer refusing or failing the reads.
+    pub async fn stored_writes(self, name: &str) -> Result<Option<(u32, Vec<Write>)>, BrokerError> {
+        let id = match self.inner.queues.read().queues.get(name) {
+            Some(h) => h.id,
+            None => return Ok(None),
+        };
+        let Some(w) = &self.inner.writer else {
+            return Ok(Some((id, Vec::new())));
+        };
+        let mut out = Vec::new();
+        for tree in [MESSAGES_TREE, DELIVERIES_TREE] {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            w.read(
+                tree,
+                records::queue_range(id),
+                usize::MAX,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            )?;
+            let pairs = rx
+                .await
+                .map_err(|_| BrokerError::Store(CommitError("the store writer stopped".into())))?
+                .map_err(BrokerError::Store)?;
+            out.extend(
+                pairs
+                    .into_iter()
+                    .map(|(key, value)| Write::Put { tree, key, value }),
+            );
+        }
+        Ok(Some((id, out)))
     }
 
     /// The name of the queue with id `id` in this node's store, if it

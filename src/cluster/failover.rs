@@ -344,12 +344,12 @@ async fn take_over(
 ) -> Result<(), BrokerError> {
     let client = &shared.client;
     for _ in 0..3 {
-        let (rebuilt, last) = f
+        let (rebuilt, last_read) = f
             .journal
             .read(client, name)
             .await
             .map_err(|e| claim_error(name, format!("reading its journal: {e}")))?;
-        let last = match f.journal.fence(client, name, last).await {
+        let last = match f.journal.fence(client, name, last_read).await {
             Ok(seq) => seq,
             // Its old home appended after the read: read again.
             Err(PublishError::Fenced) => continue,
@@ -357,6 +357,23 @@ async fn take_over(
                 return Err(claim_error(name, format!("fencing its journal: {e}")));
             }
         };
+        if last_read == 0
+            && let Some((id, writes)) = broker.queues().stored_writes(name).await?
+            && !writes.is_empty()
+        {
+            // A journal never written, and messages here: the queue had
+            // them before failover was on. They are the queue's; the
+            // journal starts from them (calls wait for this takeover, so
+            // nothing else writes to the queue meanwhile).
+            let (last, rebuilt) = f
+                .journal
+                .seed(client, name, last, &writes)
+                .await
+                .map_err(|e| claim_error(name, format!("starting its journal: {e}")))?;
+            f.journal.start(id, name, last, rebuilt);
+            tracing::info!(queue = name, records = writes.len(), "cluster: the queue's journal starts from this node's store");
+            return Ok(());
+        }
         let messages = rebuilt.messages();
         let count = messages.len();
         let id = broker.queues().install_queue(name, messages).await?;

@@ -446,6 +446,35 @@ impl Journal {
         self.ids.write().insert(id, Some(q));
     }
 
+    /// Starts queue `name`'s journal, which has no record yet (after
+    /// sequence `last`: the takeover record), from what this node's store
+    /// holds of it (`writes`): the queue had messages before failover was
+    /// turned on. Returns the state to [`Journal::start`] with.
+    pub(super) async fn seed(
+        &self,
+        client: &async_nats::Client,
+        name: &str,
+        last: u64,
+        writes: &[Write],
+    ) -> Result<(u64, Rebuilt), String> {
+        let q = Journaled {
+            name: name.to_owned(),
+            subject: self.subject(name),
+            last: AtomicU64::new(last),
+            live: Mutex::new((Live::default(), 0, Instant::now())),
+        };
+        let ops: Vec<Op> = writes.iter().filter_map(Op::of).collect();
+        self.append_queue(client, &q, ops).await?;
+        let live = std::mem::take(&mut q.live.lock().0);
+        Ok((
+            q.last.load(Ordering::Acquire),
+            Rebuilt {
+                live,
+                ..Rebuilt::default()
+            },
+        ))
+    }
+
     /// Stops appending to queue `name` (its lease is gone).
     pub(super) fn stop(&self, name: &str) {
         self.held.write().remove(name);

@@ -482,3 +482,72 @@ fn a_home_cut_off_from_nats_loses_no_confirmed_message() {
         assert!(after_cut > 100, "the new home took enqueues during the cut");
     });
 }
+
+/// Failover turned on for a cluster whose queues already hold messages:
+/// the home's first takeover starts the journal from its store (nothing
+/// is lost), and after the home stops another member serves them all.
+#[test]
+fn turning_failover_on_keeps_what_the_queues_held() {
+    let nats = Nats::start();
+    let data = tempfile::tempdir().expect("b's store");
+    let before = TestBroker::start_in(data.path(), |_| {});
+    block_on(async {
+        let on_b = client(&before).await;
+        for i in 0..10 {
+            on_b.enqueue("orders", format!("kept{i}"))
+                .await
+                .expect("an enqueue before the cluster");
+        }
+    });
+    before.stop().expect("b stops");
+    let tune = |name: &'static str, url: String| {
+        move |c: &mut wharf::Config| {
+            c.cluster.nats = vec![url];
+            c.cluster.node = name.into();
+            c.cluster.connect_timeout_ms = 2_000;
+            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+            c.cluster.failover = true;
+            c.cluster.lease_ms = LEASE_MS;
+            c.queues.push(wharf::config::QueueDecl {
+                name: "orders".into(),
+                home: Some("b".into()),
+                ..Default::default()
+            });
+        }
+    };
+    let b = TestBroker::start_in(data.path(), tune("b", nats.url()));
+    let a = TestBroker::start(tune("a", nats.url()));
+    let c = TestBroker::start(tune("c", nats.url()));
+    status(&a);
+    block_on(async {
+        // A call takes the queue's lease on b (its home), which starts
+        // the journal from what b's store holds.
+        let on_a = client(&a).await;
+        on_a.enqueue("orders", "kept10").await.expect("b serves orders");
+    });
+    b.stop().expect("b stops again");
+    block_on(async {
+        let on_c = client(&c).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut consumer = loop {
+            match on_c.consume("orders", 100).await {
+                Ok(k) => break k,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "no home for orders: {e}");
+                    actix_rt::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let mut got = BTreeSet::new();
+        while got.len() < 11 {
+            let d = consumer
+                .recv_timeout(LONG)
+                .await
+                .unwrap_or_else(|| panic!("only {got:?} after b stopped"));
+            on_c.ack(consumer.id(), &[d.id]).await.expect("an ack");
+            got.insert(String::from_utf8_lossy(&d.payload).into_owned());
+        }
+        let want: BTreeSet<String> = (0..11).map(|i| format!("kept{i}")).collect();
+        assert_eq!(got, want);
+    });
+}
