@@ -143,7 +143,8 @@ impl Queues<'_> {
                 .iter()
                 .map(|q| q.id.saturating_add(1))
                 .max()
-                .unwrap_or(0);
+                .unwrap_or(0)
+                .max(reg.next_id);
             stored
                 .into_iter()
                 .map(|q| {

@@ -6,8 +6,8 @@
 
 use super::queues::dead_letter_name;
 use super::{BrokerError, Queues};
-use crate::store::{CommitError, Write};
 use crate::store::queues::{self as records, DELIVERIES_TREE, MESSAGES_TREE, StoredMessage};
+use crate::store::{CommitError, Write};
 
 impl Queues<'_> {
     /// The dead-letter queue `name`'s messages go to, if any (its own

@@ -81,6 +81,8 @@ pub(super) struct Failover {
     known: Mutex<HashSet<String>>,
     claiming: tokio::sync::Mutex<()>,
     ready: AtomicBool,
+    /// Set when the node stops: it takes nothing over any more.
+    stopping: AtomicBool,
     /// When the node started: queues without a lease are not taken over
     /// before the other nodes' hellos had time to come.
     born: Instant,
@@ -108,6 +110,7 @@ impl Failover {
             known: Mutex::default(),
             claiming: tokio::sync::Mutex::new(()),
             ready: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             born: Instant::now(),
             taken: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -250,6 +253,13 @@ pub(super) async fn claim(shared: &Arc<Shared>, key: &str) -> Result<(), BrokerE
     if f.holds(key) {
         return Ok(());
     }
+    if f.stopping.load(Ordering::Acquire) {
+        return Err(claim_error(key, "this node is stopping"));
+    }
+    if !shared.remotes.ready.load(Ordering::Acquire) {
+        // Its store is not restored yet: nothing may be installed.
+        return Err(claim_error(key, "this node is starting"));
+    }
     let _one = tokio::time::timeout(CLAIM_TIMEOUT, f.claiming.lock())
         .await
         .map_err(|_| claim_error(key, "other takeovers are still running"))?;
@@ -273,7 +283,9 @@ pub(super) async fn claim(shared: &Arc<Shared>, key: &str) -> Result<(), BrokerE
     let expected = match &current {
         None => 0,
         Some(m) => match serde_json::from_slice::<Holder>(&m.payload) {
-            Ok(h) if h.node == shared.node && h.instance != shared.instance => m.seq,
+            // This node's (an earlier process's, or its own lease whose
+            // renewal went unanswered): taken again after it.
+            Ok(h) if h.node == shared.node => m.seq,
             Ok(h) => {
                 return Err(claim_error(
                     key,
@@ -305,9 +317,14 @@ pub(super) async fn claim(shared: &Arc<Shared>, key: &str) -> Result<(), BrokerE
         Err(PublishError::Other(e)) => return Err(claim_error(key, format!("JetStream: {e}"))),
     };
     let renewed = Instant::now();
+    // The queue and its chain of dead-letter queues, all homed by `key`.
     let mut queues = vec![key.to_owned()];
-    if let Some(dlq) = broker.queues().dead_letter_of(key) {
-        queues.push(dlq);
+    while queues.len() < 8 {
+        let last = queues.last().map(String::as_str).unwrap_or(key);
+        match broker.queues().dead_letter_of(last) {
+            Some(dlq) if !queues.contains(&dlq) => queues.push(dlq),
+            _ => break,
+        }
     }
     for name in &queues {
         if let Err(e) = take_over(shared, f, &broker, name).await {
@@ -343,6 +360,9 @@ async fn take_over(
     name: &str,
 ) -> Result<(), BrokerError> {
     let client = &shared.client;
+    // Stopped here before (lease lost): its writes may pass again, the
+    // install's first.
+    f.journal.clear_stopped(name);
     for _ in 0..3 {
         let (rebuilt, last_read) = f
             .journal
@@ -371,7 +391,11 @@ async fn take_over(
                 .await
                 .map_err(|e| claim_error(name, format!("starting its journal: {e}")))?;
             f.journal.start(id, name, last, rebuilt);
-            tracing::info!(queue = name, records = writes.len(), "cluster: the queue's journal starts from this node's store");
+            tracing::info!(
+                queue = name,
+                records = writes.len(),
+                "cluster: the queue's journal starts from this node's store"
+            );
             return Ok(());
         }
         let messages = rebuilt.messages();
@@ -409,11 +433,13 @@ pub(super) async fn release_all(shared: &Shared) {
     let Some(f) = shared.failover.as_ref() else {
         return;
     };
+    f.stopping.store(true, Ordering::Release);
     let held: Vec<(String, Held)> = f.held.lock().drain().collect();
     for (key, h) in held {
         for q in &h.queues {
             f.journal.stop(q);
         }
+        f.seen.write().remove(&key);
         let _ = release(shared, f, &key, h.rev).await;
         tracing::info!(queue = %key, "cluster: this node stops and gives the queue's lease up");
     }
@@ -432,6 +458,10 @@ pub(super) async fn keep(shared: Arc<Shared>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if !shared.remotes.ready.load(Ordering::Acquire) {
+            // Nothing is taken over before the store is restored.
+            continue;
+        }
         if !super::connected(&shared.client) {
             drop_stale(&shared, f);
             continue;
@@ -483,6 +513,24 @@ fn lost(shared: &Shared, f: &Failover, key: &str, h: &Held, why: &str) {
 
 async fn renew(shared: &Shared, f: &Failover) {
     drop_stale(shared, f);
+    // A queue whose journal another node fenced is not this node's any
+    // more: its lease goes too, so that a takeover (maybe by this node
+    // again) reads the journal afresh.
+    let fenced: Vec<(String, Held)> = {
+        let mut held = f.held.lock();
+        let keys: Vec<String> = held
+            .iter()
+            .filter(|(_, h)| h.queues.iter().any(|q| f.journal.is_stopped(q)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| held.remove_entry(&k))
+            .collect()
+    };
+    for (key, h) in fenced {
+        lost(shared, f, &key, &h, "its journal was fenced");
+        let _ = release(shared, f, &key, h.rev).await;
+    }
     let held: Vec<(String, u64)> = f
         .held
         .lock()

@@ -296,6 +296,18 @@ pub(super) struct Journaled {
     live: Mutex<(Live, u64, Instant)>,
 }
 
+/// What the journal knows of a store id.
+#[derive(Clone)]
+enum Slot {
+    /// A held queue: its writes are appended.
+    Held(Arc<Journaled>),
+    /// Not a held queue: its writes are none of the journal's.
+    Not,
+    /// A queue this node stopped journaling (named): its writes fail
+    /// until a takeover starts it again.
+    Stopped(String),
+}
+
 /// Finds a queue's name from its id in this node's store.
 pub(super) type NameOf = Box<dyn Fn(u32) -> Option<String> + Send + Sync>;
 
@@ -316,10 +328,14 @@ pub(super) struct Journal {
     writer: String,
     /// Queues appended to, by name.
     held: RwLock<HashMap<String, Arc<Journaled>>>,
-    /// The same by their id in this node's store, and ids known not to
-    /// be held (a queue deleted and made again gets a new id: it is
-    /// looked up by name once).
-    ids: RwLock<HashMap<u32, Option<Arc<Journaled>>>>,
+    /// The same by their id in this node's store, ids known not to be
+    /// held (a queue deleted and made again gets a new id: it is looked
+    /// up by name once), and ids of queues stopped here.
+    ids: RwLock<HashMap<u32, Slot>>,
+    /// Queues whose journal this node stopped (fenced, lease gone) and
+    /// has not started again: their writes fail rather than pass
+    /// unjournaled, and the keeper gives their lease up.
+    stopped: Mutex<std::collections::HashSet<String>>,
     /// A queue's name from its id in this node's store.
     name_of: std::sync::OnceLock<NameOf>,
     tx: mpsc::Sender<Batch>,
@@ -338,6 +354,7 @@ impl Journal {
             writer: format!("{node}/{instance}"),
             held: RwLock::default(),
             ids: RwLock::default(),
+            stopped: Mutex::default(),
             name_of: std::sync::OnceLock::new(),
             tx,
             rx: Mutex::new(Some(rx)),
@@ -443,7 +460,8 @@ impl Journal {
             live: Mutex::new((rebuilt.live, 0, Instant::now())),
         });
         self.held.write().insert(name.to_owned(), q.clone());
-        self.ids.write().insert(id, Some(q));
+        self.clear_stopped(name);
+        self.ids.write().insert(id, Slot::Held(q));
     }
 
     /// Starts queue `name`'s journal, which has no record yet (after
@@ -475,12 +493,30 @@ impl Journal {
         ))
     }
 
-    /// Stops appending to queue `name` (its lease is gone).
+    /// Stops appending to queue `name` (its lease is gone, or another
+    /// node fenced it): from now on its writes here fail.
     pub(super) fn stop(&self, name: &str) {
         self.held.write().remove(name);
+        self.stopped.lock().insert(name.to_owned());
+        for slot in self.ids.write().values_mut() {
+            if matches!(slot, Slot::Held(q) if q.name == name) {
+                *slot = Slot::Stopped(name.to_owned());
+            }
+        }
+    }
+
+    /// Lets queue `name`'s writes through unjournaled again (a takeover
+    /// about to install it: the install's own writes).
+    pub(super) fn clear_stopped(&self, name: &str) {
+        self.stopped.lock().remove(name);
         self.ids
             .write()
-            .retain(|_, q| q.as_ref().is_some_and(|q| q.name != name));
+            .retain(|_, slot| !matches!(slot, Slot::Stopped(n) if n == name));
+    }
+
+    /// Whether queue `name`'s journal was stopped here.
+    pub(super) fn is_stopped(&self, name: &str) -> bool {
+        self.stopped.lock().contains(name)
     }
 
     /// Sets how a queue's name is found from its id (once).
@@ -488,17 +524,24 @@ impl Journal {
         let _ = self.name_of.set(name_of);
     }
 
-    /// The held queue with store id `id`, if any.
-    fn by_id(&self, id: u32) -> Option<Arc<Journaled>> {
+    /// What the journal knows of store id `id`.
+    fn by_id(&self, id: u32) -> Slot {
         if let Some(known) = self.ids.read().get(&id) {
             return known.clone();
         }
         let name = self.name_of.get().and_then(|f| f(id));
-        let found = name.and_then(|n| self.held.read().get(&n).cloned());
+        let found = match name {
+            Some(n) => match self.held.read().get(&n) {
+                Some(q) => Slot::Held(q.clone()),
+                None if self.stopped.lock().contains(&n) => Slot::Stopped(n),
+                None => Slot::Not,
+            },
+            None => Slot::Not,
+        };
         let mut ids = self.ids.write();
         // Bounded: ids of queues that come and go are forgotten at times.
         if ids.len() >= 100_000 {
-            ids.retain(|_, q| q.is_some());
+            ids.retain(|_, q| !matches!(q, Slot::Not));
         }
         ids.insert(id, found.clone());
         found
@@ -542,18 +585,25 @@ impl Journal {
             touched.push(ids);
             dones.push(b.done);
         }
-        let appends = per.into_iter().map(|(id, ops)| async move {
-            let q = self.by_id(id);
-            let result = match q {
-                Some(q) => self.append_queue(client, &q, ops).await,
-                None => Err("this node no longer holds the queue's lease".to_owned()),
-            };
-            (id, result)
-        });
-        let results: HashMap<u32, Result<(), String>> = futures_util::future::join_all(appends)
-            .await
-            .into_iter()
-            .collect();
+        // Writes to several queues may be one move (a dead-lettering, a
+        // redrive, a transaction): each queue's record is appended on its
+        // own, so the puts go first and the deletes only once every put
+        // is in. A failure between leaves a message twice, never nowhere.
+        let (first, then) = if per.len() > 1 {
+            split_puts_first(per)
+        } else {
+            (per, BTreeMap::new())
+        };
+        let mut results = self.append_all(client, first).await;
+        if results.values().all(Result::is_ok) {
+            results.extend(self.append_all(client, then).await);
+        } else {
+            for id in then.keys() {
+                results
+                    .entry(*id)
+                    .or_insert_with(|| Err("an earlier part of the group failed".into()));
+            }
+        }
         for (ids, done) in touched.into_iter().zip(dones) {
             let failed = ids
                 .iter()
@@ -568,6 +618,25 @@ impl Journal {
         }
     }
 
+    /// Appends each queue's operations, the queues at once.
+    async fn append_all(
+        &self,
+        client: &async_nats::Client,
+        per: BTreeMap<u32, Vec<Op>>,
+    ) -> HashMap<u32, Result<(), String>> {
+        let appends = per.into_iter().map(|(id, ops)| async move {
+            let result = match self.by_id(id) {
+                Slot::Held(q) => self.append_queue(client, &q, ops).await,
+                _ => Err("this node no longer holds the queue's lease".to_owned()),
+            };
+            (id, result)
+        });
+        futures_util::future::join_all(appends)
+            .await
+            .into_iter()
+            .collect()
+    }
+
     /// Appends `ops` to queue `q`'s subject, in records of at most
     /// [`MAX_RECORD`], each after the last.
     async fn append_queue(
@@ -577,6 +646,7 @@ impl Journal {
         ops: Vec<Op>,
     ) -> Result<(), String> {
         let mut start = 0;
+        let mut retried = false;
         while start < ops.len() {
             let mut end = start;
             let mut size = 1;
@@ -611,10 +681,19 @@ impl Journal {
                     rebuilt.track(&ops[start..end], seq);
                     live.0 = rebuilt.live;
                 }
+                Err(PublishError::Fenced) if !retried => {
+                    // Maybe this node's own earlier append, whose answer
+                    // was lost: then it follows that one.
+                    retried = true;
+                    self.relearn(client, q).await;
+                    if q.last.load(Ordering::Acquire) != last {
+                        continue;
+                    }
+                    self.fenced(q);
+                    return Err("another node took the queue over".into());
+                }
                 Err(PublishError::Fenced) => {
-                    self.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(queue = %q.name, "cluster: another node appends to this queue's journal now: this node no longer serves it");
-                    self.stop(&q.name);
+                    self.fenced(q);
                     return Err("another node took the queue over".into());
                 }
                 Err(PublishError::Other(e)) => {
@@ -629,6 +708,12 @@ impl Journal {
         }
         self.maybe_purge(client, q).await;
         Ok(())
+    }
+
+    fn fenced(&self, q: &Journaled) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(queue = %q.name, "cluster: another node appends to this queue's journal now: this node no longer serves it");
+        self.stop(&q.name);
     }
 
     /// After an append whose outcome is unknown: the subject's last
@@ -691,9 +776,37 @@ impl Rebuilt {
     }
 }
 
+/// A group's operations in two rounds: every queue's puts, then the
+/// rest. A queue whose puts follow a range delete (deleted and made
+/// again) keeps its order, all in the first round.
+fn split_puts_first(
+    per: BTreeMap<u32, Vec<Op>>,
+) -> (BTreeMap<u32, Vec<Op>>, BTreeMap<u32, Vec<Op>>) {
+    let (mut first, mut then) = (BTreeMap::new(), BTreeMap::new());
+    for (id, ops) in per {
+        let range_then_put = ops
+            .iter()
+            .position(|o| matches!(o, Op::Range { .. }))
+            .is_some_and(|at| ops[at..].iter().any(|o| matches!(o, Op::Put { .. })));
+        if range_then_put {
+            first.insert(id, ops);
+            continue;
+        }
+        let (puts, rest): (Vec<Op>, Vec<Op>) =
+            ops.into_iter().partition(|o| matches!(o, Op::Put { .. }));
+        if !puts.is_empty() {
+            first.insert(id, puts);
+        }
+        if !rest.is_empty() {
+            then.insert(id, rest);
+        }
+    }
+    (first, then)
+}
+
 impl Replica for Journal {
     fn replicates(&self, id: u32) -> bool {
-        self.by_id(id).is_some()
+        !matches!(self.by_id(id), Slot::Not)
     }
 
     fn replicate(&self, writes: Vec<(u32, Write)>, done: Vec<Completion>) {
@@ -775,6 +888,38 @@ mod tests {
         rebuilt.apply(&decode(&r4).unwrap(), 13);
         assert!(rebuilt.messages().is_empty());
         assert_eq!(rebuilt.live.oldest(), None);
+    }
+
+    #[test]
+    fn a_group_over_several_queues_appends_its_puts_first() {
+        let (puts_and_deletes, _) = (1u32, 0);
+        let [del, _] = delete_message(7, 0, 1);
+        let mut per = BTreeMap::new();
+        per.insert(
+            puts_and_deletes,
+            vec![
+                Op::of(&del).unwrap(),
+                Op::of(&put_message(7, &msg(2, 0))).unwrap(),
+            ],
+        );
+        let (from, to) = crate::store::queues::queue_range(8);
+        let range = Write::DeleteRange {
+            tree: MESSAGES_TREE,
+            from,
+            to,
+        };
+        per.insert(
+            2,
+            vec![
+                Op::of(&range).unwrap(),
+                Op::of(&put_message(8, &msg(1, 0))).unwrap(),
+            ],
+        );
+        let (first, then) = split_puts_first(per);
+        assert!(matches!(first[&1][..], [Op::Put { .. }]));
+        assert!(matches!(then[&1][..], [Op::Delete { .. }]));
+        assert_eq!(first[&2].len(), 2, "a range then a put keep their order");
+        assert!(!then.contains_key(&2));
     }
 
     #[test]

@@ -168,6 +168,12 @@ pub(super) async fn read(
         let Some(m) = got else {
             return Ok(out);
         };
+        if m.seq < next {
+            return Err(NatsError::Unreadable(format!(
+                "a message get for {next} answered {}",
+                m.seq
+            )));
+        }
         if out.len() as u64 >= max {
             return Err(NatsError::Refused {
                 description: format!("more than {max} messages on {filter}"),

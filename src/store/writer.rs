@@ -510,19 +510,23 @@ fn hand_to_replica(replica: &dyn Replica, group: Vec<Msg>) {
         let Msg::Writes { writes, done } = m else {
             continue;
         };
-        let replicated = writes
+        // Asked once per write: the answer may change meanwhile.
+        let ids: Vec<Option<u32>> = writes
             .iter()
-            .any(|w| queue_of(w).is_some_and(|id| replica.replicates(id)));
-        if !replicated {
+            .map(|w| queue_of(w).filter(|&id| replica.replicates(id)))
+            .collect();
+        if ids.iter().all(Option::is_none) {
             if let Some(done) = done {
                 let _ = done.send(Ok(()));
             }
             continue;
         }
-        copied.extend(writes.into_iter().filter_map(|w| {
-            let id = queue_of(&w).filter(|&id| replica.replicates(id))?;
-            Some((id, w))
-        }));
+        copied.extend(
+            writes
+                .into_iter()
+                .zip(ids)
+                .filter_map(|(w, id)| Some((id?, w))),
+        );
         if let Some(done) = done {
             waiting.push(Completion(done));
         }

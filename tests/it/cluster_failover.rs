@@ -523,7 +523,9 @@ fn turning_failover_on_keeps_what_the_queues_held() {
         // A call takes the queue's lease on b (its home), which starts
         // the journal from what b's store holds.
         let on_a = client(&a).await;
-        on_a.enqueue("orders", "kept10").await.expect("b serves orders");
+        on_a.enqueue("orders", "kept10")
+            .await
+            .expect("b serves orders");
     });
     b.stop().expect("b stops again");
     block_on(async {

@@ -31,6 +31,9 @@ impl QueueState {
         self.refill_epoch += 1;
         self.refilling = false;
         self.dedupe = None;
+        // Delivery ids the old home gave out are never given out again:
+        // a late ack of one must not settle a new delivery.
+        self.next_delivery = self.next_delivery.max(now << 16);
         messages.sort_unstable_by_key(|m| (std::cmp::Reverse(m.priority.min(9)), m.seq));
         let next_seq = messages.iter().map(|m| m.seq + 1).max().unwrap_or(1);
         let window = self.opts.memory_window.max(1);
