@@ -29,25 +29,43 @@ fn members() -> String {
         .join(", ")
 }
 
-fn failover_node(nats: Vec<String>, replicas: usize, name: &str) -> TestBroker {
+/// Node `name` of the three, on `nats`, with failover (`lease_ms`) and
+/// the queue `orders` homed on b.
+fn failover_config(
+    name: &str,
+    nats: Vec<String>,
+    lease_ms: u64,
+) -> impl FnOnce(&mut wharf::Config) + use<> {
     let name = name.to_owned();
-    let node = TestBroker::start(move |c| {
+    move |c| {
         c.cluster.nats = nats;
-        c.cluster.replicas = replicas;
         c.cluster.node = name;
         c.cluster.connect_timeout_ms = 2_000;
         c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
         c.cluster.failover = true;
-        c.cluster.lease_ms = LEASE_MS;
+        c.cluster.lease_ms = lease_ms;
         c.queues.push(wharf::config::QueueDecl {
             name: "orders".into(),
             home: Some("b".into()),
             ack_timeout_ms: Some(60_000),
             ..Default::default()
         });
-    });
+    }
+}
+
+/// [`failover_config`]'s node started (and serving).
+fn started(tune: impl FnOnce(&mut wharf::Config)) -> TestBroker {
+    let node = TestBroker::start(tune);
     status(&node);
     node
+}
+
+fn failover_node(nats: Vec<String>, replicas: usize, name: &str) -> TestBroker {
+    let tune = failover_config(name, nats, LEASE_MS);
+    started(move |c| {
+        tune(c);
+        c.cluster.replicas = replicas;
+    })
 }
 
 /// Node b as a `wharf serve` child process; the child and its WebSocket URL.
@@ -234,24 +252,7 @@ fn home_killed(urls: &dyn Fn(usize) -> Vec<String>, replicas: usize, also: impl 
 fn a_home_that_stops_hands_its_queues_over_at_once_with_what_it_held() {
     let nats = Nats::start();
     let slow_lease = 60_000;
-    let node = |name: &str| {
-        let (url, name) = (nats.url(), name.to_owned());
-        let node = TestBroker::start(move |c| {
-            c.cluster.nats = vec![url];
-            c.cluster.node = name;
-            c.cluster.connect_timeout_ms = 2_000;
-            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
-            c.cluster.failover = true;
-            c.cluster.lease_ms = slow_lease;
-            c.queues.push(wharf::config::QueueDecl {
-                name: "orders".into(),
-                home: Some("b".into()),
-                ..Default::default()
-            });
-        });
-        status(&node);
-        node
-    };
+    let node = |name: &str| started(failover_config(name, vec![nats.url()], slow_lease));
     let (a, b, c) = (node("a"), node("b"), node("c"));
     block_on(async {
         let on_b = client(&b).await;
@@ -380,25 +381,7 @@ fn a_home_cut_off_from_nats_loses_no_confirmed_message() {
     let nats = Nats::start();
     let nats_port: u16 = nats.url().rsplit(':').next().unwrap().parse().unwrap();
     let proxy = Proxy::start(nats_port);
-    let node = |name: &str, url: String| {
-        let name = name.to_owned();
-        let node = TestBroker::start(move |c| {
-            c.cluster.nats = vec![url];
-            c.cluster.node = name;
-            c.cluster.connect_timeout_ms = 2_000;
-            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
-            c.cluster.failover = true;
-            c.cluster.lease_ms = LEASE_MS;
-            c.queues.push(wharf::config::QueueDecl {
-                name: "orders".into(),
-                home: Some("b".into()),
-                ack_timeout_ms: Some(60_000),
-                ..Default::default()
-            });
-        });
-        status(&node);
-        node
-    };
+    let node = |name: &str, url: String| started(failover_config(name, vec![url], LEASE_MS));
     let (a, b, c) = (
         node("a", nats.url()),
         node("b", proxy.url()),
@@ -500,24 +483,12 @@ fn turning_failover_on_keeps_what_the_queues_held() {
         }
     });
     before.stop().expect("b stops");
-    let tune = |name: &'static str, url: String| {
-        move |c: &mut wharf::Config| {
-            c.cluster.nats = vec![url];
-            c.cluster.node = name.into();
-            c.cluster.connect_timeout_ms = 2_000;
-            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
-            c.cluster.failover = true;
-            c.cluster.lease_ms = LEASE_MS;
-            c.queues.push(wharf::config::QueueDecl {
-                name: "orders".into(),
-                home: Some("b".into()),
-                ..Default::default()
-            });
-        }
-    };
-    let b = TestBroker::start_in(data.path(), tune("b", nats.url()));
-    let a = TestBroker::start(tune("a", nats.url()));
-    let c = TestBroker::start(tune("c", nats.url()));
+    let b = TestBroker::start_in(
+        data.path(),
+        failover_config("b", vec![nats.url()], LEASE_MS),
+    );
+    let a = TestBroker::start(failover_config("a", vec![nats.url()], LEASE_MS));
+    let c = TestBroker::start(failover_config("c", vec![nats.url()], LEASE_MS));
     status(&a);
     block_on(async {
         // A call takes the queue's lease on b (its home), which starts
