@@ -377,31 +377,38 @@ async fn take_over(
                 return Err(claim_error(name, format!("fencing its journal: {e}")));
             }
         };
-        if last_read == 0
-            && let Some((id, writes)) = broker.queues().stored_writes(name).await?
-            && !writes.is_empty()
-        {
-            // A journal never written, and messages here: the queue had
-            // them before failover was on. They are the queue's; the
-            // journal starts from them (calls wait for this takeover, so
-            // nothing else writes to the queue meanwhile).
-            let (last, rebuilt) = f
-                .journal
-                .seed(client, name, last, &writes)
-                .await
-                .map_err(|e| claim_error(name, format!("starting its journal: {e}")))?;
-            f.journal.start(id, name, last, rebuilt);
-            tracing::info!(
-                queue = name,
-                records = writes.len(),
-                "cluster: the queue's journal starts from this node's store"
-            );
+        if last_read == 0 {
+            // A journal never written: the queue is new, or had messages
+            // here before failover was on. Nothing is made for a name no
+            // one used (its queue is made here by its first write).
+            match broker.queues().stored_writes(name).await? {
+                None => f.journal.start(None, name, last, rebuilt),
+                Some((id, writes)) if writes.is_empty() => {
+                    f.journal.start(Some(id), name, last, rebuilt)
+                }
+                Some((id, writes)) => {
+                    // They are the queue's: the journal starts from them
+                    // (calls wait for this takeover, so nothing else
+                    // writes to the queue meanwhile).
+                    let (last, rebuilt) = f
+                        .journal
+                        .seed(client, name, last, &writes)
+                        .await
+                        .map_err(|e| claim_error(name, format!("starting its journal: {e}")))?;
+                    f.journal.start(Some(id), name, last, rebuilt);
+                    tracing::info!(
+                        queue = name,
+                        records = writes.len(),
+                        "cluster: the queue's journal starts from this node's store"
+                    );
+                }
+            }
             return Ok(());
         }
         let messages = rebuilt.messages();
         let count = messages.len();
         let id = broker.queues().install_queue(name, messages).await?;
-        f.journal.start(id, name, last, rebuilt);
+        f.journal.start(Some(id), name, last, rebuilt);
         tracing::info!(
             queue = name,
             messages = count,

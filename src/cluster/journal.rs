@@ -218,9 +218,10 @@ impl Journal {
         h
     }
 
-    /// From now on, queue `id` (`name`) is appended to, after sequence
-    /// `last`, with `rebuilt`'s records live.
-    pub(super) fn start(&self, id: u32, name: &str, last: u64, rebuilt: Rebuilt) {
+    /// From now on, queue `name` (with `id` in this node's store, or,
+    /// not made here yet, whatever id it gets) is appended to, after
+    /// sequence `last`, with `rebuilt`'s records live.
+    pub(super) fn start(&self, id: Option<u32>, name: &str, last: u64, rebuilt: Rebuilt) {
         let q = Arc::new(Journaled {
             name: name.to_owned(),
             subject: self.subject(name),
@@ -229,7 +230,12 @@ impl Journal {
         });
         self.held.write().insert(name.to_owned(), q.clone());
         self.clear_stopped(name);
-        self.ids.write().insert(id, Slot::Held(q));
+        let mut ids = self.ids.write();
+        // Ids looked up while it was not held are looked up again.
+        ids.retain(|_, slot| !matches!(slot, Slot::Not));
+        if let Some(id) = id {
+            ids.insert(id, Slot::Held(q));
+        }
     }
 
     /// Starts queue `name`'s journal, which has no record yet (after

@@ -254,6 +254,14 @@ fn a_home_that_stops_hands_its_queues_over_at_once_with_what_it_held() {
     let slow_lease = 60_000;
     let node = |name: &str| started(failover_config(name, vec![nats.url()], slow_lease));
     let (a, b, c) = (node("a"), node("b"), node("c"));
+    // Asking about a queue nobody made makes none (its home takes the
+    // name's lease and answers).
+    let (code, body) = common::http(a.addr, "GET", "/queues/nobody", "");
+    assert_eq!(code, 404, "{body}");
+    for n in [&a, &b, &c] {
+        let (_, listed) = common::http(n.addr, "GET", "/queues", "");
+        assert!(!listed.contains("nobody"), "{listed}");
+    }
     block_on(async {
         let on_b = client(&b).await;
         for i in 0..5 {
