@@ -40,6 +40,8 @@ use crate::protocol::frame::ErrorCode;
 
 /// Most leases read back in one look.
 const MAX_LEASES: u64 = 1_000_000;
+/// Lease renewals sent at once.
+const RENEW_AT_ONCE: usize = 64;
 /// How long a stream just made may take to elect its leader.
 const STREAM_WAIT: Duration = Duration::from_secs(10);
 /// How long a takeover may take before its calls are told so.
@@ -549,32 +551,57 @@ async fn renew(shared: &Shared, f: &Failover) {
         instance: shared.instance.clone(),
     };
     let body: bytes::Bytes = serde_json::to_vec(&me).unwrap_or_default().into();
-    for (key, rev) in held {
-        let started = Instant::now();
-        let result = js::publish_expecting(
-            &shared.client,
-            f.subject(&key),
-            async_nats::HeaderMap::new(),
-            body.clone(),
-            rev,
-            shared.confirm,
-        )
-        .await;
-        match result {
-            Ok(new) => {
-                if let Some(h) = f.held.lock().get_mut(&key) {
-                    h.rev = new;
-                    h.renewed = started;
-                }
+    // At once, a bounded number at a time: many leases are renewed
+    // within the quarter lease a round has.
+    for chunk in held.chunks(RENEW_AT_ONCE) {
+        let renewals = chunk.iter().map(|(key, rev)| {
+            let body = body.clone();
+            async move {
+                let started = Instant::now();
+                let result = js::publish_expecting(
+                    &shared.client,
+                    f.subject(key),
+                    async_nats::HeaderMap::new(),
+                    body,
+                    *rev,
+                    shared.confirm,
+                )
+                .await;
+                (key, started, result)
             }
-            Err(PublishError::Fenced) => {
-                let gone = f.held.lock().remove(&key);
-                if let Some(h) = gone {
-                    lost(shared, f, &key, &h, "another node holds it now");
+        });
+        for (key, started, result) in futures_util::future::join_all(renewals).await {
+            let renewed = match result {
+                Ok(new) => Some(new),
+                // A renewal whose answer was lost moved the lease on: the
+                // lease is still this process's if its message says so.
+                Err(PublishError::Fenced) => {
+                    match js::last_of(&shared.client, &f.stream, &f.subject(key)).await {
+                        Ok(Some(m))
+                            if serde_json::from_slice::<Holder>(&m.payload).ok().as_ref()
+                                == Some(&me) =>
+                        {
+                            Some(m.seq)
+                        }
+                        _ => {
+                            let gone = f.held.lock().remove(key);
+                            if let Some(h) = gone {
+                                lost(shared, f, key, &h, "another node holds it now");
+                            }
+                            None
+                        }
+                    }
                 }
-            }
-            Err(PublishError::Other(e)) => {
-                tracing::warn!(queue = %key, "cluster: renewing the lease failed: {e}");
+                Err(PublishError::Other(e)) => {
+                    tracing::warn!(queue = %key, "cluster: renewing the lease failed: {e}");
+                    None
+                }
+            };
+            if let Some(new) = renewed
+                && let Some(h) = f.held.lock().get_mut(key)
+            {
+                h.rev = new;
+                h.renewed = started;
             }
         }
     }
