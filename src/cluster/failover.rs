@@ -144,26 +144,18 @@ impl Failover {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        js::ensure_stream(
-            client,
-            serde_json::json!({
-                "name": self.stream,
-                "subjects": [format!("{}>", self.subject_prefix)],
-                "retention": "limits",
-                "max_consumers": -1,
-                "max_msgs": -1,
-                "max_bytes": -1,
-                "max_age": u64::try_from(self.lease.as_nanos()).unwrap_or(u64::MAX),
-                "max_msgs_per_subject": 1,
-                "max_msg_size": -1,
-                "storage": "file",
-                "discard": "old",
-                "num_replicas": self.replicas,
-                "duplicate_window": 1_000_000_000u64,
-            }),
-            STREAM_WAIT,
-        )
-        .await?;
+        let mut leases = js::file_stream(
+            &self.stream,
+            &format!("{}>", self.subject_prefix),
+            self.replicas,
+        );
+        leases["max_age"] = u64::try_from(self.lease.as_nanos())
+            .unwrap_or(u64::MAX)
+            .into();
+        leases["max_msgs_per_subject"] = 1.into();
+        leases["discard"] = "old".into();
+        leases["duplicate_window"] = 1_000_000_000u64.into();
+        js::ensure_stream(client, leases, STREAM_WAIT).await?;
         js::ensure_stream(
             client,
             self.journal.stream_config(self.replicas),
@@ -206,6 +198,18 @@ impl Shared {
             .find(|m| self.alive(m))
             .or(ranked.first())
             .map(|m| (*m).to_owned())
+    }
+
+    /// Whether failover is on and this node holds `queue`'s lease.
+    pub(super) fn served_here(&self, queue: &str) -> bool {
+        let Some(f) = self.failover.as_ref() else {
+            return false;
+        };
+        self.remotes
+            .homes
+            .get()
+            .and_then(|h| h.key_of(queue))
+            .is_some_and(|key| key != JOBS_HOME_KEY && f.holds(key))
     }
 
     /// The home of `queue` when failover is on (`None` for the jobs and

@@ -133,20 +133,7 @@ impl Journal {
 
     /// The stream's configuration.
     pub(super) fn stream_config(&self, replicas: usize) -> serde_json::Value {
-        serde_json::json!({
-            "name": self.stream,
-            "subjects": [format!("{}>", self.subject_prefix)],
-            "retention": "limits",
-            "max_consumers": -1,
-            "max_msgs": -1,
-            "max_bytes": -1,
-            "max_age": 0,
-            "max_msg_size": -1,
-            "storage": "file",
-            "discard": "new",
-            "num_replicas": replicas,
-            "duplicate_window": 120_000_000_000u64,
-        })
+        js::file_stream(&self.stream, &format!("{}>", self.subject_prefix), replicas)
     }
 
     /// Queue `name`'s subject.

@@ -73,6 +73,25 @@ pub(super) async fn ensure_stream(
     }
 }
 
+/// A stream's configuration: file storage, limits retention, no limit on
+/// messages or bytes, `replicas` copies; callers change what they need.
+pub(super) fn file_stream(name: &str, subjects: &str, replicas: usize) -> Value {
+    json!({
+        "name": name,
+        "subjects": [subjects],
+        "retention": "limits",
+        "max_consumers": -1,
+        "max_msgs": -1,
+        "max_bytes": -1,
+        "max_age": 0,
+        "max_msg_size": -1,
+        "storage": "file",
+        "discard": "new",
+        "num_replicas": replicas,
+        "duplicate_window": 120_000_000_000u64,
+    })
+}
+
 /// Why a publish to a stream was not stored.
 #[derive(Debug)]
 pub(super) enum PublishError {

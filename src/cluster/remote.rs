@@ -302,12 +302,14 @@ impl Cluster {
 
     /// The node `queue` lives on, when that is not this one.
     pub(crate) fn home_elsewhere(&self, queue: &str) -> Option<String> {
-        if let Some((key, node)) = self.shared.failover_home(queue) {
-            // This node, but not taken over yet: the call takes it over
-            // first (`here.rs`).
-            let served = node == self.shared.node
-                && self.shared.failover.as_ref().is_some_and(|f| f.holds(&key));
-            return (!served).then_some(node);
+        if self.shared.served_here(queue) {
+            // The common case on a home: no allocation, one lookup.
+            return None;
+        }
+        if let Some((_, node)) = self.shared.failover_home(queue) {
+            // Another node, or this one not having taken it over yet
+            // (the call takes it over first: `here.rs`).
+            return Some(node);
         }
         let home = self.shared.remotes.homes.get()?.home_of(queue)?;
         (home != self.shared.node).then(|| home.to_owned())
