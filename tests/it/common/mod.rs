@@ -113,13 +113,15 @@ pub fn http_request(
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write!(
-        stream,
+    // One write: a request in pieces may still be arriving when a
+    // broker that answers before reading the body (a refusal) closes,
+    // and the close then resets the connection, answer and all.
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
-    )
-    .unwrap();
+    );
+    stream.write_all(request.as_bytes()).unwrap();
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("read the response");
     let text = String::from_utf8_lossy(&raw).into_owned();
