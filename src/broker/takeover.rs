@@ -5,7 +5,7 @@
 //! cluster's failover, `cluster/failover.rs`).
 
 use super::queues::dead_letter_name;
-use super::{BrokerError, Queues};
+use super::{BrokerError, Queues, Subscription};
 use crate::store::queues::{self as records, DELIVERIES_TREE, MESSAGES_TREE, StoredMessage};
 use crate::store::{CommitError, Write};
 
@@ -93,6 +93,20 @@ impl Queues<'_> {
             );
         }
         Ok(Some((id, out)))
+    }
+
+    /// Takes every consumer of this node's queue `name` out (their
+    /// deliveries go back): the subscriptions and their credit, for a
+    /// node that no longer serves the queue to attach them where it is
+    /// served now. None when the queue is not here.
+    ///
+    /// # Errors
+    /// The queue refusing the task.
+    pub async fn take_consumers(self, name: &str) -> Result<Vec<(Subscription, u32)>, BrokerError> {
+        let Some(handle) = self.inner.queues.read().queues.get(name).cloned() else {
+            return Ok(Vec::new());
+        };
+        Ok(handle.tq.submit(|q| q.take_consumers()).await?)
     }
 
     /// The name of the queue with id `id` in this node's store, if it

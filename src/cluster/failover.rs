@@ -88,6 +88,9 @@ pub(super) struct Failover {
     /// When the node started: queues without a lease are not taken over
     /// before the other nodes' hellos had time to come.
     born: Instant,
+    /// Queues whose lease was lost while this node had consumers on
+    /// them: the keeper moves those consumers to where the queue is now.
+    evict: Mutex<Vec<String>>,
     /// Queues taken over, and leases lost.
     pub(super) taken: AtomicU64,
     pub(super) lost: AtomicU64,
@@ -114,6 +117,7 @@ impl Failover {
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             born: Instant::now(),
+            evict: Mutex::default(),
             taken: AtomicU64::new(0),
             lost: AtomicU64::new(0),
         }
@@ -490,10 +494,58 @@ pub(super) async fn keep(shared: Arc<Shared>) {
                 tracing::debug!(queue = %key, "cluster: no takeover yet: {e}");
             }
         }
+        evict(&shared, f).await;
         let cluster = super::Cluster {
             shared: shared.clone(),
         };
         cluster.follow_homes().await;
+    }
+}
+
+/// Takes the consumers off the queues this node lost: other nodes'
+/// consumers are forgotten (their nodes follow the queue themselves),
+/// this node's become consumers of a queue homed elsewhere, attached by
+/// `follow_homes` where the queue is served now.
+async fn evict(shared: &Arc<Shared>, f: &Failover) {
+    let names: Vec<String> = std::mem::take(&mut *f.evict.lock());
+    let Some(broker) = shared.broker.upgrade() else {
+        return;
+    };
+    for name in names {
+        let Ok(taken) = broker.queues().take_consumers(&name).await else {
+            continue;
+        };
+        for (sub, prefetch) in taken {
+            let sink = sub.sink.id();
+            let remote = {
+                let mut remote = shared.remotes.remote.lock();
+                let key = remote
+                    .iter()
+                    .find(|(_, c)| c.sink.id == sink)
+                    .map(|(k, _)| k.clone());
+                key.and_then(|k| remote.remove(&k))
+            };
+            if let Some(c) = remote {
+                c.sink.closed.store(true, Ordering::Release);
+                continue;
+            }
+            let token = shared.remotes.next_token.fetch_add(1, Ordering::Relaxed);
+            let mut local = shared.remotes.local.lock();
+            local
+                .by_sub
+                .insert((name.clone(), sink, sub.id.to_string()), token);
+            local.by_token.insert(
+                token,
+                super::remote::Local {
+                    sub,
+                    queue: name.clone(),
+                    home: shared.node.clone(),
+                    prefetch,
+                    since: Instant::now(),
+                },
+            );
+            tracing::info!(queue = %name, "cluster: a consumer of a queue this node lost waits for its new home");
+        }
     }
 }
 
@@ -519,6 +571,7 @@ fn lost(shared: &Shared, f: &Failover, key: &str, h: &Held, why: &str) {
     for q in &h.queues {
         f.journal.stop(q);
     }
+    f.evict.lock().extend(h.queues.iter().cloned());
     f.seen.write().remove(key);
     f.lost.fetch_add(1, Ordering::Relaxed);
     tracing::error!(queue = key, node = %shared.node, "cluster: this node lost the queue's lease ({why}); it no longer serves the queue");

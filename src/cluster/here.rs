@@ -131,7 +131,9 @@ impl Cluster {
             .iter()
             .filter_map(|(token, l)| {
                 let (_, node) = s.failover_home(&l.queue)?;
-                (node != l.home).then(|| (*token, l.queue.clone(), node))
+                // One with this node as its home came off a queue this
+                // node lost: attached here once the queue is back.
+                (node != l.home || node == s.node).then(|| (*token, l.queue.clone(), node))
             })
             .collect();
         for (token, queue, home) in moved {

@@ -405,6 +405,19 @@ fn a_home_cut_off_from_nats_loses_no_confirmed_message() {
                 .expect("b serves orders");
             confirmed.insert(m);
         }
+        // A consumer on b itself, of b's own queue (prefetch 1, acks
+        // nothing: it holds one message in flight at most).
+        let on_b_consumer = client(&b).await;
+        let mut on_b_queue = on_b_consumer
+            .consume("orders", 1)
+            .await
+            .expect("a consumer on the home");
+        let mut got = BTreeSet::new();
+        let first = on_b_queue
+            .recv_timeout(LONG)
+            .await
+            .expect("a delivery on b");
+        got.insert(String::from_utf8_lossy(&first.payload).into_owned());
         proxy.cut();
         let cut = Instant::now();
         // Both sides keep enqueuing through the cut and the takeover.
@@ -431,6 +444,11 @@ fn a_home_cut_off_from_nats_loses_no_confirmed_message() {
             actix_rt::time::sleep(Duration::from_millis(50)).await;
         }
         let after_cut = confirmed.len();
+        // What b's consumer had before: nothing more comes from b's own
+        // copy of the queue, which b no longer serves.
+        while let Some(d) = on_b_queue.recv_timeout(Duration::from_millis(300)).await {
+            got.insert(String::from_utf8_lossy(&d.payload).into_owned());
+        }
         proxy.heal();
         // Back on NATS, b is not the home any more: its calls go there.
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -444,9 +462,24 @@ fn a_home_cut_off_from_nats_loses_no_confirmed_message() {
             }
         }
         confirmed.insert("after-heal".into());
+        // b's consumer follows the queue to its new home and is served
+        // from there (it is the only consumer yet).
+        let d = on_b_queue
+            .recv_timeout(LONG)
+            .await
+            .expect("b's consumer is served by the queue's new home");
+        on_b_consumer
+            .ack(on_b_queue.id(), &[d.id])
+            .await
+            .expect("its ack goes to the new home");
+        got.insert(String::from_utf8_lossy(&d.payload).into_owned());
+        drop(on_b_queue);
+        on_b_consumer
+            .close(false)
+            .await
+            .expect("b's consumer closes");
         let on_c = client(&c).await;
         let mut consumer = on_c.consume("orders", 100).await.expect("a consumer on c");
-        let mut got = BTreeSet::new();
         while !confirmed.is_subset(&got) {
             let Some(d) = consumer.recv_timeout(LONG).await else {
                 let missing: Vec<&String> = confirmed.difference(&got).take(10).collect();

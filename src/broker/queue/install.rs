@@ -5,6 +5,7 @@
 //! everything that changes it.
 
 use super::{QueueState, now_ms};
+use crate::broker::sink::Subscription;
 use crate::store::queues::{PRIORITIES, StoredMessage};
 
 impl QueueState {
@@ -57,5 +58,20 @@ impl QueueState {
         self.restore(loaded, spilled, loaded_upto, next_seq);
         self.dispatch(now);
         self.after();
+    }
+
+    /// Takes every consumer out (their deliveries go back), for a node
+    /// that no longer serves the queue: the subscriptions and their
+    /// credit, to attach them where it is served now.
+    pub(crate) fn take_consumers(&mut self) -> Vec<(Subscription, u32)> {
+        let now = now_ms();
+        let taken: Vec<_> = self.consumers.drain(..).collect();
+        let mut out = Vec::with_capacity(taken.len());
+        for c in taken {
+            self.return_all_of(c.cid, now);
+            out.push((c.sub, c.prefetch));
+        }
+        self.after();
+        out
     }
 }
