@@ -342,7 +342,7 @@ pub(super) async fn claim(shared: &Arc<Shared>, key: &str) -> Result<(), BrokerE
             for started in &queues {
                 f.journal.stop(started);
             }
-            let _ = release(shared, f, key, rev).await;
+            release(shared, f, key, rev).await;
             return Err(e);
         }
     }
@@ -433,15 +433,14 @@ async fn take_over(
 }
 
 /// Gives a lease up (deletes its message if it is still ours).
-async fn release(shared: &Shared, f: &Failover, key: &str, rev: u64) -> Result<(), PublishError> {
+/// Best effort: a lease not released runs out by itself.
+async fn release(shared: &Shared, f: &Failover, key: &str, rev: u64) {
     // A purge of the subject, only if its last message is still ours.
-    match js::last_of(&shared.client, &f.stream, &f.subject(key)).await {
-        Ok(Some(m)) if m.seq == rev => {
-            let _ = js::purge_below(&shared.client, &f.stream, &f.subject(key), rev + 1).await;
-        }
-        _ => {}
+    if let Ok(Some(m)) = js::last_of(&shared.client, &f.stream, &f.subject(key)).await
+        && m.seq == rev
+    {
+        let _ = js::purge_below(&shared.client, &f.stream, &f.subject(key), rev + 1).await;
     }
-    Ok(())
 }
 
 /// Gives up every lease this node holds (it is stopping): the next
@@ -457,7 +456,7 @@ pub(super) async fn release_all(shared: &Shared) {
             f.journal.stop(q);
         }
         f.seen.write().remove(&key);
-        let _ = release(shared, f, &key, h.rev).await;
+        release(shared, f, &key, h.rev).await;
         tracing::info!(queue = %key, "cluster: this node stops and gives the queue's lease up");
     }
 }
@@ -549,20 +548,22 @@ async fn evict(shared: &Arc<Shared>, f: &Failover) {
     }
 }
 
+/// Takes the leases `pick` chooses out of those held.
+fn take_held(f: &Failover, pick: impl Fn(&Held) -> bool) -> Vec<(String, Held)> {
+    let mut held = f.held.lock();
+    let keys: Vec<String> = held
+        .iter()
+        .filter(|(_, h)| pick(h))
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.into_iter()
+        .filter_map(|k| held.remove_entry(&k))
+        .collect()
+}
+
 /// Drops the leases this node could not renew before they ran out.
 fn drop_stale(shared: &Shared, f: &Failover) {
-    let stale: Vec<(String, Held)> = {
-        let mut held = f.held.lock();
-        let keys: Vec<String> = held
-            .iter()
-            .filter(|(_, h)| h.renewed.elapsed() >= f.lease)
-            .map(|(k, _)| k.clone())
-            .collect();
-        keys.into_iter()
-            .filter_map(|k| held.remove_entry(&k))
-            .collect()
-    };
-    for (key, h) in stale {
+    for (key, h) in take_held(f, |h| h.renewed.elapsed() >= f.lease) {
         lost(shared, f, &key, &h, "it could not be renewed in time");
     }
 }
@@ -582,20 +583,9 @@ async fn renew(shared: &Shared, f: &Failover) {
     // A queue whose journal another node fenced is not this node's any
     // more: its lease goes too, so that a takeover (maybe by this node
     // again) reads the journal afresh.
-    let fenced: Vec<(String, Held)> = {
-        let mut held = f.held.lock();
-        let keys: Vec<String> = held
-            .iter()
-            .filter(|(_, h)| h.queues.iter().any(|q| f.journal.is_stopped(q)))
-            .map(|(k, _)| k.clone())
-            .collect();
-        keys.into_iter()
-            .filter_map(|k| held.remove_entry(&k))
-            .collect()
-    };
-    for (key, h) in fenced {
+    for (key, h) in take_held(f, |h| h.queues.iter().any(|q| f.journal.is_stopped(q))) {
         lost(shared, f, &key, &h, "its journal was fenced");
-        let _ = release(shared, f, &key, h.rev).await;
+        release(shared, f, &key, h.rev).await;
     }
     let held: Vec<(String, u64)> = f
         .held

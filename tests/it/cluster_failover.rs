@@ -98,6 +98,21 @@ fn child_b(dir: &std::path::Path, nats: &[String], replicas: usize) -> (ChildBro
     (child, url)
 }
 
+/// A consumer of `orders` through `client`, once a node serves the queue
+/// again (within 20 s).
+async fn consume_once_served(client: &Client) -> wharf::client::Consumer {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.consume("orders", 100).await {
+            Ok(k) => return k,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no home for orders: {e}");
+                actix_rt::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 fn home_of(node: &TestBroker, queue: &str) -> Option<String> {
     let (code, body) = common::http(node.addr, "GET", &format!("/queues/{queue}"), "");
     if code != 200 {
@@ -283,16 +298,7 @@ fn a_home_that_stops_hands_its_queues_over_at_once_with_what_it_held() {
     b.stop().expect("b stops");
     block_on(async {
         let on_c = client(&c).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut consumer = loop {
-            match on_c.consume("orders", 100).await {
-                Ok(k) => break k,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "no home for orders: {e}");
-                    actix_rt::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        };
+        let mut consumer = consume_once_served(&on_c).await;
         let mut got = BTreeSet::new();
         while got.len() < 50 {
             let d = consumer
@@ -542,16 +548,7 @@ fn turning_failover_on_keeps_what_the_queues_held() {
     b.stop().expect("b stops again");
     block_on(async {
         let on_c = client(&c).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut consumer = loop {
-            match on_c.consume("orders", 100).await {
-                Ok(k) => break k,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "no home for orders: {e}");
-                    actix_rt::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        };
+        let mut consumer = consume_once_served(&on_c).await;
         let mut got = BTreeSet::new();
         while got.len() < 11 {
             let d = consumer
