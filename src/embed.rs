@@ -259,6 +259,7 @@ impl Wharf {
             sse: crate::transport::sse_slots(),
             rules: rules.clone(),
             cluster: cluster.clone(),
+            session_config: Arc::new(config.session.clone()),
         });
         // Topics nobody uses any more are swept every idle timeout.
         let idle = Duration::from_secs(config.topics.idle_timeout_s);

@@ -14,6 +14,10 @@ mod alloc_tidy;
 #[cfg(feature = "client")]
 mod cli;
 
+// `RUSTFLAGS="--cfg wharf_system_alloc"` builds the binary on the system
+// allocator, so that heaptrack (which sees malloc, not mimalloc) can say
+// who holds the memory (benches/README.md, "Memory per idle connection").
+#[cfg(not(wharf_system_alloc))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -198,8 +198,18 @@ impl TopicState {
                 return Ok(());
             }
         }
-        self.subs.push(sub);
+        self.push_sub(sub);
         Ok(())
+    }
+
+    /// Adds a subscriber. Many topics have one: a first subscriber gets
+    /// room for exactly one, not the four a first push makes room for
+    /// (~300 B less per such topic).
+    fn push_sub(&mut self, sub: Subscription) {
+        if self.subs.capacity() == 0 {
+            self.subs.reserve_exact(1);
+        }
+        self.subs.push(sub);
     }
 
     /// Removes a subscription if present.
@@ -333,7 +343,7 @@ impl TopicState {
                 }
             }
         }
-        self.subs.push(sub);
+        self.push_sub(sub);
         if dropped > 0 {
             recovery = recovery.missed(format!(
                 "{dropped} of the {} missed messages did not fit the subscriber's buffer \

@@ -120,6 +120,11 @@ impl<V: PartialEq> FilterTrie<V> {
         if list.contains(&value) {
             false
         } else {
+            // Most filters hold one value: room for exactly one, not the
+            // four a first push makes room for.
+            if list.capacity() == 0 {
+                list.reserve_exact(1);
+            }
             list.push(value);
             *len += 1;
             true

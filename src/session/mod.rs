@@ -142,7 +142,7 @@ pub struct Session {
     broker: Broker,
     sessions: Sessions,
     out: Arc<Outbound>,
-    config: SessionConfig,
+    config: Arc<SessionConfig>,
     /// The session's subscriptions by id.
     subs: HashMap<String, Subscription>,
     /// The session's queue consumers by id (the same id space as `subs`).
@@ -197,7 +197,7 @@ impl Session {
         broker: Broker,
         sessions: Sessions,
         out: Arc<Outbound>,
-        config: SessionConfig,
+        config: impl Into<Arc<SessionConfig>>,
     ) -> Self {
         let id = Uuid::now_v7();
         let client_id = format!("anon-{}", id.simple());
@@ -209,7 +209,7 @@ impl Session {
             broker,
             sessions,
             out,
-            config,
+            config: config.into(),
             subs: HashMap::new(),
             consumers: HashMap::new(),
             answers: answers::Answers::new(MAX_PENDING_CONFIRMS),

@@ -536,6 +536,16 @@ impl Outbound {
             }
             return Poll::Ready(true);
         }
+        // Both lanes are empty: their room goes too, as the writer's buffer
+        // does, so that an idle connection holds no queue (a frame's slot
+        // is 72 B, a lane's first room four of them). A busy connection
+        // allocates once per burst, not per frame.
+        if st.normal.capacity() > 0 {
+            st.normal = VecDeque::new();
+        }
+        if st.high.capacity() > 0 {
+            st.high = VecDeque::new();
+        }
         st.waker = Some(cx.waker().clone());
         Poll::Pending
     }

@@ -172,6 +172,9 @@ pub struct AppState {
     pub rules: Arc<crate::rules::Rules>,
     /// The cluster this node is part of (`GET /admin/cluster`).
     pub cluster: Option<crate::cluster::Cluster>,
+    /// `[session]`, shared by every connection's session: one copy, not
+    /// ~100 B in each idle connection.
+    pub(crate) session_config: Arc<crate::config::SessionConfig>,
 }
 
 /// Mounts Wharf's routes on an actix `App` or scope. The caller must have

@@ -151,7 +151,7 @@ pub(crate) async fn upgrade(
         peer,
         unproven,
     } = super::credentials::upgrader(&req, &app, crate::auth::Way::Mqtt).await?;
-    let cfg = app.config.session.clone();
+    let cfg = app.session_config.clone();
     let out = outbound(&cfg, Format::Bincode);
     // MQTT has no `dropped` notice: drops are silent (QoS 0 is at most
     // once).

@@ -8,10 +8,12 @@
 
 use std::future::poll_fn;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_core::Stream;
+use futures_util::future::LocalBoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::AppState;
@@ -28,23 +30,31 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a TLS handshake may take.
 pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves one MQTT connection on `stream` until it ends.
-pub(crate) async fn serve<S>(stream: S, peer: Option<IpAddr>, app: AppState)
+/// Serves one MQTT connection on `stream`: sets it up here, and returns
+/// the future that runs it until it ends (`None` when the connection is
+/// refused at once). Set up outside the future, and boxed: a future keeps
+/// its arguments for its whole life (the app's state, 120 B, and the
+/// session's config), and a future returned unboxed to actix-server would
+/// sit in the connection's task twice (its service wrapper keeps the
+/// future it was given beside the one it awaits): together ~1.8 KiB of
+/// every idle connection.
+pub(crate) fn serve<S>(
+    stream: S,
+    peer: Option<IpAddr>,
+    app: &AppState,
+) -> Option<LocalBoxFuture<'static, ()>>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     // Counted against its address until CONNECT authenticates it; past
     // the address's share the connection is closed at once (MQTT has no
     // answer before CONNECT).
-    let unproven = match app.auth.admit_unproven(peer, crate::auth::Way::Mqtt) {
-        Ok(u) => u,
-        Err(_) => return,
-    };
-    let cfg = app.config.session.clone();
-    let out = outbound(&cfg, Format::Bincode);
+    let unproven = app.auth.admit_unproven(peer, crate::auth::Way::Mqtt).ok()?;
+    let cfg = &app.session_config;
+    let out = outbound(cfg, Format::Bincode);
     out.disable_notices();
     out.set_raw();
-    let mut session = MqttSession::new(
+    let session = MqttSession::new(
         app.broker.clone(),
         app.sessions.clone(),
         out.clone(),
@@ -56,9 +66,24 @@ where
     metrics.connections.add(Protocol::MqttTcp, 1);
     let (rd, wr) = tokio::io::split(stream);
     let writer = actix_rt::spawn(write_loop(out.clone(), wr, metrics.clone()));
-    let mut rate = RateLimiter::new(cfg.rate_per_s, cfg.rate_burst);
+    let rate = RateLimiter::new(cfg.rate_per_s, cfg.rate_burst);
     // Reads hold no buffer between them: an idle connection costs none.
-    let mut source = ByteSource::new(rd, Bytes::new(), None);
+    let source = ByteSource::new(rd, Bytes::new(), None);
+    Some(Box::pin(run(session, out, source, writer, rate, metrics)))
+}
+
+/// Reads the connection until it ends, then ends the session and the
+/// writer (after what is queued, bounded by [`DRAIN_TIMEOUT`]).
+async fn run<R>(
+    mut session: MqttSession,
+    out: Arc<Outbound>,
+    mut source: ByteSource<R>,
+    writer: actix_rt::task::JoinHandle<()>,
+    mut rate: RateLimiter,
+    metrics: Arc<crate::metrics::Metrics>,
+) where
+    R: AsyncRead + Unpin,
+{
     // One timer, armed at the earlier of the keep-alive deadline and the
     // credential's expiry, moved only when that comes earlier (as in the
     // WebSocket read loop): traffic costs no timer work.

@@ -40,7 +40,7 @@ pub(crate) async fn upgrade<T: SocketType>(
         )
         .into());
     };
-    let cfg = app.config.session.clone();
+    let cfg = app.session_config.clone();
     let out = outbound(&cfg, Format::Json);
     // The app's protocol is its own: no `dropped` notices in it (the
     // drops are counted in the session's stats).
@@ -104,7 +104,7 @@ struct Typed<T: SocketType> {
     /// principal and the reloads seen (boxed: most sockets have none).
     revocation: Option<Box<(crate::auth::Auth, crate::auth::Principal, u32)>>,
     rate: RateLimiter,
-    cfg: SessionConfig,
+    cfg: Arc<SessionConfig>,
     metrics: Arc<Metrics>,
 }
 

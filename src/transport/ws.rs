@@ -88,7 +88,7 @@ pub(crate) async fn upgrade(
         peer,
         unproven,
     } = super::credentials::upgrader(&req, &app, crate::auth::Way::Native).await?;
-    let cfg = app.config.session.clone();
+    let cfg = app.session_config.clone();
     let out = outbound(&cfg, format);
     let session = Session::new(
         app.broker.clone(),
@@ -115,7 +115,7 @@ pub(crate) async fn upgrade(
 /// [`Session::handle`].
 struct Native {
     session: Session,
-    cfg: SessionConfig,
+    cfg: Arc<SessionConfig>,
     rate: RateLimiter,
     metrics: Arc<Metrics>,
 }

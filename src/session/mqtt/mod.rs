@@ -185,7 +185,7 @@ pub struct MqttSession {
     broker: Broker,
     sessions: Sessions,
     sink: Arc<MqttSink>,
-    cfg: SessionConfig,
+    cfg: Arc<SessionConfig>,
     buf: BytesMut,
     connected: Option<Connected>,
     /// Set by DISCONNECT: no will.
@@ -240,7 +240,12 @@ struct Connected {
 
 impl MqttSession {
     /// A session writing to `out`.
-    pub fn new(broker: Broker, sessions: Sessions, out: Arc<Outbound>, cfg: SessionConfig) -> Self {
+    pub fn new(
+        broker: Broker,
+        sessions: Sessions,
+        out: Arc<Outbound>,
+        cfg: impl Into<Arc<SessionConfig>>,
+    ) -> Self {
         let sink = Arc::new(MqttSink {
             id: next_sink_id(),
             out,
@@ -253,7 +258,7 @@ impl MqttSession {
             broker,
             sessions,
             sink,
-            cfg,
+            cfg: cfg.into(),
             buf: BytesMut::new(),
             connected: None,
             graceful: false,
