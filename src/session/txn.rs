@@ -58,7 +58,7 @@ impl Session {
                         t.rid,
                     );
                 } else {
-                    self.txn = Some(OpenTxn::default());
+                    self.txn = Some(Box::default());
                     self.receipt(format, t.rid);
                 }
                 Staged::Done(Next::Continue)
@@ -73,7 +73,7 @@ impl Session {
                     );
                     return Staged::Done(Next::Continue);
                 };
-                let OpenTxn { ops, nacks } = txn;
+                let OpenTxn { ops, nacks } = *txn;
                 let acks = ops.acks.clone();
                 match self.broker.commit(ops, &self.source()).await {
                     Ok(()) => {
@@ -92,7 +92,7 @@ impl Session {
             ClientFrame::Rollback(t) => {
                 match self.txn.take() {
                     Some(txn) => {
-                        self.roll_back(txn).await;
+                        self.roll_back(*txn).await;
                         self.receipt(format, t.rid);
                     }
                     None => {

@@ -6,7 +6,7 @@
 //! ([`Outbound::set_raw`]) and the reader hands whatever arrived to the
 //! session, which reassembles packets across reads.
 
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,99 +73,105 @@ where
 }
 
 /// Reads the connection until it ends, then ends the session and the
-/// writer (after what is queued, bounded by [`DRAIN_TIMEOUT`]).
-async fn run<R>(
+/// writer (after what is queued, bounded by [`DRAIN_TIMEOUT`]). An
+/// `async` block, not an `async fn`: the future of an `async fn` keeps
+/// each argument twice (as it was passed and as the local it is moved
+/// to), which for the session alone is ~600 B per connection.
+fn run<R>(
     mut session: MqttSession,
     out: Arc<Outbound>,
     mut source: ByteSource<R>,
     writer: actix_rt::task::JoinHandle<()>,
     mut rate: RateLimiter,
     metrics: Arc<crate::metrics::Metrics>,
-) where
+) -> impl Future<Output = ()>
+where
     R: AsyncRead + Unpin,
 {
-    // One timer, armed at the earlier of the keep-alive deadline and the
-    // credential's expiry, moved only when that comes earlier (as in the
-    // WebSocket read loop): traffic costs no timer work.
-    let mut due = deadline(&session);
-    let timer = actix_rt::time::sleep_until(due.into());
-    tokio::pin!(timer);
-    let mut unyielded = 0;
-    loop {
-        if out.is_closing() {
-            break;
-        }
-        let next = deadline(&session);
-        if next < due {
-            due = next;
-            timer.as_mut().reset(due.into());
-        }
-        tokio::select! {
-            read = poll_fn(|cx| Pin::new(&mut source).poll_next(cx)) => match read {
-                None | Some(Err(_)) => break,
-                Some(Ok(chunk)) => {
-                    crate::tidy::traffic();
-                    if let Some(c) = session.revoked() {
-                        close(&out, c.code, c.reason);
-                        break;
-                    }
-                    metrics.frames_in.add(Protocol::MqttTcp, 1);
-                    metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
-                    // Boxed: held inline, the session's future would be
-                    // part of every connection's state, idle or not.
-                    if let Err(c) = Box::pin(session.data(&chunk)).await {
-                        close(&out, c.code, c.reason);
-                        break;
-                    }
-                    // Past the rate, slowed (not read) rather than closed.
-                    // Over TCP the rate counts reads (a read holds many
-                    // packets), and a read of nothing but acknowledgements
-                    // of deliveries counts for nothing.
-                    let charged = session.take_charged().min(1);
-                    let pause = rate.charge(Instant::now(), charged);
-                    if !pause.is_zero() {
-                        metrics.rate_limited.add(1);
-                        actix_rt::time::sleep(pause).await;
-                    }
-                    // Let the writers this traffic woke run before more is
-                    // read (as the WebSocket read loop's bursts do).
-                    unyielded += chunk.len();
-                    if unyielded >= BURST_BYTES {
-                        unyielded = 0;
-                        actix_rt::task::yield_now().await;
-                    }
-                }
-            },
-            _ = &mut timer => {
-                let now = Instant::now();
-                if session.expires_at().is_some_and(|at| now >= at) {
-                    close(&out, crate::session::CLOSE_EXPIRED, "credentials expired".into());
-                    break;
-                }
-                if now >= session.idle_deadline() {
-                    session.idle_closed();
-                    close(&out, 1001, close_reason::KEEP_ALIVE.into());
-                    break;
-                }
-                due = deadline(&session);
+    async move {
+        // One timer, armed at the earlier of the keep-alive deadline and the
+        // credential's expiry, moved only when that comes earlier (as in the
+        // WebSocket read loop): traffic costs no timer work.
+        let mut due = deadline(&session);
+        let timer = actix_rt::time::sleep_until(due.into());
+        tokio::pin!(timer);
+        let mut unyielded = 0;
+        loop {
+            if out.is_closing() {
+                break;
+            }
+            let next = deadline(&session);
+            if next < due {
+                due = next;
                 timer.as_mut().reset(due.into());
             }
+            tokio::select! {
+                read = poll_fn(|cx| Pin::new(&mut source).poll_next(cx)) => match read {
+                    None | Some(Err(_)) => break,
+                    Some(Ok(chunk)) => {
+                        crate::tidy::traffic();
+                        if let Some(c) = session.revoked() {
+                            close(&out, c.code, c.reason);
+                            break;
+                        }
+                        metrics.frames_in.add(Protocol::MqttTcp, 1);
+                        metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
+                        // Boxed: held inline, the session's future would be
+                        // part of every connection's state, idle or not.
+                        if let Err(c) = Box::pin(session.data(&chunk)).await {
+                            close(&out, c.code, c.reason);
+                            break;
+                        }
+                        // Past the rate, slowed (not read) rather than closed.
+                        // Over TCP the rate counts reads (a read holds many
+                        // packets), and a read of nothing but acknowledgements
+                        // of deliveries counts for nothing.
+                        let charged = session.take_charged().min(1);
+                        let pause = rate.charge(Instant::now(), charged);
+                        if !pause.is_zero() {
+                            metrics.rate_limited.add(1);
+                            actix_rt::time::sleep(pause).await;
+                        }
+                        // Let the writers this traffic woke run before more is
+                        // read (as the WebSocket read loop's bursts do).
+                        unyielded += chunk.len();
+                        if unyielded >= BURST_BYTES {
+                            unyielded = 0;
+                            actix_rt::task::yield_now().await;
+                        }
+                    }
+                },
+                _ = &mut timer => {
+                    let now = Instant::now();
+                    if session.expires_at().is_some_and(|at| now >= at) {
+                        close(&out, crate::session::CLOSE_EXPIRED, "credentials expired".into());
+                        break;
+                    }
+                    if now >= session.idle_deadline() {
+                        session.idle_closed();
+                        close(&out, 1001, close_reason::KEEP_ALIVE.into());
+                        break;
+                    }
+                    due = deadline(&session);
+                    timer.as_mut().reset(due.into());
+                }
+            }
         }
-    }
-    out.close(CloseRequest {
-        code: 1000,
-        reason: String::new(),
-        drain: true,
-    });
-    Box::pin(session.end()).await;
-    // A client that stopped reading must not hold the connection.
-    let abort = writer.abort_handle();
-    if actix_rt::time::timeout(DRAIN_TIMEOUT, writer)
-        .await
-        .is_err()
-    {
-        out.abort(1001, "close drain timed out");
-        abort.abort();
+        out.close(CloseRequest {
+            code: 1000,
+            reason: String::new(),
+            drain: true,
+        });
+        Box::pin(session.end()).await;
+        // A client that stopped reading must not hold the connection.
+        let abort = writer.abort_handle();
+        if actix_rt::time::timeout(DRAIN_TIMEOUT, writer)
+            .await
+            .is_err()
+        {
+            out.abort(1001, "close drain timed out");
+            abort.abort();
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! it when it falls silent, and hands each complete message to the
 //! endpoint's [`Handler`].
 
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -347,134 +347,139 @@ pub(crate) fn serve<H: Handler + 'static>(
 /// gives the bytes as they arrive, in chunks of any size. The handler
 /// comes boxed: a future keeps its arguments for its whole life, so a
 /// handler passed by value would sit in every connection's read loop
-/// twice (as the argument and as the reader's field).
-pub(crate) async fn read_loop<H: Handler, S: ByteFeed>(
+/// twice (as the argument and as the reader's field). For the same reason
+/// this is an `async` block, not an `async fn`, whose future keeps every
+/// argument twice (as passed and as the local it is moved to).
+pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
     mut source: S,
     handler: Box<H>,
     max_frame: usize,
     ping_interval: Duration,
-) {
-    let mut codec = FrameCodec::server(max_frame);
-    let mut buf = BytesMut::new();
-    let mut last_heard = Instant::now();
-    // First due one interval from now. Not `interval` and a first tick
-    // awaited: that tick waits for the timer's next millisecond, which
-    // held every new connection's first frame ~1 ms (WebSocket connects
-    // ran at ~750/s from one client).
-    let mut ping = actix_rt::time::interval_at((last_heard + ping_interval).into(), ping_interval);
-    // Armed at the idle deadline; when it fires, the deadline is looked up
-    // again (bytes may have come since) and the timer re-armed, so a busy
-    // connection costs no timer work per read.
-    let mut idle_at = last_heard + Duration::from_secs(365 * 24 * 3600);
-    let idle = actix_rt::time::sleep_until(idle_at.into());
-    tokio::pin!(idle);
-    // The read buffer outlives a burst (a busy connection reuses it rather
-    // than allocate per read), but not idleness: armed after a burst, this
-    // lets it go.
-    let linger = actix_rt::time::sleep_until(idle_at.into());
-    tokio::pin!(linger);
-    let mut lingering = false;
-    let mut reader = Reader {
-        now: last_heard,
-        handler,
-        max_frame,
-        partial: None,
-    };
-    'conn: loop {
-        if !buf.is_empty() {
-            let burst = reader.burst(&mut buf, &mut codec, &mut source, &mut last_heard);
-            match Box::pin(burst).await {
-                Burst::Stop => break 'conn,
-                Burst::Drained => {}
-                Burst::More => actix_rt::task::yield_now().await,
+) -> impl Future<Output = ()> {
+    async move {
+        let mut codec = FrameCodec::server(max_frame);
+        let mut buf = BytesMut::new();
+        let mut last_heard = Instant::now();
+        // First due one interval from now. Not `interval` and a first tick
+        // awaited: that tick waits for the timer's next millisecond, which
+        // held every new connection's first frame ~1 ms (WebSocket connects
+        // ran at ~750/s from one client).
+        let mut ping =
+            actix_rt::time::interval_at((last_heard + ping_interval).into(), ping_interval);
+        // Armed at the idle deadline; when it fires, the deadline is looked up
+        // again (bytes may have come since) and the timer re-armed, so a busy
+        // connection costs no timer work per read.
+        let mut idle_at = last_heard + Duration::from_secs(365 * 24 * 3600);
+        let idle = actix_rt::time::sleep_until(idle_at.into());
+        tokio::pin!(idle);
+        // The read buffer outlives a burst (a busy connection reuses it rather
+        // than allocate per read), but not idleness: armed after a burst, this
+        // lets it go.
+        let linger = actix_rt::time::sleep_until(idle_at.into());
+        tokio::pin!(linger);
+        let mut lingering = false;
+        let mut reader = Reader {
+            now: last_heard,
+            handler,
+            max_frame,
+            partial: None,
+        };
+        'conn: loop {
+            if !buf.is_empty() {
+                let burst = reader.burst(&mut buf, &mut codec, &mut source, &mut last_heard);
+                match Box::pin(burst).await {
+                    Burst::Stop => break 'conn,
+                    Burst::Drained => {}
+                    Burst::More => actix_rt::task::yield_now().await,
+                }
+                if !lingering {
+                    linger
+                        .as_mut()
+                        .reset((Instant::now() + BUFFER_LINGER).into());
+                    lingering = true;
+                }
             }
-            if !lingering {
-                linger
-                    .as_mut()
-                    .reset((Instant::now() + BUFFER_LINGER).into());
-                lingering = true;
+            if reader.handler.outbound().is_closing() {
+                break;
             }
-        }
-        if reader.handler.outbound().is_closing() {
-            break;
-        }
-        // The deadline moves earlier when a handler's timeout shrinks (an
-        // MQTT CONNECT's keep-alive): re-arm then, never on mere traffic.
-        let due = reader.deadline(last_heard);
-        if due < idle_at {
-            idle_at = due;
-            idle.as_mut().reset(idle_at.into());
-        }
-        tokio::select! {
-            read = poll_fn(|cx| source.poll_append(&mut buf, cx)) => match read {
-                Some(n) => {
-                    crate::tidy::traffic();
-                    reader.handler.received(n);
-                    last_heard = Instant::now();
-                    reader.now = last_heard;
-                    if let Some((code, reason)) = reader.handler.revoked() {
-                        reader.close(code, reason, true);
+            // The deadline moves earlier when a handler's timeout shrinks (an
+            // MQTT CONNECT's keep-alive): re-arm then, never on mere traffic.
+            let due = reader.deadline(last_heard);
+            if due < idle_at {
+                idle_at = due;
+                idle.as_mut().reset(idle_at.into());
+            }
+            tokio::select! {
+                read = poll_fn(|cx| source.poll_append(&mut buf, cx)) => match read {
+                    Some(n) => {
+                        crate::tidy::traffic();
+                        reader.handler.received(n);
+                        last_heard = Instant::now();
+                        reader.now = last_heard;
+                        if let Some((code, reason)) = reader.handler.revoked() {
+                            reader.close(code, reason, true);
+                            break 'conn;
+                        }
+                    }
+                    None => break 'conn,
+                },
+                () = poll_fn(|cx| reader.handler.poll_event(cx)) => {
+                    // Boxed for the reason given in Reader::burst.
+                    if let Flow::Stop = Box::pin(reader.handler.event()).await {
                         break 'conn;
                     }
                 }
-                None => break 'conn,
-            },
-            () = poll_fn(|cx| reader.handler.poll_event(cx)) => {
-                // Boxed for the reason given in Reader::burst.
-                if let Flow::Stop = Box::pin(reader.handler.event()).await {
-                    break 'conn;
+                _ = &mut linger, if lingering => {
+                    lingering = false;
+                    if buf.is_empty() {
+                        // Decoded frames keep what they need of the last
+                        // chunk; an idle connection holds no buffer.
+                        buf = BytesMut::new();
+                    }
                 }
-            }
-            _ = &mut linger, if lingering => {
-                lingering = false;
-                if buf.is_empty() {
-                    // Decoded frames keep what they need of the last
-                    // chunk; an idle connection holds no buffer.
-                    buf = BytesMut::new();
+                _ = ping.tick() => {
+                    let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
                 }
-            }
-            _ = ping.tick() => {
-                let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
-            }
-            _ = &mut idle => {
-                let now = Instant::now();
-                if reader.handler.expires_at().is_some_and(|at| now >= at) {
-                    let (code, reason) = reader.handler.expired();
-                    reader.close(code, reason, true);
-                    break 'conn;
+                _ = &mut idle => {
+                    let now = Instant::now();
+                    if reader.handler.expires_at().is_some_and(|at| now >= at) {
+                        let (code, reason) = reader.handler.expired();
+                        reader.close(code, reason, true);
+                        break 'conn;
+                    }
+                    if now >= reader.handler.idle_deadline(last_heard) {
+                        reader.handler.idle_closed();
+                        reader.close(1001, crate::session::close_reason::IDLE, false);
+                        break 'conn;
+                    }
+                    idle_at = reader.deadline(last_heard);
+                    idle.as_mut().reset(idle_at.into());
                 }
-                if now >= reader.handler.idle_deadline(last_heard) {
-                    reader.handler.idle_closed();
-                    reader.close(1001, crate::session::close_reason::IDLE, false);
-                    break 'conn;
-                }
-                idle_at = reader.deadline(last_heard);
-                idle.as_mut().reset(idle_at.into());
             }
         }
-    }
-    let out = reader.handler.outbound().clone();
-    // The client is gone or done: end the writer too (after what is queued),
-    // so the connection does not linger until the shutdown timeout.
-    out.close(CloseRequest {
-        code: 1000,
-        reason: String::new(),
-        drain: true,
-    });
-    Box::pin((*reader.handler).end()).await;
-    // A draining close may wait on a client that does not read: bound it.
-    // The timer ends with the drain: held for its whole timeout, it kept
-    // every closed connection's outbound queue for 10 s.
-    if !out.is_finished() {
-        actix_rt::spawn(async move {
-            let finished = poll_fn(|cx| out.poll_finished(cx));
-            if actix_rt::time::timeout(DRAIN_TIMEOUT, finished)
-                .await
-                .is_err()
-            {
-                out.abort(1001, "close drain timed out");
-            }
+        let out = reader.handler.outbound().clone();
+        // The client is gone or done: end the writer too (after what is queued),
+        // so the connection does not linger until the shutdown timeout.
+        out.close(CloseRequest {
+            code: 1000,
+            reason: String::new(),
+            drain: true,
         });
+        Box::pin((*reader.handler).end()).await;
+        // A draining close may wait on a client that does not read: bound it.
+        // The timer ends with the drain: held for its whole timeout, it kept
+        // every closed connection's outbound queue for 10 s.
+        if !out.is_finished() {
+            actix_rt::spawn(async move {
+                let finished = poll_fn(|cx| out.poll_finished(cx));
+                if actix_rt::time::timeout(DRAIN_TIMEOUT, finished)
+                    .await
+                    .is_err()
+                {
+                    out.abort(1001, "close drain timed out");
+                }
+            });
+        }
     }
 }
 

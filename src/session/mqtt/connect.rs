@@ -311,13 +311,13 @@ impl MqttSession {
             durable_client: durable_client.clone(),
             clean: !persistent,
             keep_alive: c.keep_alive,
-            will: c.will,
-            subs: HashMap::new(),
-            durable: HashMap::new(),
-            shared: HashMap::new(),
-            awaiting_rel: HashSet::new(),
+            will: c.will.map(Box::new),
+            subs: Default::default(),
+            durable: BTreeMap::new(),
+            shared: BTreeMap::new(),
+            awaiting_rel: BTreeSet::new(),
             expiry,
-            aliases_in: HashMap::new(),
+            aliases_in: BTreeMap::new(),
         };
         let session_present = !c.clean_session && (!existing.is_empty() || pending > 0);
         if c.clean_session {
@@ -490,11 +490,11 @@ impl MqttSession {
                 }
             }
         }
-        for (filter, sub) in conn.subs {
+        for sub in conn.subs {
             sub.cancel();
             let _ = self
                 .broker
-                .unsubscribe(self.sink.id, &sub.id, &filter)
+                .unsubscribe(self.sink.id, &sub.id, &sub.filter)
                 .await;
         }
         for (_, (queue, consumer)) in conn.durable {

@@ -127,7 +127,7 @@ pub use v5::{CONTENT_TYPE, CORRELATION_DATA, EXPIRES_AT, PAYLOAD_FORMAT, RESPONS
 
 pub use sink::MqttSink;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
@@ -147,6 +147,7 @@ use crate::protocol::frame::Priority;
 use crate::protocol::mqtt::{
     self, Connect, MqttError, Packet, SubOptions, connack, reason, suback_to_v3,
 };
+use crate::session::sublist::{ByFilter, SubList};
 use connect::{durable_id, may_hold_durable, options_of};
 use publish::ack_with;
 use sink::{OutState, Pending};
@@ -222,20 +223,23 @@ struct Connected {
     durable_client: String,
     clean: bool,
     keep_alive: u16,
-    will: Option<mqtt::Will>,
-    /// Clean-session subscriptions by filter.
-    subs: HashMap<String, Subscription>,
+    /// Boxed, as the rarer maps below are B-trees: what a connection
+    /// that uses none of them holds is kept small (an idle connection's
+    /// every byte counts, times its thousands).
+    will: Option<Box<mqtt::Will>>,
+    /// Clean-session subscriptions.
+    subs: SubList<ByFilter>,
     /// Persistent-session consumers by filter: (queue, consumer).
-    durable: HashMap<String, (String, Subscription)>,
+    durable: BTreeMap<String, (String, Subscription)>,
     /// Shared subscription memberships by `$share/...` filter.
-    shared: HashMap<String, Subscription>,
+    shared: BTreeMap<String, Subscription>,
     /// Inbound QoS 2 packet ids published and waiting for PUBREL.
-    awaiting_rel: HashSet<u16>,
+    awaiting_rel: BTreeSet<u16>,
     /// MQTT 5: the session expiry interval in seconds (`None` below 5).
     expiry: Option<u32>,
     /// MQTT 5: topics the client named by alias (at most
     /// [`TOPIC_ALIAS_MAX`]).
-    aliases_in: HashMap<u16, String>,
+    aliases_in: BTreeMap<u16, String>,
 }
 
 impl MqttSession {
@@ -650,7 +654,7 @@ impl MqttSession {
             return reason::UNSPECIFIED_ERROR;
         };
         // Retain handling 1: retained messages only for a new subscription.
-        let existed = conn.subs.contains_key(&filter) || conn.durable.contains_key(&filter);
+        let existed = conn.subs.contains(&filter) || conn.durable.contains_key(&filter);
         let opts = MqttSubOptions {
             skip_retained: opts.skip_retained || (o.retain_handling == 1 && existed),
             ..opts
@@ -693,7 +697,7 @@ impl MqttSession {
         crate::session::ops::presence::join_as(&self.broker, &sub, client, self.principal.as_ref())
             .await;
         if let Some(c) = self.connected.as_mut() {
-            c.subs.insert(filter, sub);
+            c.subs.insert(sub);
         }
         opts.qos
     }

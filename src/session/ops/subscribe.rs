@@ -49,7 +49,7 @@ pub(in crate::session) async fn subscribe(session: &mut Session, format: Format,
         Ok(()) => {
             session.receipt(format, s.rid);
             super::presence::join(session, &sub).await;
-            session.subs.insert(s.id, sub);
+            session.subs.insert(sub);
         }
         Err(e) => session.broker_error(format, e, s.rid),
     }
@@ -86,7 +86,7 @@ async fn subscribe_recovering(
     {
         Ok(r) => {
             super::presence::join(session, &sub).await;
-            session.subs.insert(s.id.clone(), sub);
+            session.subs.insert(sub);
             session.reply(
                 format,
                 ServerFrame::Subscribed(Subscribed {
@@ -213,8 +213,11 @@ pub(in crate::session) async fn end_unpermitted(session: &mut Session, format: F
         return;
     };
     let mut ended: Vec<(String, bool, String)> = Vec::new();
-    for (consumer, map) in [(false, &session.subs), (true, &session.consumers)] {
-        for (id, sub) in map {
+    let subs = session.subs.iter().map(|s| (false, s));
+    let consumers = session.consumers.values().map(|s| (true, s));
+    {
+        for (consumer, sub) in subs.chain(consumers) {
+            let id = &sub.id;
             if let Some(right) = lacking(&p, sub, consumer) {
                 let what = right.object().map_or(String::new(), |o| format!(" {o:?}"));
                 let why = format!(
@@ -222,7 +225,7 @@ pub(in crate::session) async fn end_unpermitted(session: &mut Session, format: F
                     p.name(),
                     right.name()
                 );
-                ended.push((id.clone(), consumer, why));
+                ended.push((id.to_string(), consumer, why));
             }
         }
     }
