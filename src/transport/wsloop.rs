@@ -360,24 +360,23 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
         let mut codec = FrameCodec::server(max_frame);
         let mut buf = BytesMut::new();
         let mut last_heard = Instant::now();
-        // First due one interval from now. Not `interval` and a first tick
-        // awaited: that tick waits for the timer's next millisecond, which
-        // held every new connection's first frame ~1 ms (WebSocket connects
-        // ran at ~750/s from one client).
-        let mut ping =
-            actix_rt::time::interval_at((last_heard + ping_interval).into(), ping_interval);
-        // Armed at the idle deadline; when it fires, the deadline is looked up
-        // again (bytes may have come since) and the timer re-armed, so a busy
-        // connection costs no timer work per read.
+        // One timer for the connection's three deadlines, armed at the
+        // earliest (a timer each cost ~220 B per idle connection):
+        // - the next ping, first due one interval from now (not at once: a
+        //   first tick waits for the timer's next millisecond, which held
+        //   every new connection's first frame ~1 ms);
+        // - the idle deadline: when it comes it is looked up again (bytes may
+        //   have come since), so a busy connection costs no timer work per
+        //   read;
+        // - letting the read buffer go: it outlives a burst (a busy
+        //   connection reuses it rather than allocate per read), but not
+        //   idleness.
+        let mut ping_at = last_heard + ping_interval;
         let mut idle_at = last_heard + Duration::from_secs(365 * 24 * 3600);
-        let idle = actix_rt::time::sleep_until(idle_at.into());
-        tokio::pin!(idle);
-        // The read buffer outlives a burst (a busy connection reuses it rather
-        // than allocate per read), but not idleness: armed after a burst, this
-        // lets it go.
-        let linger = actix_rt::time::sleep_until(idle_at.into());
-        tokio::pin!(linger);
-        let mut lingering = false;
+        let mut linger_at: Option<Instant> = None;
+        let mut armed = ping_at.min(idle_at);
+        let timer = actix_rt::time::sleep_until(armed.into());
+        tokio::pin!(timer);
         let mut reader = Reader {
             now: last_heard,
             handler,
@@ -392,11 +391,8 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
                     Burst::Drained => {}
                     Burst::More => actix_rt::task::yield_now().await,
                 }
-                if !lingering {
-                    linger
-                        .as_mut()
-                        .reset((Instant::now() + BUFFER_LINGER).into());
-                    lingering = true;
+                if linger_at.is_none() {
+                    linger_at = Some(Instant::now() + BUFFER_LINGER);
                 }
             }
             if reader.handler.outbound().is_closing() {
@@ -407,7 +403,11 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
             let due = reader.deadline(last_heard);
             if due < idle_at {
                 idle_at = due;
-                idle.as_mut().reset(idle_at.into());
+            }
+            let next = earliest(ping_at, idle_at, linger_at);
+            if next < armed {
+                armed = next;
+                timer.as_mut().reset(armed.into());
             }
             tokio::select! {
                 read = poll_fn(|cx| source.poll_append(&mut buf, cx)) => match read {
@@ -429,31 +429,37 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
                         break 'conn;
                     }
                 }
-                _ = &mut linger, if lingering => {
-                    lingering = false;
-                    if buf.is_empty() {
-                        // Decoded frames keep what they need of the last
-                        // chunk; an idle connection holds no buffer.
-                        buf = BytesMut::new();
+                _ = &mut timer => {
+                    // Whatever was due by the deadline the timer fired at is
+                    // due (the wall clock may lag a paused test clock).
+                    let now = Instant::now().max(armed);
+                    if linger_at.is_some_and(|at| now >= at) {
+                        linger_at = None;
+                        if buf.is_empty() {
+                            // Decoded frames keep what they need of the last
+                            // chunk; an idle connection holds no buffer.
+                            buf = BytesMut::new();
+                        }
                     }
-                }
-                _ = ping.tick() => {
-                    let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
-                }
-                _ = &mut idle => {
-                    let now = Instant::now();
-                    if reader.handler.expires_at().is_some_and(|at| now >= at) {
-                        let (code, reason) = reader.handler.expired();
-                        reader.close(code, reason, true);
-                        break 'conn;
+                    if now >= ping_at {
+                        let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
+                        ping_at = (ping_at + ping_interval).max(now);
                     }
-                    if now >= reader.handler.idle_deadline(last_heard) {
-                        reader.handler.idle_closed();
-                        reader.close(1001, crate::session::close_reason::IDLE, false);
-                        break 'conn;
+                    if now >= idle_at {
+                        if reader.handler.expires_at().is_some_and(|at| now >= at) {
+                            let (code, reason) = reader.handler.expired();
+                            reader.close(code, reason, true);
+                            break 'conn;
+                        }
+                        if now >= reader.handler.idle_deadline(last_heard) {
+                            reader.handler.idle_closed();
+                            reader.close(1001, crate::session::close_reason::IDLE, false);
+                            break 'conn;
+                        }
+                        idle_at = reader.deadline(last_heard);
                     }
-                    idle_at = reader.deadline(last_heard);
-                    idle.as_mut().reset(idle_at.into());
+                    armed = earliest(ping_at, idle_at, linger_at);
+                    timer.as_mut().reset(armed.into());
                 }
             }
         }
@@ -481,6 +487,12 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
             });
         }
     }
+}
+
+/// The earliest of a connection's deadlines.
+fn earliest(ping_at: Instant, idle_at: Instant, linger_at: Option<Instant>) -> Instant {
+    let first = ping_at.min(idle_at);
+    linger_at.map_or(first, |at| first.min(at))
 }
 
 #[cfg(test)]
