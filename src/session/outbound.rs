@@ -185,6 +185,10 @@ pub struct OutboundStats {
     pub pending_bytes: usize,
 }
 
+/// A lane's first room, in frames (what `VecDeque` makes room for at a
+/// first push of frames this size).
+const FIRST_ROOM: usize = 4;
+
 /// The handle producers push to. Shared (`Arc`) by the session, the topics
 /// it subscribes to, and the writer.
 pub struct Outbound {
@@ -536,14 +540,16 @@ impl Outbound {
             }
             return Poll::Ready(true);
         }
-        // Both lanes are empty: their room goes too, as the writer's buffer
-        // does, so that an idle connection holds no queue (a frame's slot
-        // is 72 B, a lane's first room four of them). A busy connection
-        // allocates once per burst, not per frame.
-        if st.normal.capacity() > 0 {
+        // Both lanes are empty. A lane's first room (four slots of 72 B)
+        // goes too, so that a connection that only ever had a few frames
+        // at a time (an idle subscriber: its CONNACK, its SUBACK) holds
+        // no queue; a lane that grew past it is a busy connection's, kept
+        // (given back at every wake-up, a fan-out's writers paid an
+        // allocation per delivery or two: broker CPU +25% at 1 -> 50).
+        if (1..=FIRST_ROOM).contains(&st.normal.capacity()) {
             st.normal = VecDeque::new();
         }
-        if st.high.capacity() > 0 {
+        if (1..=FIRST_ROOM).contains(&st.high.capacity()) {
             st.high = VecDeque::new();
         }
         st.waker = Some(cx.waker().clone());
