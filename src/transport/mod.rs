@@ -15,14 +15,18 @@
 //! `ping_interval_s`, hands each complete message to `Handler::message`,
 //! and calls `Handler::end` when the read side ends. It closes a connection
 //! (1001) at its handler's idle deadline, or at the credential's expiry if
-//! earlier, with one timer armed at the deadline and looked at again only
-//! when it fires or when the deadline moves earlier: no timer work per
-//! read.
+//! earlier. One timer serves the idle deadline, the next ping and letting
+//! the read buffer go, armed at the earliest and looked at again only when
+//! it fires or when a deadline moves earlier: no timer work per read.
 //!
 //! A future keeps its arguments and the state of what it awaits for as long
 //! as it lives, so a connection would carry its handler twice and its
 //! largest message future while it waits for bytes. So `serve` boxes the
-//! handler, and bytes are handled in a boxed burst (`Reader::burst`): what
+//! handler, the connections' loops are `async` blocks rather than `async
+//! fn`s (whose futures keep each argument twice: as passed and as the
+//! local it moves to), a connection's future handed to actix-server is
+//! boxed (its service wrapper keeps the future beside the one it awaits),
+//! and bytes are handled in a boxed burst (`Reader::burst`): what
 //! is buffered, then, when the source is the socket, whatever else has
 //! arrived, until the source answers `Pending` or `BURST_BYTES` (64 KiB)
 //! have been read; then the loop yields, so the writers this traffic woke
@@ -59,7 +63,8 @@
 //! the connection closed; another upgrade (h2c) gets its route's answer,
 //! then the connection closes. Apps that mount the routes in their own
 //! `HttpServer` keep the actix-web path. An idle WebSocket connection then
-//! costs about 8 KiB (benches/README.md has the numbers). It was off by
+//! costs about 5 KiB, an MQTT/TCP one about 3.3 (benches/README.md has the
+//! numbers and what each still holds). It was off by
 //! default while MQTT over WebSocket 1 -> 1 ran 30% slower on it, until
 //! bursts were bounded at 64 KiB; both paths now run at the same rate.
 //!

@@ -350,6 +350,7 @@ pub(crate) fn serve<H: Handler + 'static>(
 /// twice (as the argument and as the reader's field). For the same reason
 /// this is an `async` block, not an `async fn`, whose future keeps every
 /// argument twice (as passed and as the local it is moved to).
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
     mut source: S,
     handler: Box<H>,

@@ -573,6 +573,33 @@ impl MqttSession {
     }
 }
 
+/// What a session knows once CONNECT is accepted.
+pub(super) struct Connected {
+    /// The client id (assigned when the client sent none), for rules.
+    pub(super) client_id: String,
+    /// The client id as durable subscription names carry it.
+    pub(super) durable_client: String,
+    pub(super) clean: bool,
+    pub(super) keep_alive: u16,
+    /// Boxed, as the rarer maps below are B-trees: what a connection
+    /// that uses none of them holds is kept small (an idle connection's
+    /// every byte counts, times its thousands).
+    pub(super) will: Option<Box<mqtt::Will>>,
+    /// Clean-session subscriptions.
+    pub(super) subs: SubList<ByFilter>,
+    /// Persistent-session consumers by filter: (queue, consumer).
+    pub(super) durable: BTreeMap<String, (String, Subscription)>,
+    /// Shared subscription memberships by `$share/...` filter.
+    pub(super) shared: BTreeMap<String, Subscription>,
+    /// Inbound QoS 2 packet ids published and waiting for PUBREL.
+    pub(super) awaiting_rel: BTreeSet<u16>,
+    /// MQTT 5: the session expiry interval in seconds (`None` below 5).
+    pub(super) expiry: Option<u32>,
+    /// MQTT 5: topics the client named by alias (at most
+    /// [`TOPIC_ALIAS_MAX`]).
+    pub(super) aliases_in: BTreeMap<u16, String>,
+}
+
 #[cfg(test)]
 mod id_tests {
     use super::*;

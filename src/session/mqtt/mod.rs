@@ -148,7 +148,7 @@ use crate::protocol::mqtt::{
     self, Connect, MqttError, Packet, SubOptions, connack, reason, suback_to_v3,
 };
 use crate::session::sublist::{ByFilter, SubList};
-use connect::{durable_id, may_hold_durable, options_of};
+use connect::{Connected, durable_id, may_hold_durable, options_of};
 use publish::ack_with;
 use sink::{OutState, Pending};
 
@@ -214,32 +214,6 @@ pub struct MqttSession {
     /// ([`MqttSession::take_charged`]) that count against the rate: all
     /// but the client's acknowledgements of the broker's deliveries.
     charged: u32,
-}
-
-struct Connected {
-    /// The client id (assigned when the client sent none), for rules.
-    client_id: String,
-    /// The client id as durable subscription names carry it.
-    durable_client: String,
-    clean: bool,
-    keep_alive: u16,
-    /// Boxed, as the rarer maps below are B-trees: what a connection
-    /// that uses none of them holds is kept small (an idle connection's
-    /// every byte counts, times its thousands).
-    will: Option<Box<mqtt::Will>>,
-    /// Clean-session subscriptions.
-    subs: SubList<ByFilter>,
-    /// Persistent-session consumers by filter: (queue, consumer).
-    durable: BTreeMap<String, (String, Subscription)>,
-    /// Shared subscription memberships by `$share/...` filter.
-    shared: BTreeMap<String, Subscription>,
-    /// Inbound QoS 2 packet ids published and waiting for PUBREL.
-    awaiting_rel: BTreeSet<u16>,
-    /// MQTT 5: the session expiry interval in seconds (`None` below 5).
-    expiry: Option<u32>,
-    /// MQTT 5: topics the client named by alias (at most
-    /// [`TOPIC_ALIAS_MAX`]).
-    aliases_in: BTreeMap<u16, String>,
 }
 
 impl MqttSession {
