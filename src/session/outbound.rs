@@ -841,6 +841,38 @@ mod tests {
         assert!(out.poll_finished(&mut cx).is_ready());
     }
 
+    /// A writer that waits with both lanes empty leaves an idle
+    /// connection no queue room, but keeps a lane that grew (a busy
+    /// connection's, which would otherwise allocate at every wake-up).
+    #[test]
+    fn a_waiting_writer_gives_back_only_a_first_room() {
+        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = Waker::from(wakes);
+        let mut cx = Context::from_waker(&waker);
+        let rooms = |out: &Outbound| {
+            let st = out.state.lock();
+            (st.high.capacity(), st.normal.capacity())
+        };
+        let out = Outbound::new(1 << 20, SlowConsumer::DropOldest, 64, Format::Json);
+        out.push(Priority::High, frame(10)).unwrap();
+        out.push(Priority::Normal, frame(10)).unwrap();
+        let mut buf = BytesMut::new();
+        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(false));
+        assert!(rooms(&out).0 > 0 && rooms(&out).1 > 0);
+        assert!(out.drain_into(&mut buf, &mut cx).is_pending());
+        assert_eq!(
+            rooms(&out),
+            (0, 0),
+            "an idle connection holds no queue room"
+        );
+        for _ in 0..20 {
+            out.push(Priority::Normal, frame(10)).unwrap();
+        }
+        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(false));
+        assert!(out.drain_into(&mut buf, &mut cx).is_pending());
+        assert!(rooms(&out).1 > FIRST_ROOM, "a lane that grew is kept");
+    }
+
     #[test]
     fn disconnect_policy_closes_when_the_queue_is_full() {
         let out = Outbound::new(1000, SlowConsumer::Disconnect, 8, Format::Json);

@@ -444,7 +444,12 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
                     }
                     if now >= ping_at {
                         let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
-                        ping_at = (ping_at + ping_interval).max(now);
+                        ping_at += ping_interval;
+                    if ping_at <= now {
+                        // Late (a stalled worker): one ping, not the
+                        // missed ones in a row.
+                        ping_at = now + ping_interval;
+                    }
                     }
                     if now >= idle_at {
                         if reader.handler.expires_at().is_some_and(|at| now >= at) {
@@ -571,6 +576,46 @@ mod tests {
             }
         });
         assert_eq!(at.get(), Some(started), "the frame waited for the clock");
+    }
+
+    /// One timer serves the pings and the idle deadline: on a paused
+    /// clock, a silent connection gets a ping every interval (25 s) and is
+    /// closed at its idle deadline (60 s), not before and not later.
+    #[test]
+    fn one_timer_pings_every_interval_and_closes_at_the_idle_deadline() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        let local = tokio::task::LocalSet::new();
+        let cfg = SessionConfig::default();
+        let out = outbound(&cfg, Format::Json);
+        let (started, ended) = local.block_on(&rt, {
+            let out = out.clone();
+            async move {
+                let started = actix_rt::time::Instant::now();
+                let handler = FirstMessage {
+                    out,
+                    at: Rc::new(Cell::new(None)),
+                };
+                read_loop(
+                    Arrived(None),
+                    Box::new(handler),
+                    1 << 20,
+                    Duration::from_secs(25),
+                )
+                .await;
+                (started, actix_rt::time::Instant::now())
+            }
+        });
+        let lasted = ended - started;
+        assert!(
+            lasted >= Duration::from_secs(60) && lasted < Duration::from_secs(61),
+            "closed after {lasted:?}, not at the 60 s idle deadline"
+        );
+        assert!(out.is_closing(), "the silent connection is closed");
+        assert_eq!(out.take_queued().len(), 2, "a ping at 25 s and one at 50 s");
     }
 
     #[test]
