@@ -175,12 +175,7 @@ impl TopicHistory<'_> {
         }
         // A read creates nothing: a topic not there has nothing kept.
         let Some(t) = self.read().topics.get(topic).cloned() else {
-            return Ok(Some(HistoryPage {
-                epoch: String::new(),
-                offset: 0,
-                complete: true,
-                messages: Vec::new(),
-            }));
+            return Ok(Some(HistoryPage::nothing()));
         };
         // None: a topic created before the entry was (a reload under way).
         Ok(t.submit(move |t| t.history_page(since, limit)).await?)

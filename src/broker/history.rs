@@ -71,6 +71,19 @@ pub struct HistoryPage {
     pub messages: Vec<HistoryEntry>,
 }
 
+impl HistoryPage {
+    /// The page of a topic that is not there (never made, or swept): no
+    /// epoch, nothing kept.
+    pub(crate) fn nothing() -> Self {
+        HistoryPage {
+            epoch: String::new(),
+            offset: 0,
+            complete: true,
+            messages: Vec::new(),
+        }
+    }
+}
+
 /// What a recovering subscribe found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {

@@ -357,6 +357,11 @@ impl TopicState {
     /// Up to `limit` kept messages after offset `since`; `None` when the
     /// topic keeps no history.
     pub(crate) fn history_page(&mut self, since: u64, limit: usize) -> Option<HistoryPage> {
+        if self.removed {
+            // Swept while the read was on its way (its history went with
+            // it): the same page as a topic not there, not "no history".
+            return Some(HistoryPage::nothing());
+        }
         let seq = self.seq;
         self.history.as_mut().map(|h| h.page(since, limit, seq))
     }
@@ -426,5 +431,35 @@ impl TopicState {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A history read that reaches a topic the sweep has just removed
+    /// (its history gone with it) gets the page of a topic not there, not
+    /// "no history is kept" (which the route answers with 404).
+    #[test]
+    fn a_swept_topics_history_page_is_the_empty_one() {
+        let decl = HistoryDecl {
+            filter: "chat/#".into(),
+            size: 10,
+            ttl_s: 1,
+        };
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let mut t = TopicState::new(
+            "chat/brief".into(),
+            Vec::new(),
+            None,
+            metrics,
+            Some(&decl),
+            false,
+        );
+        assert!(!t.remove_if_idle(), "touched since its making: kept once");
+        assert!(t.remove_if_idle(), "idle, nothing kept: swept");
+        let page = t.history_page(0, 10).expect("a page, not no history");
+        assert!(page.epoch.is_empty() && page.messages.is_empty() && page.complete);
     }
 }
