@@ -245,6 +245,8 @@ pub async fn serve(
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mqtt_server = mqtt_server(&wharf, mqtt, mqtt_tls.map(|l| (l, tls.clone())), workers)?;
     let lean = config.server.lean_websockets;
+    // WebSockets handed over leave actix-server's count: counted here.
+    let handed = transport::raw::Handed::new(config.server.max_connections);
     // actix-web's HttpServer, built by hand for one thing it does not
     // offer: with `lean_websockets`, an upgrade hook, so that WebSocket
     // connections leave actix-http for their own reader and writer
@@ -282,13 +284,19 @@ pub async fn serve(
                 .tcp();
             boxed_connections!(svc)
         })?,
-        (None, true) => builder.listen("wharf-http", listener, move || {
-            let (svc, make_app) = http_service!(TcpStream, std::convert::identity, false);
-            let svc = svc
-                .upgrade(transport::raw::upgrade_factory(make_app.clone()))
-                .finish(map_config(make_app(), |_| AppConfig::default()))
-                .tcp();
-            boxed_connections!(svc)
+        (None, true) => builder.listen("wharf-http", listener, {
+            let handed = handed.clone();
+            move || {
+                let (svc, make_app) = http_service!(TcpStream, std::convert::identity, false);
+                let svc = svc
+                    .upgrade(transport::raw::upgrade_factory(
+                        make_app.clone(),
+                        handed.clone(),
+                    ))
+                    .finish(map_config(make_app(), |_| AppConfig::default()))
+                    .tcp();
+                boxed_connections!(svc)
+            }
         })?,
         (Some(tls), false) => builder.listen("wharf-https", listener, move || {
             let (svc, make_app) = http_service!(Tls, tls_tcp, true);
@@ -297,13 +305,19 @@ pub async fn serve(
                 .rustls_0_23(tls.clone());
             boxed_connections!(svc)
         })?,
-        (Some(tls), true) => builder.listen("wharf-https", listener, move || {
-            let (svc, make_app) = http_service!(Tls, tls_tcp, true);
-            let svc = svc
-                .upgrade(transport::raw::upgrade_factory(make_app.clone()))
-                .finish(map_config(make_app(), |_| AppConfig::default()))
-                .rustls_0_23(tls.clone());
-            boxed_connections!(svc)
+        (Some(tls), true) => builder.listen("wharf-https", listener, {
+            let handed = handed.clone();
+            move || {
+                let (svc, make_app) = http_service!(Tls, tls_tcp, true);
+                let svc = svc
+                    .upgrade(transport::raw::upgrade_factory(
+                        make_app.clone(),
+                        handed.clone(),
+                    ))
+                    .finish(map_config(make_app(), |_| AppConfig::default()))
+                    .rustls_0_23(tls.clone());
+                boxed_connections!(svc)
+            }
         })?,
     }
     .run();
@@ -317,6 +331,7 @@ pub async fn serve(
 
     let handle = server.handle();
     let sessions = wharf.sessions().clone();
+    let shutdown_timeout_s = config.server.shutdown_timeout_s;
     let streams = wharf.app_state().streams;
     let mqtt_handle = mqtt_server.as_ref().map(actix_server::Server::handle);
     let mqtt_done = mqtt_server.map(actix_rt::spawn);
@@ -329,11 +344,23 @@ pub async fn serve(
             sessions = sessions.len(),
             "shutting down: closing sessions, no new connections, finishing in-flight work"
         );
+        // No new connections from here on.
+        handle.pause().await;
         // Sessions get their queued messages and a 1001 close frame; the
         // graceful stop below waits for them up to the shutdown timeout.
         sessions.close_all(1001, crate::session::close_reason::SHUTDOWN, true);
         // Open dashboards' streams end within a second.
         streams.close();
+        // WebSockets handed over (lean_websockets) are not in
+        // actix-server's count, whose stop would end them with its
+        // workers: they are waited for here, within the same timeout.
+        let drain = Duration::from_secs(shutdown_timeout_s);
+        if !handed.drained(drain).await {
+            tracing::warn!(
+                left = handed.live(),
+                "WebSocket connections still draining after the shutdown timeout; stopping them"
+            );
+        }
         if let Some(mqtt) = mqtt_handle {
             mqtt.stop(true).await;
         }

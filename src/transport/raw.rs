@@ -23,7 +23,9 @@ use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use actix_codec::{AsyncRead, AsyncWrite, Framed, ReadBuf};
 use actix_http::body::{BodySize, MessageBody};
@@ -194,6 +196,7 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
 /// closed, since it cannot go back to actix-http.
 pub(crate) fn upgrade_factory<T, F, I, S, B>(
     make_app: F,
+    handed: Arc<Handed>,
 ) -> impl ServiceFactory<
     (Request, Framed<T, Codec>),
     Config = (),
@@ -218,17 +221,27 @@ where
     let make_app = Rc::new(make_app);
     fn_factory(move || {
         let factory = make_app().into_factory();
+        let handed = handed.clone();
         async move {
             // The host and address only matter to URL generation, which
             // no WebSocket route uses.
             let app = Rc::new(factory.new_service(AppConfig::default()).await?);
+            let handed = handed.clone();
             Ok::<_, ()>(fn_service(
                 move |(req, framed): (Request, Framed<T, Codec>)| {
-                    let app = app.clone();
+                    let (app, handed) = (app.clone(), handed.clone());
                     async move {
-                        if let Some((run, io, first)) = Box::pin(upgrade(&*app, req, framed)).await
+                        if let Some((run, io, first, held)) =
+                            Box::pin(upgrade(&*app, &handed, req, framed)).await
                         {
-                            run(io, first).await;
+                            // A task of its own: actix-http's dispatcher,
+                            // which would await it (~1.3 KiB for the
+                            // connection's life), ends now; `held` counts
+                            // the connection until it ends.
+                            actix_rt::spawn(async move {
+                                run(io, first).await;
+                                drop(held);
+                            });
                         }
                         Ok::<(), actix_web::Error>(())
                     }
@@ -238,15 +251,85 @@ where
     })
 }
 
-/// A connection handed over, ready to run: how, its byte stream, and
-/// what was read past the request head.
-type Accepted = (Run, Box<dyn Io>, BytesMut);
+/// A connection handed over, ready to run: how, its byte stream, what was
+/// read past the request head, and its place in the server's count.
+type Accepted = (Run, Box<dyn Io>, BytesMut, Held);
+
+/// The connections one server has handed over and that still run. They
+/// left actix-server's count when their dispatcher ended at the 101, so
+/// the server counts them here: against `[server] max_connections` (past
+/// it an upgrade is refused with 503 `overloaded`), and for the graceful
+/// stop, which waits for them ([`Handed::drained`]).
+pub(crate) struct Handed {
+    live: AtomicUsize,
+    max: usize,
+    idle: tokio::sync::Notify,
+}
+
+/// One handed-over connection's place in [`Handed`], given back on drop.
+pub(crate) struct Held(Arc<Handed>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Handed {
+    /// A count of none, of at most `max`.
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Handed {
+            live: AtomicUsize::new(0),
+            max,
+            idle: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// A place for one more connection, if there is room.
+    fn enter(self: &Arc<Self>) -> Option<Held> {
+        self.live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Held(self.clone()))
+    }
+
+    /// Connections handed over and still running.
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Waits until every handed-over connection has ended, at most
+    /// `within`; whether they all did.
+    pub(crate) async fn drained(&self, within: Duration) -> bool {
+        let deadline = actix_rt::time::Instant::now() + within;
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.live() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.live() == 0;
+            }
+        }
+    }
+}
 
 /// Runs one upgrade request through `app` and writes what it answers; a
 /// handover comes back to be run. Boxed by its caller: its state (the
 /// request, actix-http's framing, the app's future) is needed only until
 /// the 101 is written, not for the connection's life.
-async fn upgrade<T, A, B>(app: &A, req: Request, mut framed: Framed<T, Codec>) -> Option<Accepted>
+async fn upgrade<T, A, B>(
+    app: &A,
+    handed: &Arc<Handed>,
+    req: Request,
+    mut framed: Framed<T, Codec>,
+) -> Option<Accepted>
 where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
     A: Service<Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
@@ -265,6 +348,19 @@ where
     let handover = res.extensions_mut().remove::<Handover>();
     match handover {
         Some(Handover(run)) if res.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let Some(held) = handed.enter() else {
+                let refusal = crate::transport::ApiError::coded(
+                    crate::protocol::frame::ErrorCode::Overloaded,
+                    format!(
+                        "the broker holds its [server] max_connections WebSocket connections ({})",
+                        handed.max
+                    ),
+                );
+                let res: Response<actix_web::body::BoxBody> =
+                    actix_web::ResponseError::error_response(&refusal).into();
+                write_whole(framed, res).await;
+                return None;
+            };
             let (head, _) = res.into_parts();
             if framed
                 .send(Message::Item((head, BodySize::None)))
@@ -278,7 +374,7 @@ where
             // actix-http's write buffer and codec go now, not when the
             // connection ends.
             let parts = framed.into_parts();
-            Some((run, Box::new(parts.io), parts.read_buf))
+            Some((run, Box::new(parts.io), parts.read_buf, held))
         }
         _ => {
             if res.status() == StatusCode::SWITCHING_PROTOCOLS {

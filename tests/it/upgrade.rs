@@ -228,3 +228,44 @@ fn bursts_and_large_messages_both_ways(lean_websockets: bool) {
         }
     });
 }
+
+/// Handed-over WebSockets leave actix-server's connection count (their
+/// HTTP dispatcher ends at the 101, so that it does not sit in every idle
+/// connection), so the server counts them: past `[server]
+/// max_connections` an upgrade is refused with 503 `overloaded` and a
+/// JSON body, the connections already open keep working, and once one
+/// closes there is room again.
+#[test]
+fn handed_over_websockets_are_held_to_max_connections() {
+    let b = lean(|c| c.server.max_connections = 3);
+    let open: Vec<TcpStream> = (0..3)
+        .map(|i| {
+            let (t, head) = ws_upgrade(b.addr, "/ws", "");
+            assert!(head.starts_with("HTTP/1.1 101"), "connection {i}: {head}");
+            t
+        })
+        .collect();
+    let (mut refused, head) = ws_upgrade(b.addr, "/ws", "");
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    let mut body = String::new();
+    let _ = refused.read_to_string(&mut body);
+    assert!(body.contains(r#""code":"overloaded""#), "{body}");
+    assert!(body.contains("max_connections"), "{body}");
+    // The ones open are served.
+    let mut first = open.into_iter();
+    let mut t = first.next().expect("three open");
+    t.write_all(&text_frame(r#"{"op":"ping","rid":7}"#))
+        .unwrap();
+    let mut reply = [0u8; 2];
+    t.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[0], 0x81, "a text frame answers the ping");
+    // One closes: an upgrade is let in again (the count drops when the
+    // server has seen the close).
+    drop(t);
+    assert!(
+        crate::common::wait_until(Duration::from_secs(10), || {
+            ws_upgrade(b.addr, "/ws", "").1.starts_with("HTTP/1.1 101")
+        }),
+        "room again once a connection closed"
+    );
+}
