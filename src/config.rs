@@ -87,7 +87,9 @@ pub struct ServerConfig {
     /// HTTP (I/O) worker threads; 0 means one per two CPU cores, at least
     /// one (see [`ServerConfig::effective_http_workers`]).
     pub http_workers: usize,
-    /// Most simultaneous connections per HTTP worker.
+    /// Most simultaneous connections per HTTP worker (more wait in the
+    /// backlog); with `lean_websockets`, also most WebSocket connections
+    /// for the whole server (past it an upgrade gets 503 `overloaded`).
     pub max_connections: usize,
     /// Seconds a graceful shutdown waits for in-flight requests.
     pub shutdown_timeout_s: u64,

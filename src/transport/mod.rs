@@ -59,12 +59,14 @@
 //! the bytes read past the request head, drops the rest of actix-http's
 //! state, and runs the same `read_loop` over a `ByteSource` (reads land in
 //! one 64 KiB scratch buffer per worker thread; only what arrived is kept)
-//! with `write_loop` in a task of its own. Refusals are written whole and
+//! with `write_loop`, each in a task of its own (actix-http's dispatcher
+//! ends at the 101; the server counts these connections itself, against
+//! `max_connections` and for its graceful stop). Refusals are written whole and
 //! the connection closed; another upgrade (h2c) gets its route's answer,
 //! then the connection closes. Apps that mount the routes in their own
 //! `HttpServer` keep the actix-web path. An idle WebSocket connection then
-//! costs about 5 KiB, an MQTT/TCP one about 3.3 (benches/README.md has the
-//! numbers and what each still holds). It was off by
+//! costs about 3.6 KiB, an MQTT/TCP one about 3.3 (benches/README.md has
+//! the numbers and what each still holds). It was off by
 //! default while MQTT over WebSocket 1 -> 1 ran 30% slower on it, until
 //! bursts were bounded at 64 KiB; both paths now run at the same rate.
 //!

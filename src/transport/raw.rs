@@ -12,7 +12,11 @@
 //! [`super::wsloop::serve`] then answers 101 with a [`Handover`] instead
 //! of a body stream, and this module writes the 101 itself, drops
 //! actix-http's buffers and runs the shared read loop over a
-//! [`ByteSource`] and the outbound queue over [`write_loop`]. Neither
+//! [`ByteSource`] and the outbound queue over [`write_loop`], each in a
+//! task of its own, so that actix-http's dispatcher ends at the 101
+//! rather than await the connection for its life. Such connections left
+//! actix-server's count, so the server counts them ([`Handed`]): against
+//! `[server] max_connections`, and for its graceful stop. Neither loop
 //! holds a buffer while the connection is idle: reads land in one scratch
 //! buffer per worker thread and only the bytes that arrived are kept.
 //! Apps that embed Wharf's routes in their own `HttpServer` keep the
