@@ -131,7 +131,9 @@ where
                         let pause = rate.charge(Instant::now(), charged);
                         if !pause.is_zero() {
                             metrics.rate_limited.add(1);
-                            actix_rt::time::sleep(pause).await;
+                            // Boxed: a timer held inline would size every
+                            // idle connection's future for this rare wait.
+                            Box::pin(actix_rt::time::sleep(pause)).await;
                         }
                         // Let the writers this traffic woke run before more is
                         // read (as the WebSocket read loop's bursts do).
@@ -166,7 +168,8 @@ where
         Box::pin(session.end()).await;
         // A client that stopped reading must not hold the connection.
         let abort = writer.abort_handle();
-        if actix_rt::time::timeout(DRAIN_TIMEOUT, writer)
+        // Boxed, as the pause above.
+        if Box::pin(actix_rt::time::timeout(DRAIN_TIMEOUT, writer))
             .await
             .is_err()
         {
