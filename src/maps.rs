@@ -1,8 +1,12 @@
-//! Maps that give back what they grew to.
+//! Maps that give back what they grew to, and lists that take no more
+//! than they hold.
 //!
 //! A `HashMap` keeps its table after its entries go: a broker that held
 //! 10,000 sessions or topics for a while would keep their tables for good.
-//! The registries call [`shrink_if_sparse`] after a removal.
+//! The registries call [`shrink_if_sparse`] after a removal. And a `Vec`'s
+//! first push makes room for four: lists that mostly hold one (a topic's
+//! subscribers, a filter's, a connection's subscriptions) use
+//! [`push_snug`], so that each idle one holds one slot, not four.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
@@ -21,9 +25,29 @@ pub(crate) fn shrink_if_sparse<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMa
     }
 }
 
+/// Pushes `value`, making room for exactly one if `list` has none (later
+/// pushes grow it as usual).
+pub(crate) fn push_snug<T>(list: &mut Vec<T>, value: T) {
+    if list.capacity() == 0 {
+        list.reserve_exact(1);
+    }
+    list.push(value);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_push_takes_one_slot_and_later_ones_grow_as_usual() {
+        let mut list = Vec::new();
+        push_snug(&mut list, 1u64);
+        assert_eq!(list.capacity(), 1);
+        push_snug(&mut list, 2);
+        push_snug(&mut list, 3);
+        assert_eq!(list, [1, 2, 3]);
+        assert!(list.capacity() >= 3);
+    }
 
     #[test]
     fn shrinks_only_when_mostly_empty_and_large() {

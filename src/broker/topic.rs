@@ -198,18 +198,8 @@ impl TopicState {
                 return Ok(());
             }
         }
-        self.push_sub(sub);
+        crate::maps::push_snug(&mut self.subs, sub);
         Ok(())
-    }
-
-    /// Adds a subscriber. Many topics have one: a first subscriber gets
-    /// room for exactly one, not the four a first push makes room for
-    /// (~300 B less per such topic).
-    fn push_sub(&mut self, sub: Subscription) {
-        if self.subs.capacity() == 0 {
-            self.subs.reserve_exact(1);
-        }
-        self.subs.push(sub);
     }
 
     /// Removes a subscription if present.
@@ -343,7 +333,7 @@ impl TopicState {
                 }
             }
         }
-        self.push_sub(sub);
+        crate::maps::push_snug(&mut self.subs, sub);
         if dropped > 0 {
             recovery = recovery.missed(format!(
                 "{dropped} of the {} missed messages did not fit the subscriber's buffer \

@@ -120,12 +120,8 @@ impl<V: PartialEq> FilterTrie<V> {
         if list.contains(&value) {
             false
         } else {
-            // Most filters hold one value: room for exactly one, not the
-            // four a first push makes room for.
-            if list.capacity() == 0 {
-                list.reserve_exact(1);
-            }
-            list.push(value);
+            // Most filters hold one value.
+            crate::maps::push_snug(list, value);
             *len += 1;
             true
         }

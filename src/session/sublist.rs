@@ -56,11 +56,7 @@ impl<K: SubKey> SubList<K> {
     /// Adds `sub`, replacing (and returning) the one with its key.
     pub(crate) fn insert(&mut self, sub: Subscription) -> Option<Subscription> {
         let old = self.remove(K::key(&sub));
-        if self.list.capacity() == 0 {
-            // Room for exactly the first: many connections hold one.
-            self.list.reserve_exact(1);
-        }
-        self.list.push(sub);
+        crate::maps::push_snug(&mut self.list, sub);
         old
     }
 

@@ -215,18 +215,15 @@ pub(in crate::session) async fn end_unpermitted(session: &mut Session, format: F
     let mut ended: Vec<(String, bool, String)> = Vec::new();
     let subs = session.subs.iter().map(|s| (false, s));
     let consumers = session.consumers.values().map(|s| (true, s));
-    {
-        for (consumer, sub) in subs.chain(consumers) {
-            let id = &sub.id;
-            if let Some(right) = lacking(&p, sub, consumer) {
-                let what = right.object().map_or(String::new(), |o| format!(" {o:?}"));
-                let why = format!(
-                    "{:?} may no longer {}{what} (the refreshed credential)",
-                    p.name(),
-                    right.name()
-                );
-                ended.push((id.to_string(), consumer, why));
-            }
+    for (consumer, sub) in subs.chain(consumers) {
+        if let Some(right) = lacking(&p, sub, consumer) {
+            let what = right.object().map_or(String::new(), |o| format!(" {o:?}"));
+            let why = format!(
+                "{:?} may no longer {}{what} (the refreshed credential)",
+                p.name(),
+                right.name()
+            );
+            ended.push((sub.id.to_string(), consumer, why));
         }
     }
     let sink = session.out.id();
