@@ -288,6 +288,30 @@ pub struct MqttConfig {
     /// The plaintext user table of earlier versions: refused (with a
     /// message saying how to move each user to `[[auth.users]]`).
     pub users: std::collections::BTreeMap<String, String>,
+    /// What happens when a QoS 1 or 2 subscriber falls `max_inflight`
+    /// deliveries behind.
+    pub slow_subscriber: SlowSubscriber,
+    /// Unacknowledged QoS 1 and 2 deliveries to one subscriber (1 to
+    /// 65535) at which `slow_subscriber` applies.
+    pub max_inflight: usize,
+    /// Longest a publisher is held back for one message (`slow_subscriber
+    /// = "hold"`) before the subscribers still behind are disconnected.
+    pub hold_timeout_ms: u64,
+}
+
+/// What an MQTT subscriber that does not keep up with its QoS 1 and 2
+/// deliveries costs: its publishers' pace, or its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlowSubscriber {
+    /// Hold its publishers back (no PUBACK, nothing more read from them)
+    /// until it catches up: nothing a publisher was told was accepted is
+    /// dropped.
+    #[default]
+    Hold,
+    /// Drop (and count) further topic deliveries to it: publishers never
+    /// wait for a subscriber.
+    Drop,
 }
 
 impl Default for MqttConfig {
@@ -296,6 +320,9 @@ impl Default for MqttConfig {
             tcp_bind: "127.0.0.1:1883".into(),
             tls_bind: "127.0.0.1:8883".into(),
             users: Default::default(),
+            slow_subscriber: SlowSubscriber::Hold,
+            max_inflight: 8192,
+            hold_timeout_ms: 10_000,
         }
     }
 }
@@ -561,6 +588,15 @@ impl Config {
         }
         if session.write_timeout_s > 3600 {
             return Err(invalid("session.write_timeout_s", "must be at most 3600"));
+        }
+        if self.mqtt.max_inflight == 0 || self.mqtt.max_inflight > usize::from(u16::MAX) {
+            return Err(invalid("mqtt.max_inflight", "must be between 1 and 65535"));
+        }
+        if self.mqtt.hold_timeout_ms == 0 || self.mqtt.hold_timeout_ms > 3_600_000 {
+            return Err(invalid(
+                "mqtt.hold_timeout_ms",
+                "must be between 1 and 3600000",
+            ));
         }
         if self.topics.max_topics == 0 {
             return Err(invalid("topics.max_topics", "must be at least 1"));

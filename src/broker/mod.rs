@@ -17,6 +17,7 @@ mod durable;
 mod error;
 mod histories;
 mod history;
+mod hold;
 pub mod hooks;
 mod inspect;
 pub mod jobs;
@@ -46,6 +47,7 @@ pub use durable::{
 };
 pub use error::BrokerError;
 pub use histories::TopicHistory;
+pub use hold::{Hold, HoldEnd};
 pub use history::{HistoryEntry, HistoryPage, Recovery};
 pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};

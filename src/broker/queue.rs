@@ -577,7 +577,7 @@ impl QueueState {
                 },
             );
             match outcome {
-                DeliveryOutcome::Queued => {
+                DeliveryOutcome::Queued | DeliveryOutcome::Crowded => {
                     self.rr = (ci + 1) % self.consumers.len();
                     self.next_delivery += 1;
                     self.stats.delivered += 1;

@@ -28,6 +28,10 @@ pub enum DeliveryOutcome {
     Dropped,
     /// The subscriber is gone; the topic forgets the subscription.
     Closed,
+    /// Queued, but the subscriber is past its mark of unacknowledged
+    /// deliveries: the publisher should wait for it ([`Sink::crowded`],
+    /// [`super::Hold`]) before it takes more from its client.
+    Crowded,
 }
 
 /// A receiver of messages: a WebSocket session, an embedded actor, a queue.
@@ -48,6 +52,23 @@ pub trait Sink: Send + Sync {
     fn deliver_queued(&self, sub: &Subscription, delivery: &QueuedDelivery<'_>) -> DeliveryOutcome {
         let _ = (sub, delivery);
         DeliveryOutcome::Closed
+    }
+    /// Whether the sink is crowded now: it answered
+    /// [`DeliveryOutcome::Crowded`] and has not caught up since (false
+    /// once it closes). Sinks that never crowd keep the default.
+    fn crowded(&self) -> bool {
+        false
+    }
+    /// What the sink notifies whenever it becomes crowded, catches up or
+    /// closes, for publishers waiting on it (or on themselves); `None` for
+    /// sinks that never crowd.
+    fn signal(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+    /// Closes the sink because it kept a publisher waiting longer than it
+    /// may (`why` says how long): the publishers it held go on.
+    fn expel(&self, why: &str) {
+        let _ = why;
     }
 }
 

@@ -51,7 +51,7 @@ pub(crate) enum NotPublished {
 pub(crate) struct Gone;
 
 /// What a publish reached.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PublishOutcome {
     /// Subscriptions the message was queued for.
     pub delivered: usize,
@@ -60,6 +60,10 @@ pub struct PublishOutcome {
     /// The message's sequence number on its topic (0 if no topic existed
     /// and nothing was kept).
     pub seq: u64,
+    /// The subscribers it reached that are past their mark of
+    /// unacknowledged deliveries: what a publisher that acknowledges its
+    /// client's messages waits for first ([`super::Hold::wait`]).
+    pub hold: super::Hold,
 }
 
 impl TopicState {
@@ -174,6 +178,10 @@ impl TopicState {
             }
             match sub.sink.deliver(sub, &msg) {
                 DeliveryOutcome::Queued => outcome.delivered += 1,
+                DeliveryOutcome::Crowded => {
+                    outcome.delivered += 1;
+                    outcome.hold.push(&sub.sink);
+                }
                 DeliveryOutcome::Dropped => outcome.dropped += 1,
                 DeliveryOutcome::Closed => closed = true,
             }
@@ -326,7 +334,7 @@ impl TopicState {
         let mut dropped = 0usize;
         for m in &missed {
             match sub.sink.deliver(&sub, m) {
-                DeliveryOutcome::Queued => {}
+                DeliveryOutcome::Queued | DeliveryOutcome::Crowded => {}
                 DeliveryOutcome::Dropped => dropped += 1,
                 DeliveryOutcome::Closed => {
                     return Ok(recovery.missed("the subscriber went during the replay".into()));

@@ -391,7 +391,7 @@ fn deliver(shared: &Arc<Shared>, body: &Bytes) {
         _ => DeliveryOutcome::Closed,
     };
     match outcome {
-        DeliveryOutcome::Queued => {}
+        DeliveryOutcome::Queued | DeliveryOutcome::Crowded => {}
         // Still in flight at the home: it comes back after its ack
         // timeout.
         DeliveryOutcome::Dropped => {

@@ -116,6 +116,12 @@ pub struct Metrics {
     pub bytes_out: Counter,
     /// Frames refused or connections closed for going past the rate.
     pub rate_limited: Counter,
+    /// MQTT publishes whose acknowledgement waited for a subscriber that
+    /// was behind (`[mqtt] slow_subscriber = "hold"`).
+    pub mqtt_publishes_held: Counter,
+    /// MQTT subscribers disconnected for keeping a publisher waiting past
+    /// `[mqtt] hold_timeout_ms`.
+    pub mqtt_subscribers_expelled: Counter,
     /// Messages published to topics (every way in).
     pub published: Counter,
     /// Deliveries queued to subscribers.

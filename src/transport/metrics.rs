@@ -32,6 +32,8 @@ struct Snapshot {
     sessions: [u64; 3],
     bytes_out: u64,
     rate_limited: u64,
+    /// (publishes held, subscribers expelled) by `[mqtt] slow_subscriber`.
+    mqtt_held: (u64, u64),
     published: u64,
     delivered: u64,
     dropped_slow: u64,
@@ -100,6 +102,10 @@ async fn gather(app: &AppState) -> Snapshot {
     }
     s.bytes_out = m.bytes_out.get();
     s.rate_limited = m.rate_limited.get();
+    s.mqtt_held = (
+        m.mqtt_publishes_held.get(),
+        m.mqtt_subscribers_expelled.get(),
+    );
     s.published = m.published.get();
     s.delivered = m.delivered.get();
     s.dropped_slow = m.dropped_slow.get();
@@ -289,6 +295,20 @@ impl Collector for WharfCollector {
             "wharf_rate_limited",
             "Frames refused (or connections closed) past the session rate.",
             s.rate_limited,
+        )?;
+        counter(
+            e,
+            "wharf_mqtt_publishes_held",
+            "MQTT publishes whose acknowledgement waited for a QoS 1 or 2 subscriber \
+             that was behind.",
+            s.mqtt_held.0,
+        )?;
+        counter(
+            e,
+            "wharf_mqtt_subscribers_expelled",
+            "MQTT subscribers disconnected for keeping a publisher waiting past \
+             the hold timeout.",
+            s.mqtt_held.1,
         )?;
         counter(
             e,

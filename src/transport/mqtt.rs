@@ -163,7 +163,8 @@ pub(crate) async fn upgrade(
         cfg.clone(),
     )
     .with_auth(app.auth.clone(), principal, peer)
-    .holding(unproven);
+    .holding(unproven)
+    .with_flow(crate::session::mqtt::Flow::of(&app.config.mqtt));
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::MqttWs, 1);
     let mqtt = Mqtt {

@@ -61,7 +61,8 @@ where
         cfg.clone(),
     )
     .with_auth(app.auth.clone(), None, peer)
-    .holding(unproven);
+    .holding(unproven)
+    .with_flow(crate::session::mqtt::Flow::of(&app.config.mqtt));
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::MqttTcp, 1);
     let (rd, wr) = tokio::io::split(stream);

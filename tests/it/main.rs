@@ -34,6 +34,7 @@ mod rate;
 mod rules;
 mod rules_forward;
 mod server;
+mod slow_subscriber;
 mod sse;
 mod store_damage;
 mod taskq;

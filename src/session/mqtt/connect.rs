@@ -420,6 +420,8 @@ impl MqttSession {
     /// MQTT 5 after its delay), then subscriptions end (a persistent
     /// session's stay, waiting, until its expiry).
     pub async fn end(mut self) {
+        // Publishers held for this subscriber go on now.
+        self.sink.relieve_all();
         let Some(conn) = self.connected.take() else {
             return;
         };

@@ -150,6 +150,7 @@ use crate::protocol::mqtt::{
 use crate::session::sublist::{ByFilter, SubList};
 use connect::{Connected, durable_id, may_hold_durable, options_of};
 use publish::ack_with;
+pub use sink::Flow;
 use sink::{OutState, Pending};
 
 /// Why the connection must end.
@@ -214,6 +215,9 @@ pub struct MqttSession {
     /// ([`MqttSession::take_charged`]) that count against the rate: all
     /// but the client's acknowledgements of the broker's deliveries.
     charged: u32,
+    /// Longest this connection's publishes are held for crowded
+    /// subscribers, in milliseconds ([`Flow::hold_timeout`]).
+    hold_ms: u32,
 }
 
 impl MqttSession {
@@ -227,7 +231,7 @@ impl MqttSession {
         let sink = Arc::new(MqttSink {
             id: next_sink_id(),
             out,
-            state: Mutex::new(OutState::default()),
+            state: Mutex::new(OutState::new(&Flow::default())),
             broker: broker.downgrade(),
             level: AtomicU8::new(mqtt::LEVEL_3_1_1),
         });
@@ -249,6 +253,17 @@ impl MqttSession {
             auth_seen: 0,
             unproven: None,
             charged: 0,
+            hold_ms: u32::try_from(Flow::default().hold_timeout.as_millis()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Applies `[mqtt]`'s policy for subscribers that fall behind: to this
+    /// connection's subscriptions, and to its publishes held for others.
+    pub fn with_flow(self, flow: Flow) -> Self {
+        self.sink.state.lock().set_flow(&flow);
+        MqttSession {
+            hold_ms: u32::try_from(flow.hold_timeout.as_millis()).unwrap_or(u32::MAX),
+            ..self
         }
     }
 
@@ -426,15 +441,15 @@ impl MqttSession {
             Packet::Publish(p) => self.publish(p).await,
             Packet::PubAck(a) => {
                 self.acknowledged(a.pid, false);
-                self.sink.release_waiting();
+                self.sink.acknowledged();
                 Ok(())
             }
             Packet::PubRec(a) => {
                 let known = self.acknowledged(a.pid, true);
                 // MQTT 5: a PUBREC with an error code ends the exchange.
                 if a.reason >= 0x80 {
-                    self.sink.state.lock().pending.remove(&a.pid);
-                    self.sink.release_waiting();
+                    self.sink.state.lock().remove(a.pid);
+                    self.sink.acknowledged();
                 } else if known || !v5 {
                     self.sink.push(&Packet::pubrel(a.pid));
                 } else {
@@ -448,10 +463,10 @@ impl MqttSession {
             Packet::PubComp(a) => {
                 let mut st = self.sink.state.lock();
                 if matches!(st.pending.get(&a.pid), Some(Pending::Released)) {
-                    st.pending.remove(&a.pid);
+                    st.remove(a.pid);
                 }
                 drop(st);
-                self.sink.release_waiting();
+                self.sink.acknowledged();
                 Ok(())
             }
             Packet::PubRel(a) => {
@@ -540,7 +555,7 @@ impl MqttSession {
     fn acknowledged(&self, pid: u16, rec: bool) -> bool {
         let done = {
             let mut st = self.sink.state.lock();
-            let Some(p) = st.pending.remove(&pid) else {
+            let Some(p) = st.remove(pid) else {
                 return false;
             };
             if rec {

@@ -3,6 +3,7 @@
 //! the broker with the MQTT 5 properties as headers.
 
 use super::*;
+use crate::broker::Hold;
 
 /// `ack` (PUBACK, PUBREC, PUBREL or PUBCOMP) with the MQTT 5 reason
 /// `code`.
@@ -87,7 +88,10 @@ impl MqttSession {
             let mut code = reason::SUCCESS;
             if fresh {
                 match self.publish_to_broker(&p).await {
-                    Ok(o) => code = ack_reason(&o),
+                    Ok(o) => {
+                        code = ack_reason(&o);
+                        self.hold(o.hold).await;
+                    }
                     Err(refused) => {
                         if let Some(c) = self.connected.as_mut() {
                             c.awaiting_rel.remove(&pid);
@@ -108,14 +112,32 @@ impl MqttSession {
         if p.qos == 1 {
             let pid = p.pid.unwrap_or(0);
             match published {
-                Ok(o) => self
-                    .sink
-                    .push(&ack_with(Packet::puback(pid), ack_reason(&o))),
+                Ok(o) => {
+                    let code = ack_reason(&o);
+                    self.hold(o.hold).await;
+                    self.sink.push(&ack_with(Packet::puback(pid), code));
+                }
                 Err(code) if v5 => self.sink.push(&ack_with(Packet::puback(pid), code)),
                 Err(_) => {}
             }
         }
         Ok(())
+    }
+
+    /// Waits, before the acknowledgement and before anything more is
+    /// read from the client, until the subscribers the publish crowded
+    /// have room (`[mqtt] slow_subscriber = "hold"`), at most the hold
+    /// timeout. The wait is the broker's, not the client's silence: the
+    /// keep-alive counts from its end.
+    async fn hold(&mut self, hold: Hold) {
+        if hold.is_empty() {
+            return;
+        }
+        let metrics = self.broker.metrics().clone();
+        metrics.mqtt_publishes_held.add(1);
+        let timeout = std::time::Duration::from_millis(u64::from(self.hold_ms));
+        Box::pin(hold.wait(&*self.sink, timeout)).await;
+        self.last_packet = std::time::Instant::now();
     }
 
     /// MQTT 5 topic aliases from the client: an alias with a topic sets

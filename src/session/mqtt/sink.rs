@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 use super::v5;
 use crate::broker::{
@@ -28,8 +29,9 @@ use crate::session::{OutFrame, Outbound, PushError};
 
 /// A packet id in use, and what its acknowledgement settles.
 pub(super) enum Pending {
-    /// A topic delivery (QoS 1 or 2) waiting for PUBACK / PUBREC.
-    Topic,
+    /// A topic delivery (QoS 1 or 2) of this many payload bytes waiting
+    /// for PUBACK / PUBREC.
+    Topic(u32),
     /// A durable subscription's delivery waiting for PUBACK / PUBREC.
     Queue {
         queue: Arc<str>,
@@ -40,10 +42,24 @@ pub(super) enum Pending {
     Released,
 }
 
-/// The packet ids of deliveries in flight.
-#[derive(Default)]
+/// The packet ids of deliveries in flight, and whether their number
+/// crowds the subscriber ([`Flow`]).
 pub(super) struct OutState {
     next_pid: u16,
+    /// Deliveries in flight (and, at MQTT 5, waiting) at which the sink
+    /// crowds: `[mqtt] max_inflight`.
+    mark: u16,
+    /// `[mqtt] slow_subscriber = "drop"`: past the mark, topic deliveries
+    /// are dropped instead of crowding.
+    drop_past_mark: bool,
+    /// Past the mark since it last fell to half of it: topic deliveries
+    /// answer [`DeliveryOutcome::Crowded`].
+    crowded: bool,
+    /// Payload bytes of the topic deliveries in flight.
+    bytes: usize,
+    /// Notified when `crowded` changes or the connection ends, for held
+    /// publishers; made when the first one waits.
+    room: Option<Arc<Notify>>,
     pub(super) pending: HashMap<u16, Pending>,
     /// What an MQTT 5 connection agreed at CONNECT (`None` below level 5).
     pub(super) v5: Option<Box<V5Out>>,
@@ -88,10 +104,67 @@ impl V5Out {
     }
 }
 
+/// What an MQTT connection does with a QoS 1 or 2 subscriber that falls
+/// behind (`[mqtt] slow_subscriber`, `max_inflight`, `hold_timeout_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    /// Deliveries in flight to one subscriber at which it crowds.
+    pub max_inflight: u16,
+    /// Drop topic deliveries past `max_inflight` instead of holding the
+    /// publishers back.
+    pub drop: bool,
+    /// Longest a publisher is held for one message before the subscribers
+    /// still crowded are disconnected.
+    pub hold_timeout: std::time::Duration,
+}
+
+impl Flow {
+    /// The flow `[mqtt]` asks for.
+    pub fn of(cfg: &crate::config::MqttConfig) -> Flow {
+        Flow {
+            max_inflight: u16::try_from(cfg.max_inflight.clamp(1, usize::from(u16::MAX)))
+                .unwrap_or(u16::MAX),
+            drop: cfg.slow_subscriber == crate::config::SlowSubscriber::Drop,
+            hold_timeout: std::time::Duration::from_millis(cfg.hold_timeout_ms),
+        }
+    }
+}
+
+impl Default for Flow {
+    fn default() -> Self {
+        Flow::of(&crate::config::MqttConfig::default())
+    }
+}
+
 impl OutState {
+    /// No delivery in flight yet, crowding at `flow`'s mark.
+    pub(super) fn new(flow: &Flow) -> Self {
+        let mut st = OutState {
+            next_pid: 0,
+            mark: 1,
+            drop_past_mark: false,
+            crowded: false,
+            bytes: 0,
+            room: None,
+            pending: HashMap::new(),
+            v5: None,
+        };
+        st.set_flow(flow);
+        st
+    }
+
+    /// Crowds at `flow`'s mark from now on.
+    pub(super) fn set_flow(&mut self, flow: &Flow) {
+        self.mark = flow.max_inflight.max(1);
+        self.drop_past_mark = flow.drop;
+    }
+
     fn take_pid(&mut self, what: Pending) -> Option<u16> {
         if self.pending.len() >= usize::from(u16::MAX) {
             return None;
+        }
+        if let Pending::Topic(n) = what {
+            self.bytes += n as usize;
         }
         loop {
             self.next_pid = self.next_pid.wrapping_add(1).max(1);
@@ -100,6 +173,84 @@ impl OutState {
                 return Some(self.next_pid);
             }
         }
+    }
+
+    /// Frees packet id `pid`; what it was waiting for, if it was in use.
+    pub(super) fn remove(&mut self, pid: u16) -> Option<Pending> {
+        let p = self.pending.remove(&pid)?;
+        if let Pending::Topic(n) = p {
+            self.bytes -= n as usize;
+        }
+        Some(p)
+    }
+
+    /// Deliveries in flight or waiting, their payload bytes, and the mark
+    /// they crowd at (at MQTT 5 at most the client's receive maximum and
+    /// half the waiting room).
+    fn load(&self) -> (usize, usize, usize) {
+        let mark = usize::from(self.mark);
+        match &self.v5 {
+            Some(v) => (
+                self.pending.len() + v.waiting.len(),
+                self.bytes + v.waiting_bytes,
+                mark.min(v.receive_max.saturating_add(WAITING_MAX / 2)),
+            ),
+            None => (self.pending.len(), self.bytes, mark),
+        }
+    }
+
+    /// What a topic delivery just counted in flight (or set waiting)
+    /// answers: crowded from the mark (or half the outbound limit in
+    /// bytes) until the load falls to half of that (a quarter), which
+    /// acknowledgements see first ([`OutState::relieve`]).
+    fn queued(&mut self, limit: usize) -> DeliveryOutcome {
+        if self.drop_past_mark {
+            return DeliveryOutcome::Queued;
+        }
+        if self.crowded {
+            // Seen here first when the deliveries counted went without
+            // an acknowledgement (refused by a full outbound).
+            if let Some(room) = self.relieve(limit, false) {
+                room.notify_waiters();
+            }
+        } else {
+            let (load, bytes, mark) = self.load();
+            self.crowded = load >= mark || bytes >= limit / 2;
+            // A publisher held for others stops waiting when it crowds
+            // itself (it must read its own acknowledgements).
+            if let (true, Some(room)) = (self.crowded, &self.room) {
+                room.notify_waiters();
+            }
+        }
+        if self.crowded {
+            DeliveryOutcome::Crowded
+        } else {
+            DeliveryOutcome::Queued
+        }
+    }
+
+    /// Whether a topic delivery is to be dropped for the load alone
+    /// (`slow_subscriber = "drop"` past the mark).
+    fn drops(&self) -> bool {
+        self.drop_past_mark && {
+            let (load, _, mark) = self.load();
+            load >= mark
+        }
+    }
+
+    /// After acknowledgements: no longer crowded once the load is at half
+    /// the mark (and a quarter of the limit in bytes), or at once with
+    /// `all`; the signal to notify then.
+    fn relieve(&mut self, limit: usize, all: bool) -> Option<Arc<Notify>> {
+        if !self.crowded {
+            return None;
+        }
+        let (load, bytes, mark) = self.load();
+        if all || (load <= mark / 2 && bytes <= limit / 4) {
+            self.crowded = false;
+            return self.room.clone();
+        }
+        None
     }
 }
 
@@ -129,24 +280,39 @@ impl MqttSink {
         if self.level() == mqtt::LEVEL_5 {
             return self.send_v5(p, what);
         }
+        let mut outcome = DeliveryOutcome::Queued;
         if p.qos > 0 {
-            match self.state.lock().take_pid(what) {
+            let topic = matches!(what, Pending::Topic(_));
+            let mut st = self.state.lock();
+            if topic && st.drops() {
+                return DeliveryOutcome::Dropped;
+            }
+            match st.take_pid(what) {
                 Some(pid) => p.pid = Some(pid),
                 None => return DeliveryOutcome::Dropped,
+            }
+            // Counted with the packet id, under the same lock.
+            if topic {
+                outcome = st.queued(self.out.limit());
             }
         }
         let mut head = BytesMut::with_capacity(8 + p.topic.len());
         mqtt::publish_head(&mut head, &p, self.level());
         let frame = OutFrame::data(Format::Bincode, head.freeze(), p.payload.clone());
         match self.push_publish(frame, p.qos > 0) {
-            Ok(()) => DeliveryOutcome::Queued,
+            Ok(()) => outcome,
             Err(e) => {
                 if let Some(pid) = p.pid {
-                    self.state.lock().pending.remove(&pid);
+                    self.state.lock().remove(pid);
                 }
                 lost(e)
             }
         }
+    }
+
+    /// A topic delivery of `p` waiting for an acknowledgement.
+    fn topic_pending(p: &mqtt::PublishPacket) -> Pending {
+        Pending::Topic(u32::try_from(p.payload.len()).unwrap_or(u32::MAX))
     }
 
     /// Queues a PUBLISH. One that must not be evicted (QoS 1/2 ones hold
@@ -168,24 +334,33 @@ impl MqttSink {
     #[inline(never)]
     fn send_v5(&self, mut p: mqtt::PublishPacket, what: Pending) -> DeliveryOutcome {
         let mut st = self.state.lock();
+        let topic = matches!(what, Pending::Topic(_));
+        let limit = self.out.limit();
         if p.qos > 0 {
+            if topic && st.drops() {
+                return DeliveryOutcome::Dropped;
+            }
             // Full, or others waiting already (they go first: order).
             let full = st
                 .v5
                 .as_ref()
                 .is_some_and(|v| st.pending.len() >= v.receive_max || !v.waiting.is_empty());
             if full {
-                let limit = self.out.limit();
-                return match (&what, st.v5.as_mut()) {
-                    (Pending::Topic, Some(v))
+                let waits = match (&what, st.v5.as_mut()) {
+                    (Pending::Topic(_), Some(v))
                         if v.waiting.len() < WAITING_MAX
                             && v.waiting_bytes + p.payload.len() <= limit =>
                     {
                         v.waiting_bytes += p.payload.len();
                         v.waiting.push_back(p);
-                        DeliveryOutcome::Queued
+                        true
                     }
-                    _ => DeliveryOutcome::Dropped,
+                    _ => false,
+                };
+                return if waits {
+                    st.queued(limit)
+                } else {
+                    DeliveryOutcome::Dropped
                 };
             }
             match st.take_pid(what) {
@@ -193,7 +368,11 @@ impl MqttSink {
                 None => return DeliveryOutcome::Dropped,
             }
         }
-        self.write_v5(&mut st, p)
+        let qos = p.qos;
+        match self.write_v5(&mut st, p) {
+            DeliveryOutcome::Queued if topic && qos > 0 => st.queued(limit),
+            outcome => outcome,
+        }
     }
 
     /// Encodes and queues an MQTT 5 PUBLISH whose packet id (if any) is
@@ -239,7 +418,7 @@ impl MqttSink {
         }
         let undo = |st: &mut OutState, p: &mqtt::PublishPacket| {
             if let Some(pid) = p.pid {
-                st.pending.remove(&pid);
+                st.remove(pid);
             }
             if let (Some(topic), Some(v)) = (&assigned, st.v5.as_mut()) {
                 v.aliases.remove(topic);
@@ -261,10 +440,28 @@ impl MqttSink {
         }
     }
 
-    /// Sends the topic deliveries that waited for the receive maximum, as
-    /// far as acknowledgements made room (MQTT 5).
-    pub(super) fn release_waiting(&self) {
+    /// After acknowledgements: sends the topic deliveries that waited for
+    /// the receive maximum (MQTT 5) as far as they made room, and lets the
+    /// publishers held for this subscriber go on once it has caught up.
+    pub(super) fn acknowledged(&self) {
         let mut st = self.state.lock();
+        self.release_waiting(&mut st);
+        let room = st.relieve(self.out.limit(), false);
+        drop(st);
+        if let Some(room) = room {
+            room.notify_waiters();
+        }
+    }
+
+    /// The connection is ending: no publisher waits for it any longer.
+    pub(super) fn relieve_all(&self) {
+        let room = self.state.lock().relieve(self.out.limit(), true);
+        if let Some(room) = room {
+            room.notify_waiters();
+        }
+    }
+
+    fn release_waiting(&self, st: &mut OutState) {
         loop {
             let inflight = st.pending.len();
             let Some(v) = st.v5.as_ref() else { return };
@@ -277,13 +474,13 @@ impl MqttSink {
             if let Some(v) = st.v5.as_mut() {
                 v.waiting_bytes -= p.payload.len();
             }
-            match st.take_pid(Pending::Topic) {
+            match st.take_pid(Self::topic_pending(&p)) {
                 Some(pid) => p.pid = Some(pid),
                 None => return,
             }
             // Refused (the outbound full or closing): that one is lost
             // (counted), the rest wait for the next acknowledgement.
-            if self.write_v5(&mut st, p) != DeliveryOutcome::Queued {
+            if self.write_v5(st, p) != DeliveryOutcome::Queued {
                 return;
             }
         }
@@ -376,7 +573,8 @@ impl Sink for MqttSink {
             payload: msg.payload.clone(),
             props: mqtt::Properties::default(),
         };
-        self.send(p, Pending::Topic)
+        let what = Self::topic_pending(&p);
+        self.send(p, what)
     }
 
     fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
@@ -446,6 +644,33 @@ impl Sink for MqttSink {
     fn is_closed(&self) -> bool {
         self.out.is_closing()
     }
+
+    fn crowded(&self) -> bool {
+        self.state.lock().crowded && !self.out.is_closing()
+    }
+
+    fn signal(&self) -> Option<Arc<Notify>> {
+        Some(
+            self.state
+                .lock()
+                .room
+                .get_or_insert_with(Default::default)
+                .clone(),
+        )
+    }
+
+    fn expel(&self, why: &str) {
+        tracing::info!(sink = self.id, "closing an MQTT subscriber: {why}");
+        if let Some(b) = self.broker.upgrade() {
+            b.metrics().mqtt_subscribers_expelled.add(1);
+        }
+        self.out.close(crate::session::CloseRequest {
+            code: 1008,
+            reason: why.to_owned(),
+            drain: false,
+        });
+        self.relieve_all();
+    }
 }
 
 impl MqttSink {
@@ -485,7 +710,8 @@ impl MqttSink {
             payload: msg.payload.clone(),
             props,
         };
-        self.send(p, Pending::Topic)
+        let what = Self::topic_pending(&p);
+        self.send(p, what)
     }
 
     /// Whether `p` would be over an MQTT 5 client's maximum packet size.

@@ -328,7 +328,7 @@ impl Model {
                 self.next_delivery
             );
             match a.outcome {
-                DeliveryOutcome::Queued => {
+                DeliveryOutcome::Queued | DeliveryOutcome::Crowded => {
                     self.hit(if a.deliveries > 1 {
                         "redelivered"
                     } else {
