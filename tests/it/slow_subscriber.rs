@@ -1,0 +1,303 @@
+//! A QoS 1 subscriber that falls behind, over real sockets: by default
+//! (`[mqtt] slow_subscriber = "hold"`) its publishers are held back (no
+//! PUBACK, nothing more read) once `max_inflight` deliveries to it are
+//! unacknowledged, and nothing they were told was accepted is lost; a
+//! subscriber that keeps a publisher waiting past `hold_timeout_ms` is
+//! disconnected; `"drop"` drops (and counts) what is past the mark
+//! instead. Two clients publishing to each other do not hold each other
+//! for good, and a fast subscriber at full speed under the default
+//! configuration is neither closed nor loses a message.
+
+use crate::common::raw_mqtt::{self, Raw};
+use crate::common::{self, TestBroker, block_on};
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use wharf::client::mqtt::{MqttClient, MqttOptions};
+use wharf::protocol::mqtt::{Packet, PublishPacket};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn broker(tune: impl FnOnce(&mut wharf::config::MqttConfig)) -> TestBroker {
+    TestBroker::start_tcp(|c| tune(&mut c.mqtt))
+}
+
+fn publish(topic: &str, i: usize, pid: u16) -> Packet {
+    Packet::Publish(PublishPacket {
+        dup: false,
+        qos: 1,
+        retain: false,
+        topic: topic.into(),
+        pid: Some(pid),
+        payload: Bytes::from(format!("m{i}")),
+        props: Default::default(),
+    })
+}
+
+/// A subscriber of `topic` at QoS 1 on `b`'s TCP listener.
+fn subscriber(b: &TestBroker, id: &str, topic: &str) -> Raw {
+    let (mut raw, code) = Raw::connect(b.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, id));
+    assert_eq!(code, 0);
+    raw.send(&Packet::subscribe(1, vec![(topic.into(), 1)]));
+    match raw.recv() {
+        Some(Packet::SubAck(a)) => assert_eq!(a.codes, vec![1]),
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+    raw
+}
+
+/// Reads `n` PUBLISHes (acking each when `ack`); their payloads.
+fn take(r: &mut Raw, n: usize, ack: bool) -> Vec<String> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match r.recv() {
+            Some(Packet::Publish(p)) => {
+                if let (true, Some(pid)) = (ack, p.pid) {
+                    r.send(&Packet::puback(pid));
+                }
+                got.push(String::from_utf8_lossy(&p.payload).into_owned());
+            }
+            Some(_) => {}
+            None => panic!("closed after {} of {n} publishes", got.len()),
+        }
+    }
+    got
+}
+
+/// Reads PUBACKs until `n` arrived; their packet ids.
+fn pubacks(r: &mut Raw, n: usize) -> Vec<u16> {
+    let mut ids = Vec::new();
+    while ids.len() < n {
+        match r.recv() {
+            Some(Packet::PubAck(a)) => ids.push(a.pid),
+            Some(_) => {}
+            None => panic!("closed after {} of {n} PUBACKs", ids.len()),
+        }
+    }
+    ids
+}
+
+fn metric(b: &TestBroker, series: &str) -> f64 {
+    let (status, text) = common::http(b.addr, "GET", "/metrics", "");
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            (name == series).then(|| v.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+}
+
+fn expected(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("m{i}")).collect()
+}
+
+/// The publisher's 100 messages go out in one write; the subscriber reads
+/// without acknowledging. The broker takes 20 (the mark), holds the
+/// publisher on the 20th (its PUBACK, and everything after it, waits), and
+/// the subscriber gets no more. Once it acknowledges, the rest flow: all
+/// 100 delivered in order, all 100 acknowledged to the publisher.
+#[test]
+fn a_subscriber_behind_holds_its_publisher_back_and_loses_nothing() {
+    let b = broker(|m| m.max_inflight = 20);
+    let mut sub = subscriber(&b, "slow-sub", "slow/t");
+    let (mut publ, code) = Raw::connect(b.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "fast-pub"));
+    assert_eq!(code, 0);
+    let mut batch = bytes::BytesMut::new();
+    for i in 0..100 {
+        wharf::protocol::mqtt::encode(&publish("slow/t", i, i as u16 + 1), &mut batch, 4);
+    }
+    std::io::Write::write_all(&mut publ.stream, &batch).unwrap();
+
+    assert_eq!(take(&mut sub, 20, false), expected(0..20));
+    assert!(
+        common::wait_until(WAIT, || metric(&b, "wharf_mqtt_publishes_held_total") >= 1.0),
+        "the publisher was never held"
+    );
+    // Held: the 20 in flight are all it has, and 19 PUBACKs all the
+    // publisher has (the 20th waits for the subscriber).
+    let before_pong = sub.until_pong();
+    assert!(
+        !before_pong.iter().any(|p| matches!(p, Packet::Publish(_))),
+        "deliveries past the mark: {before_pong:?}"
+    );
+    assert_eq!(pubacks(&mut publ, 19), (1..=19).collect::<Vec<u16>>());
+
+    // Caught up: everything flows, in order, none lost.
+    for pid in 1..=20u16 {
+        sub.send(&Packet::puback(pid));
+    }
+    assert_eq!(take(&mut sub, 80, true), expected(20..100));
+    assert_eq!(pubacks(&mut publ, 81), (20..=100).collect::<Vec<u16>>());
+    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+    assert_eq!(
+        metric(&b, r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#),
+        0.0
+    );
+}
+
+/// A subscriber that never acknowledges keeps its publisher waiting only
+/// for `hold_timeout_ms`: then it is disconnected (counted) and the
+/// publisher goes on, every message acknowledged.
+#[test]
+fn a_subscriber_that_never_acknowledges_is_disconnected_after_the_hold_timeout() {
+    let b = broker(|m| {
+        m.max_inflight = 5;
+        m.hold_timeout_ms = 300;
+    });
+    let mut sub = subscriber(&b, "stuck-sub", "stuck/t");
+    let (mut publ, _) = Raw::connect(b.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "stuck-pub"));
+    for i in 0..20 {
+        publ.send(&publish("stuck/t", i, i as u16 + 1));
+    }
+    assert_eq!(pubacks(&mut publ, 20), (1..=20).collect::<Vec<u16>>());
+    assert_eq!(take(&mut sub, 5, false), expected(0..5));
+    // What was queued before the close may still come; then the end.
+    loop {
+        match sub.recv() {
+            Some(Packet::Publish(_)) => {}
+            None => break,
+            Some(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 1.0);
+}
+
+/// `slow_subscriber = "drop"`: the publisher is never held; deliveries
+/// past the mark are dropped and counted.
+#[test]
+fn the_drop_policy_never_holds_a_publisher_and_counts_what_it_drops() {
+    let b = broker(|m| {
+        m.max_inflight = 5;
+        m.slow_subscriber = wharf::config::SlowSubscriber::Drop;
+    });
+    let mut sub = subscriber(&b, "drop-sub", "drop/t");
+    let (mut publ, _) = Raw::connect(b.mqtt_addr.unwrap(), raw_mqtt::hello_at(4, "drop-pub"));
+    for i in 0..20 {
+        publ.send(&publish("drop/t", i, i as u16 + 1));
+    }
+    assert_eq!(pubacks(&mut publ, 20), (1..=20).collect::<Vec<u16>>());
+    let got = sub.until_pong();
+    let payloads: Vec<_> = got
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Publish(p) => Some(String::from_utf8_lossy(&p.payload).into_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(payloads, expected(0..5));
+    assert_eq!(
+        metric(&b, r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#),
+        15.0
+    );
+    assert_eq!(metric(&b, "wharf_mqtt_publishes_held_total"), 0.0);
+}
+
+/// Two clients each subscribed to the other's topic publish to each other
+/// at once, with a small mark and a hold timeout far past the test's
+/// deadline: a held publisher that falls behind as a subscriber stops
+/// waiting (it must read its own acknowledgements), so neither holds the
+/// other for good, nobody is disconnected and nothing is lost.
+#[test]
+fn two_clients_publishing_to_each_other_do_not_hold_each_other_for_good() {
+    let b = broker(|m| {
+        m.max_inflight = 10;
+        m.hold_timeout_ms = 600_000;
+    });
+    let url = format!("mqtt://{}", b.mqtt_addr.unwrap());
+    block_on(async {
+        let opts = |id: &str| MqttOptions {
+            client_id: id.into(),
+            timeout: WAIT,
+            ..MqttOptions::default()
+        };
+        let mut a = MqttClient::connect(&url, opts("cycle-a")).await.unwrap();
+        let mut c = MqttClient::connect(&url, opts("cycle-c")).await.unwrap();
+        assert_eq!(a.subscribe("cycle/to-a", 1).await.unwrap(), 1);
+        assert_eq!(c.subscribe("cycle/to-c", 1).await.unwrap(), 1);
+        let payloads: Vec<Bytes> = (0..2000).map(|i| Bytes::from(format!("m{i}"))).collect();
+        // Each publishes with a window of 500 and, while it waits for
+        // its PUBACKs, takes (and acknowledges) the other's messages.
+        let (ra, rc) = tokio::join!(
+            a.publish_qos1_pipelined("cycle/to-c", &payloads, 500),
+            c.publish_qos1_pipelined("cycle/to-a", &payloads, 500),
+        );
+        ra.unwrap();
+        rc.unwrap();
+        for (name, client) in [("a", &mut a), ("c", &mut c)] {
+            let mut got = Vec::new();
+            while got.len() < 2000 {
+                match actix_rt::time::timeout(WAIT, client.recv()).await {
+                    Ok(Ok(p)) => got.push(String::from_utf8_lossy(&p.payload).into_owned()),
+                    other => panic!("{name}: after {}: {other:?}", got.len()),
+                }
+            }
+            assert_eq!(got, expected(0..2000), "{name}");
+        }
+    });
+    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+}
+
+/// At full speed with the default configuration (and its default
+/// session rate), a subscriber that keeps up loses nothing and is not
+/// closed: 1 -> 1 and 1 -> 50, over WebSocket and TCP.
+#[test]
+fn at_full_speed_with_the_defaults_nothing_is_lost_and_nobody_closed() {
+    let b = TestBroker::start_tcp(|_| {});
+    for url in [
+        format!("ws://{}/mqtt", b.addr),
+        format!("mqtt://{}", b.mqtt_addr.unwrap()),
+    ] {
+        for (subs, n) in [(1usize, 30_000usize), (50, 1_000)] {
+            block_on(async {
+                let opts = |id: String| MqttOptions {
+                    client_id: id,
+                    timeout: WAIT,
+                    ..MqttOptions::default()
+                };
+                let mut receivers = Vec::new();
+                for i in 0..subs {
+                    let mut s = MqttClient::connect(&url, opts(format!("full-sub-{i}")))
+                        .await
+                        .unwrap();
+                    assert_eq!(s.subscribe("full/t", 1).await.unwrap(), 1);
+                    receivers.push(s);
+                }
+                let mut publ = MqttClient::connect(&url, opts("full-pub".into()))
+                    .await
+                    .unwrap();
+                let payloads: Vec<Bytes> = (0..n).map(|i| Bytes::from(format!("m{i}"))).collect();
+                let publish = async {
+                    publ.publish_qos1_pipelined("full/t", &payloads, 3000)
+                        .await
+                        .unwrap();
+                };
+                let url = &url;
+                let receive = futures_util::future::join_all(receivers.iter_mut().enumerate().map(
+                    |(i, s)| async move {
+                        let mut got = 0;
+                        while got < n {
+                            match actix_rt::time::timeout(WAIT, s.recv()).await {
+                                Ok(Ok(p)) => {
+                                    assert_eq!(p.payload, format!("m{got}").as_bytes());
+                                    got += 1;
+                                }
+                                other => {
+                                    panic!("{url} 1 -> {subs}: sub {i} after {got}: {other:?}")
+                                }
+                            }
+                        }
+                    },
+                ));
+                tokio::join!(publish, receive);
+            });
+        }
+    }
+    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+    assert_eq!(
+        metric(&b, r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#),
+        0.0
+    );
+}
