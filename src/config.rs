@@ -804,6 +804,37 @@ mod tests {
         assert_eq!(config.cluster.replicas, 3);
     }
 
+    /// README's example for a QoS 1 subscriber that falls behind is a
+    /// config that validates, and bad values are named.
+    #[test]
+    fn the_readme_slow_subscriber_example_is_a_valid_config() {
+        let readme = include_str!("../README.md");
+        let block = readme
+            .split("### A QoS 1 subscriber that falls behind")
+            .nth(1)
+            .and_then(|s| s.split("```toml\n").nth(1))
+            .and_then(|b| b.split("```").next())
+            .expect("README has the section, with a TOML example");
+        let config = Config::from_toml(block).expect("the example parses");
+        config.validate().expect("the example validates");
+        assert_eq!(config.mqtt.slow_subscriber, SlowSubscriber::Hold);
+        for (bad, key) in [
+            ("[mqtt]\nmax_inflight = 0\n", "mqtt.max_inflight"),
+            ("[mqtt]\nmax_inflight = 65536\n", "mqtt.max_inflight"),
+            ("[mqtt]\nhold_timeout_ms = 0\n", "mqtt.hold_timeout_ms"),
+        ] {
+            let e = Config::from_toml(bad)
+                .and_then(|c| c.validate())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+        let e = Config::from_toml("[mqtt]\nslow_subscriber = \"wait\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("slow_subscriber") || e.contains("wait"), "{e}");
+    }
+
     #[test]
     fn a_syntax_error_names_its_line_and_column_on_one_line() {
         let e = Config::from_toml("[server]\nbind = \"127.0.0.1:0\"\n[store\n")

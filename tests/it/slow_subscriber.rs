@@ -113,7 +113,8 @@ fn a_subscriber_behind_holds_its_publisher_back_and_loses_nothing() {
 
     assert_eq!(take(&mut sub, 20, false), expected(0..20));
     assert!(
-        common::wait_until(WAIT, || metric(&b, "wharf_mqtt_publishes_held_total") >= 1.0),
+        common::wait_until(WAIT, || metric(&b, "wharf_mqtt_publishes_held_total")
+            >= 1.0),
         "the publisher was never held"
     );
     // Held: the 20 in flight are all it has, and 19 PUBACKs all the
@@ -133,7 +134,10 @@ fn a_subscriber_behind_holds_its_publisher_back_and_loses_nothing() {
     assert_eq!(pubacks(&mut publ, 81), (20..=100).collect::<Vec<u16>>());
     assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
     assert_eq!(
-        metric(&b, r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#),
+        metric(
+            &b,
+            r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#
+        ),
         0.0
     );
 }
@@ -189,7 +193,10 @@ fn the_drop_policy_never_holds_a_publisher_and_counts_what_it_drops() {
         .collect();
     assert_eq!(payloads, expected(0..5));
     assert_eq!(
-        metric(&b, r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#),
+        metric(
+            &b,
+            r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#
+        ),
         15.0
     );
     assert_eq!(metric(&b, "wharf_mqtt_publishes_held_total"), 0.0);
@@ -297,7 +304,10 @@ fn at_full_speed_with_the_defaults_nothing_is_lost_and_nobody_closed() {
     }
     assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
     assert_eq!(
-        metric(&b, r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#),
+        metric(
+            &b,
+            r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#
+        ),
         0.0
     );
 }
