@@ -309,6 +309,11 @@ fn a_crash_gives_the_topics_a_new_epoch() {
         }),
         "the history reaches the store"
     );
+    // The counter moves when the writes are handed to the store writer;
+    // a retained publish is answered once it is durable, and the writer
+    // applies and syncs in order, so the history is on disk after it.
+    let (code, body) = http(addr, "POST", "/topics/flush/marker?retain=true", "m");
+    assert_eq!(code, 202, "{body}");
     child.signal("KILL");
     child.wait_exit(T);
 

@@ -311,3 +311,42 @@ fn at_full_speed_with_the_defaults_nothing_is_lost_and_nobody_closed() {
         0.0
     );
 }
+
+/// An MQTT 5 subscriber with a receive maximum of 10: what waits for its
+/// room counts, so its publisher is held at 510 (10 in flight and 500
+/// waiting) before the waiting room (1,000) could overflow, and all 1,200
+/// messages arrive in order once it acknowledges. Before, the 190 past
+/// the waiting room were dropped.
+#[test]
+fn an_mqtt5_subscribers_receive_maximum_counts_toward_the_hold() {
+    let b = TestBroker::start_tcp(|_| {});
+    let addr = b.mqtt_addr.unwrap();
+    let mut hello = raw_mqtt::hello_at(5, "rm5-sub");
+    hello.props.receive_maximum = Some(10);
+    let (mut sub, code) = Raw::connect(addr, hello);
+    assert_eq!(code, 0);
+    sub.send(&Packet::subscribe(1, vec![("rm5/t".into(), 1)]));
+    assert!(matches!(sub.recv(), Some(Packet::SubAck(_))));
+    let (mut publ, _) = Raw::connect(addr, raw_mqtt::hello_at(4, "rm5-pub"));
+    let mut batch = bytes::BytesMut::new();
+    for i in 0..1200 {
+        wharf::protocol::mqtt::encode(&publish("rm5/t", i, i as u16 + 1), &mut batch, 4);
+    }
+    std::io::Write::write_all(&mut publ.stream, &batch).unwrap();
+    assert!(
+        common::wait_until(WAIT, || metric(&b, "wharf_mqtt_publishes_held_total")
+            >= 1.0),
+        "the publisher was never held"
+    );
+    assert_eq!(pubacks(&mut publ, 509), (1..=509).collect::<Vec<u16>>());
+    // Acknowledging as it reads, the subscriber gets every one.
+    assert_eq!(take(&mut sub, 1200, true), expected(0..1200));
+    assert_eq!(pubacks(&mut publ, 691), (510..=1200).collect::<Vec<u16>>());
+    assert_eq!(
+        metric(
+            &b,
+            r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#
+        ),
+        0.0
+    );
+}

@@ -45,7 +45,8 @@ const WINDOW: usize = 256;
 /// QoS 1 over WebSocket and TCP against a broker with the default
 /// `[session]` (a rate of 100,000 frames/s per session, which subscribers'
 /// PUBACKs once counted against) and a publisher window of 3,000: every
-/// delivery must arrive, and no connection be closed.
+/// delivery must arrive, and no connection be closed; then a subscriber
+/// slower than its publisher, which must lose nothing either.
 pub(crate) fn default_rate(args: &Args) -> Vec<Row> {
     let dir = std::env::temp_dir().join(format!("wharf-bench-{}-rate", std::process::id()));
     let (s, url) = crate::spawn_broker_with(args, &dir, "[session]\noutbound_limit = 268435456\n");
@@ -61,6 +62,18 @@ pub(crate) fn default_rate(args: &Args) -> Vec<Row> {
             rows.push(row);
         }
     }
+    // A subscriber slower than its publisher: it takes 100,000
+    // deliveries/s; the publisher could send ten times that. Under the
+    // default `[mqtt] slow_subscriber = "hold"` the publisher goes at the
+    // subscriber's pace and nothing is lost.
+    for url in [ws.as_str(), tcp.as_str()] {
+        let mut row = run_paced(&a, url, 1, 1, args.mqtt_messages, 3000, Some(100_000));
+        row.scenario = format!(
+            "{}, a subscriber taking 100,000/s, default [mqtt], window 3,000",
+            row.scenario
+        );
+        rows.push(row);
+    }
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
     rows
@@ -70,6 +83,20 @@ pub(crate) fn default_rate(args: &Args) -> Vec<Row> {
 /// `subs` subscribers spread over client threads; returns deliveries per
 /// second.
 fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize, window: usize) -> Row {
+    run_paced(args, url, subs, qos, n, window, None)
+}
+
+/// [`run`] with subscribers that take at most `pace` deliveries a second
+/// each (`None`: as fast as they can).
+fn run_paced(
+    args: &Args,
+    url: &str,
+    subs: usize,
+    qos: u8,
+    n: usize,
+    window: usize,
+    pace: Option<u64>,
+) -> Row {
     let topic = format!("bench/mqtt/{qos}/{subs}");
     let _bar = crate::progress::scenario(format!("MQTT QoS {qos}, 1 -> {subs}"));
     let threads = args.threads.clamp(1, subs);
@@ -109,9 +136,20 @@ fn run(args: &Args, url: &str, subs: usize, qos: u8, n: usize, window: usize) ->
                             // The last delivery came a quiet spell before
                             // a timeout (within the timer's millisecond).
                             let mut quiet = Duration::ZERO;
+                            let began = Instant::now();
                             while got < n {
                                 match actix_rt::time::timeout(QUIET, c.recv()).await {
-                                    Ok(Ok(_)) => got += 1,
+                                    Ok(Ok(_)) => {
+                                        got += 1;
+                                        // A slow subscriber: every 1,000
+                                        // deliveries it waits until its pace
+                                        // allows more.
+                                        if let (Some(pace), 0) = (pace, got % 1000) {
+                                            let due = began
+                                                + Duration::from_secs_f64(got as f64 / pace as f64);
+                                            actix_rt::time::sleep_until(due.into()).await;
+                                        }
+                                    }
                                     Ok(Err(e)) => {
                                         eprintln!("an MQTT subscriber stopped: {e}");
                                         break;
