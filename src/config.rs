@@ -785,21 +785,25 @@ mod tests {
         );
     }
 
+    /// The first TOML example in README's section `heading`, parsed and
+    /// validated.
+    fn readme_example(heading: &str) -> Config {
+        let readme = include_str!("../README.md");
+        let block = readme
+            .split(heading)
+            .nth(1)
+            .and_then(|s| s.split("```toml\n").nth(1))
+            .and_then(|b| b.split("```").next())
+            .unwrap_or_else(|| panic!("README has {heading}, with a TOML example"));
+        let config = Config::from_toml(block).expect("the example parses");
+        config.validate().expect("the example validates");
+        config
+    }
+
     /// README's failover example is a config that validates.
     #[test]
     fn the_readme_failover_example_is_a_valid_config() {
-        let readme = include_str!("../README.md");
-        let section = readme
-            .split("### Failover")
-            .nth(1)
-            .expect("README has a Failover section");
-        let block = section
-            .split("```toml\n")
-            .nth(1)
-            .and_then(|b| b.split("```").next())
-            .expect("with a TOML example");
-        let config = Config::from_toml(block).expect("the example parses");
-        config.validate().expect("the example validates");
+        let config = readme_example("### Failover");
         assert!(config.cluster.failover);
         assert_eq!(config.cluster.replicas, 3);
     }
@@ -808,15 +812,7 @@ mod tests {
     /// config that validates, and bad values are named.
     #[test]
     fn the_readme_slow_subscriber_example_is_a_valid_config() {
-        let readme = include_str!("../README.md");
-        let block = readme
-            .split("### A QoS 1 subscriber that falls behind")
-            .nth(1)
-            .and_then(|s| s.split("```toml\n").nth(1))
-            .and_then(|b| b.split("```").next())
-            .expect("README has the section, with a TOML example");
-        let config = Config::from_toml(block).expect("the example parses");
-        config.validate().expect("the example validates");
+        let config = readme_example("### A QoS 1 subscriber that falls behind");
         assert_eq!(config.mqtt.slow_subscriber, SlowSubscriber::Hold);
         for (bad, key) in [
             ("[mqtt]\nmax_inflight = 0\n", "mqtt.max_inflight"),

@@ -313,23 +313,8 @@ fn mosquitto_clients_over_tcp() {
     );
 }
 
-/// PUBLISHes `r` receives until it has `n` (acking each when `ack`),
-/// as (payload, dup) pairs.
 fn take_publishes(r: &mut Raw, n: usize, ack: bool) -> Vec<(Bytes, bool)> {
-    let mut got = Vec::new();
-    while got.len() < n {
-        match r.recv() {
-            Some(Packet::Publish(p)) => {
-                if let (true, Some(pid)) = (ack, p.pid) {
-                    r.send(&Packet::puback(pid));
-                }
-                got.push((p.payload, p.dup));
-            }
-            Some(_) => {}
-            None => panic!("closed after {} of {n} publishes", got.len()),
-        }
-    }
-    got
+    r.take_publishes(n, ack)
 }
 
 /// `$share/{group}/{filter}`: messages spread over the group's members,

@@ -74,6 +74,25 @@ impl Raw {
         }
     }
 
+    /// PUBLISHes received until there are `n` (each acknowledged when
+    /// `ack`), as (payload, dup) pairs; other packets are passed over.
+    pub fn take_publishes(&mut self, n: usize, ack: bool) -> Vec<(bytes::Bytes, bool)> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            match self.recv() {
+                Some(Packet::Publish(p)) => {
+                    if let (true, Some(pid)) = (ack, p.pid) {
+                        self.send(&Packet::puback(pid));
+                    }
+                    got.push((p.payload, p.dup));
+                }
+                Some(_) => {}
+                None => panic!("closed after {} of {n} publishes", got.len()),
+            }
+        }
+        got
+    }
+
     /// Every packet up to the PINGRESP answering a PINGREQ sent now: what
     /// the server had queued for this connection before it.
     pub fn until_pong(&mut self) -> Vec<Packet> {
