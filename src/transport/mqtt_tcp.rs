@@ -120,7 +120,8 @@ where
                         metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
                         // Boxed: held inline, the session's future would be
                         // part of every connection's state, idle or not.
-                        if let Err(c) = Box::pin(session.data(&chunk)).await {
+                        let now = Instant::now();
+                        if let Err(c) = Box::pin(session.data(&chunk, now)).await {
                             close(&out, c.code, c.reason);
                             break;
                         }
@@ -129,7 +130,7 @@ where
                         // packets), and a read of nothing but acknowledgements
                         // of deliveries counts for nothing.
                         let charged = session.take_charged().min(1);
-                        let pause = rate.charge(Instant::now(), charged);
+                        let pause = rate.charge(now, charged);
                         if !pause.is_zero() {
                             metrics.rate_limited.add(1);
                             // Boxed: a timer held inline would size every
