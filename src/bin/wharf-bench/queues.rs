@@ -2,6 +2,8 @@
 //! 64 B and 4 KiB), enqueue + consume + ack end to end, and the time a
 //! broker with a million stored messages takes to be ready again.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use wharf::client::{Client, EnqueueOptions};
@@ -190,7 +192,7 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
     fill.durable_window = 256;
     let t0 = Instant::now();
     let stored = run_publishers(&fill, &url, "bench/restart", 8, per, 64);
-    let jobs = store_jobs(&url, args.restart_jobs);
+    let census = store_jobs(&url, args.restart_jobs);
     let filled = t0.elapsed();
     broker.stop_keeping_data();
     let t1 = Instant::now();
@@ -207,7 +209,13 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
     drop(broker);
     Some(Row {
         scenario: format!(
-            "restart with {stored} stored messages and {jobs} queued jobs (filled in {:.1} s)",
+            "restart with {stored} stored messages and {} jobs ({} queued, {} running, \
+             {} succeeded, {} failed; filled in {:.1} s)",
+            census.queued + census.running + census.succeeded + census.failed,
+            census.queued,
+            census.running,
+            census.succeeded,
+            census.failed,
             filled.as_secs_f64()
         ),
         result: format!(
@@ -220,14 +228,87 @@ pub(crate) fn restart(args: &Args) -> Option<Row> {
     })
 }
 
+/// Jobs in each state a restart finds, as [`store_jobs`] leaves them.
+#[derive(Debug, Default, Clone, Copy)]
+struct JobCensus {
+    queued: usize,
+    running: usize,
+    succeeded: usize,
+    failed: usize,
+}
+
 /// Enqueues `n` jobs over HTTP (8 keep-alive connections) on the broker
-/// at `url`; returns how many were stored.
-fn store_jobs(url: &str, n: usize) -> usize {
+/// at `url`, then has 8 workers take 60% of them: of those, half succeed,
+/// a sixth fail (and wait for a retry) and the rest stay running. Returns
+/// how many of each were stored.
+fn store_jobs(url: &str, n: usize) -> JobCensus {
     let addr: std::net::SocketAddr = url
         .trim_start_matches("ws://")
         .trim_end_matches("/ws")
         .parse()
         .expect("broker address");
+    let stored = enqueue_jobs(addr, n);
+    let take = stored * 6 / 10;
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let taken = taken.clone();
+            std::thread::spawn(move || {
+                let mut http = crate::jobs::Http::connect(addr);
+                let (status, body) = http.post("/workers", r#"{"kinds":["restart"]}"#);
+                assert_eq!(status, 201, "{body}");
+                let reg: serde_json::Value = serde_json::from_str(&body).expect("json");
+                let worker = reg["worker_id"].as_str().unwrap_or_default().to_owned();
+                let dequeue = format!("/workers/{worker}/dequeue?wait_ms=0");
+                let mut census = JobCensus::default();
+                loop {
+                    let k = taken.fetch_add(1, Ordering::Relaxed);
+                    if k >= take {
+                        return census;
+                    }
+                    let (status, body) = http.post(&dequeue, "");
+                    if status != 200 {
+                        return census;
+                    }
+                    let job: serde_json::Value = serde_json::from_str(&body).expect("json");
+                    let outcome = match k % 6 {
+                        0..=2 => "succeeded",
+                        3 => "failed",
+                        _ => {
+                            census.running += 1;
+                            continue;
+                        }
+                    };
+                    let report = format!(
+                        r#"{{"worker_id":"{worker}","token":{},"outcome":"{outcome}"}}"#,
+                        job["token"]
+                    );
+                    let id = job["id"].as_str().unwrap_or_default();
+                    let (status, body) = http.post(&format!("/jobs/{id}/outcome"), &report);
+                    assert_eq!(status, 200, "{body}");
+                    if outcome == "succeeded" {
+                        census.succeeded += 1;
+                    } else {
+                        census.failed += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut census = JobCensus::default();
+    for t in threads {
+        let c = t.join().unwrap_or_default();
+        census.running += c.running;
+        census.succeeded += c.succeeded;
+        census.failed += c.failed;
+    }
+    census.queued = stored - census.running - census.succeeded - census.failed;
+    census
+}
+
+/// Enqueues `n` jobs of kind "restart" over HTTP (8 keep-alive
+/// connections); returns how many were stored.
+fn enqueue_jobs(addr: std::net::SocketAddr, n: usize) -> usize {
     let threads: Vec<_> = (0..8)
         .map(|t| {
             std::thread::spawn(move || {

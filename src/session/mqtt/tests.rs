@@ -160,7 +160,9 @@ fn an_mqtt5_connect_is_served_and_an_unknown_level_gets_connack_1() {
         c.props.user_properties = vec![("k".into(), "v".into())];
         let mut buf = BytesMut::new();
         mqtt::encode(&Packet::Connect(c.clone()), &mut buf, mqtt::LEVEL_5);
-        s.data(&buf, std::time::Instant::now()).await.expect("MQTT 5 served");
+        s.data(&buf, std::time::Instant::now())
+            .await
+            .expect("MQTT 5 served");
         assert_eq!(s.sink.level(), mqtt::LEVEL_5);
         let frames: Vec<_> = s.outbound().take_queued();
         let mut bytes: BytesMut = frames.iter().flat_map(|f| f.iter().copied()).collect();
@@ -180,7 +182,10 @@ fn an_mqtt5_connect_is_served_and_an_unknown_level_gets_connack_1() {
         // The level byte sits after the protocol name "MQTT".
         let at = buf.iter().position(|&b| b == b'T').unwrap() + 2;
         buf[at] = 6;
-        let close = s.data(&buf, std::time::Instant::now()).await.expect_err("level 6 refused");
+        let close = s
+            .data(&buf, std::time::Instant::now())
+            .await
+            .expect_err("level 6 refused");
         assert_eq!(close.code, 1002);
         let frames: Vec<_> = s.outbound().take_queued();
         let bytes: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
