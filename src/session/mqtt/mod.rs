@@ -257,16 +257,6 @@ impl MqttSession {
         }
     }
 
-    /// Applies `[mqtt]`'s policy for subscribers that fall behind: to this
-    /// connection's subscriptions, and to its publishes held for others.
-    pub fn with_flow(self, flow: Flow) -> Self {
-        self.sink.state.lock().set_flow(&flow);
-        MqttSession {
-            hold_ms: u32::try_from(flow.hold_timeout.as_millis()).unwrap_or(u32::MAX),
-            ..self
-        }
-    }
-
     /// Checks CONNECT credentials with `auth`; `principal` is who the
     /// WebSocket upgrade's credentials proved, used when CONNECT carries
     /// no password. `peer` is the client's address.

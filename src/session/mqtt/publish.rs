@@ -124,6 +124,16 @@ impl MqttSession {
         Ok(())
     }
 
+    /// Applies `[mqtt]`'s policy for subscribers that fall behind: to this
+    /// connection's subscriptions, and to its publishes held for others.
+    pub fn with_flow(self, flow: Flow) -> Self {
+        self.sink.state.lock().set_flow(&flow);
+        MqttSession {
+            hold_ms: u32::try_from(flow.hold_timeout.as_millis()).unwrap_or(u32::MAX),
+            ..self
+        }
+    }
+
     /// Waits, before the acknowledgement and before anything more is
     /// read from the client, until the subscribers the publish crowded
     /// have room (`[mqtt] slow_subscriber = "hold"`), at most the hold
