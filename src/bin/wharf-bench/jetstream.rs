@@ -152,8 +152,20 @@ async fn consume(url: String, total: usize, done: Arc<AtomicUsize>) {
 /// The end-to-end scenario on JetStream at `url` with `replicas`; the row
 /// and the rate (msg/s).
 pub(crate) fn work_queue(args: &Args, url: &str, replicas: usize) -> (Row, f64) {
-    let _bar = crate::progress::scenario(format!("JetStream work queue, R{replicas}"));
-    let (publishers, consumers) = (4, 2);
+    run(args, url, replicas, 4, 2)
+}
+
+/// Confirmed publishes alone (no consumer) from 8 publishers, on
+/// JetStream at `url` with `replicas`: the shape of Wharf's "durable
+/// enqueue, 8 publishers" row.
+pub(crate) fn confirmed_publishes(args: &Args, url: &str, replicas: usize) -> (Row, f64) {
+    run(args, url, replicas, 8, 0)
+}
+
+fn run(args: &Args, url: &str, replicas: usize, publishers: usize, consumers: usize) -> (Row, f64) {
+    let _bar = crate::progress::scenario(format!(
+        "JetStream R{replicas}, {publishers} publishers, {consumers} consumers"
+    ));
     let per = args.queue_messages;
     let total = per * publishers;
     let runtime = || {
@@ -184,13 +196,28 @@ pub(crate) fn work_queue(args: &Args, url: &str, replicas: usize) -> (Row, f64) 
         t.join().expect("a bench thread");
     }
     let rate = total as f64 / start.elapsed().as_secs_f64();
+    let (scenario, result) = if consumers == 0 {
+        (
+            format!(
+                "JetStream R{replicas} confirmed publishes, {publishers} publishers x {} in \
+                 flight, 64 B",
+                args.durable_window
+            ),
+            format!("{rate:.0} confirmed msg/s"),
+        )
+    } else {
+        (
+            format!(
+                "JetStream R{replicas} work queue, {publishers} publishers x {} in flight, \
+                 {consumers} consumers (pull 1000, an ack per message), 64 B",
+                args.durable_window
+            ),
+            format!("{rate:.0} msg/s end to end"),
+        )
+    };
     let row = Row {
-        scenario: format!(
-            "JetStream R{replicas} work queue, {publishers} publishers x {} in flight, \
-             {consumers} consumers (pull 1000, an ack per message), 64 B",
-            args.durable_window
-        ),
-        result: format!("{rate:.0} msg/s end to end"),
+        scenario,
+        result,
         gen_cores: cpu.cores().0,
         broker_cores: None,
     };

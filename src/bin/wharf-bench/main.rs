@@ -116,6 +116,12 @@ struct Args {
     /// profiling them alone).
     #[arg(long)]
     one_to_one_only: bool,
+    /// A NATS server with JetStream (`nats://host:port`): the queue
+    /// scenarios then run JetStream's own (R1: confirmed publishes from 8
+    /// publishers, and a work queue end to end) beside Wharf's, in the
+    /// same run.
+    #[arg(long)]
+    jetstream: Option<String>,
     /// Only the rules scenarios (each against brokers it starts).
     #[arg(long)]
     rules_only: bool,
@@ -760,6 +766,10 @@ fn main() {
     }
     if args.queue_messages > 0 {
         rows.extend(queues::scenarios(&args, &url, "always"));
+        if let Some(js) = &args.jetstream {
+            rows.push(jetstream::confirmed_publishes(&args, js, 1).0);
+            rows.push(jetstream::work_queue(&args, js, 1).0);
+        }
     }
     if args.jobs > 0 {
         rows.push(jobs::end_to_end(&args, &url, 1, args.jobs));
