@@ -135,7 +135,10 @@ impl Sink for BindSink {
         if msg.origin != 0 {
             headers.insert(ORIGIN_HEADER.into(), origin_tag(msg.origin));
         }
-        let incoming = Incoming::new(0, headers, msg.payload.clone(), None);
+        // A payload of its own: a queue may keep the message for long, and
+        // a payload read off a connection is a slice of its read buffer.
+        let payload = bytes::Bytes::copy_from_slice(&msg.payload);
+        let incoming = Incoming::new(0, headers, payload, None);
         let name = self.name.clone();
         let sent = self.queue.tq.execute(Lane::Normal, move |q| {
             if let Err(e) = q.enqueue(incoming, now_ms()) {

@@ -104,12 +104,14 @@ impl Published {
         self
     }
 
-    /// The copy kept as the topic's retained message.
+    /// The copy kept as the topic's retained message, with a payload of
+    /// its own (see [`Published::unshared`]: a retained message may be
+    /// kept for days).
     pub fn as_retained(&self) -> Published {
         let mut kept = Published::new(
             self.topic.clone(),
             self.seq,
-            self.payload.clone(),
+            Bytes::copy_from_slice(&self.payload),
             self.headers.clone(),
             self.priority,
             true,
@@ -146,5 +148,32 @@ impl Published {
             Some(cell) => cell.get_or_init(|| encode(self)).clone(),
             None => encode(self),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What is kept for long (the retained copy, a history's copy) has a
+    /// payload of its own: a payload read off a connection is a view of
+    /// its read buffer, which keeping the view would keep whole.
+    #[test]
+    fn kept_copies_do_not_share_the_payload_they_were_made_from() {
+        let read_buffer = Bytes::from(vec![7u8; 4096]);
+        let msg = Published::new(
+            "t".into(),
+            1,
+            read_buffer.slice(100..164),
+            Headers::new(),
+            Priority::Normal,
+            false,
+        );
+        let shared = msg.payload.as_ptr_range();
+        for kept in [msg.as_retained(), msg.unshared()] {
+            assert_eq!(kept.payload, msg.payload);
+            assert!(!shared.contains(&kept.payload.as_ptr()), "a copy");
+        }
+        assert!(msg.as_retained().retained);
     }
 }

@@ -72,7 +72,7 @@ impl Handler for Mqtt {
             return self.close(1003, "MQTT travels in binary frames".into());
         }
         self.metrics.frames_in.add(Protocol::MqttWs, 1);
-        if let Err(c) = self.session.data(&bytes, now).await {
+        if let Err(c) = self.session.data(bytes, now).await {
             return self.close(c.code, c.reason);
         }
         // Past the rate the connection is slowed, not closed: it is not

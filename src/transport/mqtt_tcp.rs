@@ -121,7 +121,8 @@ where
                         // Boxed: held inline, the session's future would be
                         // part of every connection's state, idle or not.
                         let now = Instant::now();
-                        if let Err(c) = Box::pin(session.data(&chunk, now)).await {
+                        let got = chunk.len();
+                        if let Err(c) = Box::pin(session.data(chunk, now)).await {
                             close(&out, c.code, c.reason);
                             break;
                         }
@@ -139,7 +140,7 @@ where
                         }
                         // Let the writers this traffic woke run before more is
                         // read (as the WebSocket read loop's bursts do).
-                        unyielded += chunk.len();
+                        unyielded += got;
                         if unyielded >= BURST_BYTES {
                             unyielded = 0;
                             actix_rt::task::yield_now().await;

@@ -2,7 +2,7 @@
 //! flags, remaining length bounded before waiting for the body), then the
 //! packet's variable header and payload by the rules of 3.1.1 or of MQTT 5.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use super::properties::{Ctx, Properties};
 use super::wire::Reader;
@@ -11,6 +11,27 @@ use super::{
     Reasoned, SubAck, SubOptions, Subscribe, UnsubAck, Unsubscribe, Will, is_v5, malformed, reason,
 };
 
+/// What packets are decoded from: a connection's own buffer
+/// (`BytesMut`), or bytes that arrived whole (`Bytes`: a WebSocket
+/// message, a read), whose packets' payloads are then views of them, not
+/// copies.
+pub trait PacketBuf: std::ops::Deref<Target = [u8]> + Buf {
+    /// The first `len` bytes, taken off the front.
+    fn take_front(&mut self, len: usize) -> Bytes;
+}
+
+impl PacketBuf for BytesMut {
+    fn take_front(&mut self, len: usize) -> Bytes {
+        self.split_to(len).freeze()
+    }
+}
+
+impl PacketBuf for Bytes {
+    fn take_front(&mut self, len: usize) -> Bytes {
+        self.split_to(len)
+    }
+}
+
 /// Reads one packet from the front of `buf` if it holds a whole one
 /// (consuming it); `Ok(None)` if more bytes are needed. `level` is the
 /// connection's protocol level, which decides how every packet but CONNECT
@@ -18,8 +39,8 @@ use super::{
 ///
 /// # Errors
 /// [`MqttError`]: the stream cannot continue.
-pub fn decode(
-    buf: &mut BytesMut,
+pub fn decode<B: PacketBuf>(
+    buf: &mut B,
     max_packet: usize,
     level: u8,
 ) -> Result<Option<Packet>, MqttError> {
@@ -59,7 +80,7 @@ pub fn decode(
     }
     let first = buf[0];
     buf.advance(header);
-    let body = buf.split_to(len).freeze();
+    let body = buf.take_front(len);
     parse(first, Reader(body), level).map(Some)
 }
 

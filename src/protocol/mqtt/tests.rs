@@ -880,3 +880,40 @@ fn v3_and_v5_codes_map_both_ways() {
     assert_eq!(suback_to_v3(reason::GRANTED_QOS_2), 2);
     assert_eq!(suback_to_v3(reason::TOPIC_FILTER_INVALID), SUBACK_FAILURE);
 }
+
+/// Decoding from bytes that arrived whole takes packets off their front
+/// without copying: a PUBLISH's payload is a view of those bytes, and a
+/// packet cut at the end is left for the rest to follow.
+#[test]
+fn decoding_whole_bytes_leaves_payloads_where_they_arrived() {
+    let publish = |payload: &'static [u8]| {
+        Packet::Publish(PublishPacket {
+            dup: false,
+            qos: 0,
+            retain: false,
+            topic: "t".into(),
+            pid: None,
+            payload: Bytes::from_static(payload),
+            props: Default::default(),
+        })
+    };
+    let mut out = BytesMut::new();
+    encode(&publish(b"first"), &mut out, LEVEL_3_1_1);
+    encode(&publish(b"second"), &mut out, LEVEL_3_1_1);
+    let whole_len = out.len();
+    encode(&publish(b"cut"), &mut out, LEVEL_3_1_1);
+    let arrived = out.freeze().slice(..whole_len + 3);
+    let range = arrived.as_ptr_range();
+    let mut rest = arrived.clone();
+    for want in [&b"first"[..], b"second"] {
+        match decode(&mut rest, MAX, LEVEL_3_1_1) {
+            Ok(Some(Packet::Publish(p))) => {
+                assert_eq!(&p.payload[..], want);
+                assert!(range.contains(&p.payload.as_ptr()), "a view, not a copy");
+            }
+            other => panic!("expected a PUBLISH, got {other:?}"),
+        }
+    }
+    assert_eq!(decode(&mut rest, MAX, LEVEL_3_1_1), Ok(None));
+    assert_eq!(rest.len(), 3, "the cut packet's first bytes wait");
+}

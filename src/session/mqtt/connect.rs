@@ -416,6 +416,43 @@ impl MqttSession {
         }
     }
 
+    /// At MQTT 5, a DISCONNECT saying why the server ends the connection
+    /// (unless the client said DISCONNECT first); the outbound's farewell
+    /// (which covers closes from elsewhere) is then spent.
+    pub(super) fn goodbye(&self, close: &MqttClose) {
+        // No DISCONNECT before CONNACK, nor after a refusing CONNACK.
+        if self.sink.level() != mqtt::LEVEL_5
+            || self.connected.is_none()
+            || self.graceful
+            || close.code == 1000
+        {
+            return;
+        }
+        let code = close
+            .mqtt
+            .unwrap_or_else(|| v5::disconnect_reason(close.code, &close.reason));
+        let max = self
+            .sink
+            .state
+            .lock()
+            .v5
+            .as_ref()
+            .map_or(usize::MAX, |v| v.max_packet);
+        let bytes = disconnect_packet(code, &close.reason, max);
+        let pushed = self.sink.out.push(
+            Priority::High,
+            crate::session::OutFrame::data(
+                crate::protocol::codec::Format::Bincode,
+                Bytes::new(),
+                bytes,
+            ),
+        );
+        // Not queued (the outbound full): the farewell says it instead.
+        if pushed.is_ok() {
+            self.sink.out.set_farewell(None);
+        }
+    }
+
     /// The connection ended: the will (unless DISCONNECT came first; at
     /// MQTT 5 after its delay), then subscriptions end (a persistent
     /// session's stay, waiting, until its expiry).

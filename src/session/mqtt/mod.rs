@@ -336,7 +336,7 @@ impl MqttSession {
     /// The transport reads the clock once per read, not the session once
     /// per packet (a clock read was ~4% of the broker's time per MQTT
     /// over WebSocket message).
-    pub async fn data(&mut self, bytes: &[u8], now: std::time::Instant) -> Result<(), MqttClose> {
+    pub async fn data(&mut self, bytes: Bytes, now: std::time::Instant) -> Result<(), MqttClose> {
         let result = self.read(bytes, now).await;
         if let Err(close) = &result {
             self.goodbye(close);
@@ -344,56 +344,33 @@ impl MqttSession {
         result
     }
 
-    /// At MQTT 5, a DISCONNECT saying why the server ends the connection
-    /// (unless the client said DISCONNECT first); the outbound's farewell
-    /// (which covers closes from elsewhere) is then spent.
-    fn goodbye(&self, close: &MqttClose) {
-        // No DISCONNECT before CONNACK, nor after a refusing CONNACK.
-        if self.sink.level() != mqtt::LEVEL_5
-            || self.connected.is_none()
-            || self.graceful
-            || close.code == 1000
-        {
-            return;
-        }
-        let code = close
-            .mqtt
-            .unwrap_or_else(|| v5::disconnect_reason(close.code, &close.reason));
-        let max = self
-            .sink
-            .state
-            .lock()
-            .v5
-            .as_ref()
-            .map_or(usize::MAX, |v| v.max_packet);
-        let bytes = connect::disconnect_packet(code, &close.reason, max);
-        let pushed = self.sink.out.push(
-            Priority::High,
-            crate::session::OutFrame::data(
-                crate::protocol::codec::Format::Bincode,
-                Bytes::new(),
-                bytes,
-            ),
-        );
-        // Not queued (the outbound full): the farewell says it instead.
-        if pushed.is_ok() {
-            self.sink.out.set_farewell(None);
-        }
-    }
-
-    async fn read(&mut self, bytes: &[u8], now: std::time::Instant) -> Result<(), MqttClose> {
-        if self.buf.len() + bytes.len() > self.cfg.max_frame.saturating_mul(2) {
+    /// With nothing buffered, the packets are decoded where they arrived
+    /// (their payloads are views of `whole`, not copies); only a packet
+    /// cut at the end is copied, to wait for the rest.
+    async fn read(&mut self, mut whole: Bytes, now: std::time::Instant) -> Result<(), MqttClose> {
+        if self.buf.len() + whole.len() > self.cfg.max_frame.saturating_mul(2) {
             return Err(MqttClose {
                 code: 1009,
                 reason: "MQTT packet larger than max_frame".into(),
                 mqtt: None,
             });
         }
-        self.buf.extend_from_slice(bytes);
+        if !self.buf.is_empty() {
+            self.buf.extend_from_slice(&std::mem::take(&mut whole));
+        }
         loop {
-            let packet = match mqtt::decode(&mut self.buf, self.cfg.max_frame, self.sink.level()) {
+            let (max, level) = (self.cfg.max_frame, self.sink.level());
+            let decoded = if self.buf.is_empty() {
+                mqtt::decode(&mut whole, max, level)
+            } else {
+                mqtt::decode(&mut self.buf, max, level)
+            };
+            let packet = match decoded {
                 Ok(Some(p)) => p,
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    self.buf.extend_from_slice(&whole);
+                    return Ok(());
+                }
                 Err(MqttError::TooLarge(n)) => {
                     return Err(MqttClose {
                         code: 1009,

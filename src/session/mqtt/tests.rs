@@ -23,7 +23,9 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 async fn send(session: &mut MqttSession, packet: &Packet) -> Result<(), MqttClose> {
     let mut buf = BytesMut::new();
     mqtt::encode(packet, &mut buf, mqtt::LEVEL_3_1_1);
-    session.data(&buf, std::time::Instant::now()).await
+    session
+        .data(buf.clone().freeze(), std::time::Instant::now())
+        .await
 }
 
 /// The packets the session has queued since the last call, decoded.
@@ -160,7 +162,7 @@ fn an_mqtt5_connect_is_served_and_an_unknown_level_gets_connack_1() {
         c.props.user_properties = vec![("k".into(), "v".into())];
         let mut buf = BytesMut::new();
         mqtt::encode(&Packet::Connect(c.clone()), &mut buf, mqtt::LEVEL_5);
-        s.data(&buf, std::time::Instant::now())
+        s.data(buf.clone().freeze(), std::time::Instant::now())
             .await
             .expect("MQTT 5 served");
         assert_eq!(s.sink.level(), mqtt::LEVEL_5);
@@ -183,7 +185,7 @@ fn an_mqtt5_connect_is_served_and_an_unknown_level_gets_connack_1() {
         let at = buf.iter().position(|&b| b == b'T').unwrap() + 2;
         buf[at] = 6;
         let close = s
-            .data(&buf, std::time::Instant::now())
+            .data(buf.clone().freeze(), std::time::Instant::now())
             .await
             .expect_err("level 6 refused");
         assert_eq!(close.code, 1002);
