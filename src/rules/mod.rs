@@ -447,7 +447,10 @@ impl Rules {
                     } => {
                         let e = Enqueue {
                             queue: queue.render(&fill),
-                            payload: msg.payload.clone(),
+                            // Its own copy: a queue may keep it for long,
+                            // and the payload may be a view of a
+                            // connection's read buffer.
+                            payload: bytes::Bytes::copy_from_slice(&msg.payload),
                             headers: msg.headers.clone(),
                             priority: *priority,
                             ttl_ms: *ttl_ms,
@@ -479,7 +482,8 @@ impl Rules {
                             .queues()
                             .enqueue_durable(Enqueue {
                                 queue: queue.clone(),
-                                payload: msg.payload.clone(),
+                                // Its own copy, as for Enqueue above.
+                                payload: bytes::Bytes::copy_from_slice(&msg.payload),
                                 headers,
                                 priority: 0,
                                 ttl_ms: None,
