@@ -347,6 +347,24 @@ impl History {
     /// those pushed out, and how many messages they write. Marked done
     /// at once: a refused submission is retried through
     /// [`History::unflush`].
+    /// Without a store: gives the messages kept since the last call
+    /// payloads of their own (as [`History::flush`] does before writing
+    /// them), so that they no longer hold the read buffers they were
+    /// sliced from.
+    pub(crate) fn unshare_new(&mut self) {
+        self.trim(now_ms());
+        for e in self
+            .kept
+            .iter_mut()
+            .filter(|e| e.message.seq > self.flushed)
+        {
+            e.message = Arc::new(e.message.unshared());
+        }
+        if let Some(last) = self.kept.back() {
+            self.flushed = self.flushed.max(last.message.seq);
+        }
+    }
+
     pub(crate) fn flush(&mut self, topic: &str, latest: u64) -> (Vec<Write>, FlushMark, u64) {
         self.trim(now_ms());
         let mark = FlushMark {

@@ -48,11 +48,12 @@ impl Hold {
         self.0.is_empty()
     }
 
-    /// Adds a sink that answered [`super::DeliveryOutcome::Crowded`] (once).
+    /// Adds a sink that answered [`super::DeliveryOutcome::Crowded`]. A
+    /// sink with several matching subscriptions comes more than once; the
+    /// wait finds it caught up the second time (no search here: the
+    /// topic's task must stay linear in its subscribers).
     pub(crate) fn push(&mut self, sink: &Arc<dyn Sink>) {
-        if !self.0.iter().any(|s| s.id() == sink.id()) {
-            self.0.push(sink.clone());
-        }
+        self.0.push(sink.clone());
     }
 
     /// Waits until every sink has room, for the publisher whose own sink

@@ -412,7 +412,12 @@ impl TopicState {
     /// Returns whether anything was left unwritten (the writer refused:
     /// the next flush tries again).
     pub(crate) fn flush_history(&mut self) -> bool {
-        let (Some(h), Some(writer)) = (&mut self.history, &self.writer) else {
+        let Some(h) = &mut self.history else {
+            return false;
+        };
+        let Some(writer) = &self.writer else {
+            // No store: the new messages only get payloads of their own.
+            h.unshare_new();
             return false;
         };
         let (writes, mark, messages): (_, FlushMark, _) = h.flush(&self.name, self.seq);

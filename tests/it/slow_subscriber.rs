@@ -327,3 +327,81 @@ fn an_mqtt5_subscribers_receive_maximum_counts_toward_the_hold() {
     assert_eq!(pubacks(&mut publ, 691), (510..=1200).collect::<Vec<u16>>());
     assert_eq!(dropped(&b), 0.0);
 }
+
+/// An MQTT 5 client with a receive maximum of 1 and a maximum packet size
+/// of 100 B: a delivery too large for it, released from the waiting room
+/// by an acknowledgement, is dropped (as if sent) and the next one goes
+/// out in its place. Before, the release stopped at it, and what waited
+/// behind it had nothing left to move it: no delivery in flight, no
+/// acknowledgement to come.
+#[test]
+fn an_mqtt5_delivery_too_large_for_the_client_does_not_stop_those_behind_it() {
+    let b = TestBroker::start_tcp(|_| {});
+    let addr = b.mqtt_addr.unwrap();
+    let mut hello = raw_mqtt::hello_at(5, "big-sub");
+    hello.props.receive_maximum = Some(1);
+    hello.props.maximum_packet_size = Some(100);
+    let (mut sub, code) = Raw::connect(addr, hello);
+    assert_eq!(code, 0);
+    sub.send(&Packet::subscribe(1, vec![("big/t".into(), 1)]));
+    assert!(matches!(sub.recv(), Some(Packet::SubAck(_))));
+    let (mut publ, _) = Raw::connect(addr, raw_mqtt::hello_at(4, "big-pub"));
+    let big = Packet::Publish(PublishPacket {
+        dup: false,
+        qos: 1,
+        retain: false,
+        topic: "big/t".into(),
+        pid: Some(2),
+        payload: Bytes::from(vec![b'x'; 200]),
+        props: Default::default(),
+    });
+    publ.send(&publish("big/t", 1, 1));
+    publ.send(&big);
+    publ.send(&publish("big/t", 3, 3));
+    publ.send(&publish("big/t", 4, 4));
+    assert_eq!(pubacks(&mut publ, 4), vec![1, 2, 3, 4]);
+    // One at a time, each acknowledged; the large one never comes.
+    assert_eq!(take(&mut sub, 3, true), ["m1", "m3", "m4"]);
+}
+
+/// A subscriber's deliveries from a queue (a shared subscription here,
+/// with its own credit) do not count toward `max_inflight`: 20 of them
+/// left unacknowledged do not hold its topic deliveries' publisher past
+/// what the topic deliveries themselves ask (before, the publisher
+/// waited for acknowledgements that were never coming).
+#[test]
+fn queue_deliveries_in_flight_do_not_hold_topic_publishers() {
+    let b = broker(|m| {
+        m.max_inflight = 5;
+        m.hold_timeout_ms = 600_000;
+    });
+    let addr = b.mqtt_addr.unwrap();
+    let (mut sub, _) = Raw::connect(addr, raw_mqtt::hello_at(4, "mixed-sub"));
+    sub.send(&Packet::subscribe(
+        1,
+        vec![("$share/g/mixed/q".into(), 1), ("mixed/t".into(), 1)],
+    ));
+    assert!(matches!(sub.recv(), Some(Packet::SubAck(_))));
+    let (mut publ, _) = Raw::connect(addr, raw_mqtt::hello_at(4, "mixed-pub"));
+    for i in 0..20 {
+        publ.send(&publish("mixed/q", i, i as u16 + 1));
+    }
+    assert_eq!(pubacks(&mut publ, 20).len(), 20);
+    // The 20 queue deliveries arrive and stay unacknowledged.
+    let mut queued = 0;
+    while queued < 20 {
+        match sub.recv() {
+            Some(Packet::Publish(p)) if p.topic == "mixed/q" => queued += 1,
+            Some(_) => {}
+            None => panic!("closed after {queued} queue deliveries"),
+        }
+    }
+    for i in 0..20 {
+        publ.send(&publish("mixed/t", i, i as u16 + 21));
+    }
+    // Held at most briefly by its own 5 topic deliveries in flight (they
+    // are acknowledged as they come), never for the queue's 20.
+    assert_eq!(take(&mut sub, 20, true), expected(0..20));
+    assert_eq!(pubacks(&mut publ, 20).len(), 20);
+    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+}

@@ -311,7 +311,12 @@ impl MqttSession {
             durable_client: durable_client.clone(),
             clean: !persistent,
             keep_alive: c.keep_alive,
-            will: c.will.map(Box::new),
+            // Its own payload: kept for the connection's life, it would
+            // otherwise keep the read the CONNECT came in.
+            will: c.will.map(|mut w| {
+                w.payload = Bytes::copy_from_slice(&w.payload);
+                Box::new(w)
+            }),
             subs: Default::default(),
             durable: BTreeMap::new(),
             shared: BTreeMap::new(),

@@ -55,6 +55,9 @@ pub(super) struct OutState {
     /// Past the mark since it last fell to half of it: topic deliveries
     /// answer [`DeliveryOutcome::Crowded`].
     crowded: bool,
+    /// Topic deliveries in flight (queue deliveries, bounded by their
+    /// subscription's credit, do not count toward the mark).
+    topics: usize,
     /// Payload bytes of the topic deliveries in flight.
     bytes: usize,
     /// Notified when `crowded` changes or the connection ends, for held
@@ -144,6 +147,7 @@ impl OutState {
             mark: 1,
             drop_past_mark: false,
             crowded: false,
+            topics: 0,
             bytes: 0,
             room: None,
             pending: HashMap::new(),
@@ -164,6 +168,7 @@ impl OutState {
             return None;
         }
         if let Pending::Topic(n) = what {
+            self.topics += 1;
             self.bytes += n as usize;
         }
         loop {
@@ -179,23 +184,24 @@ impl OutState {
     pub(super) fn remove(&mut self, pid: u16) -> Option<Pending> {
         let p = self.pending.remove(&pid)?;
         if let Pending::Topic(n) = p {
+            self.topics -= 1;
             self.bytes -= n as usize;
         }
         Some(p)
     }
 
-    /// Deliveries in flight or waiting, their payload bytes, and the mark
-    /// they crowd at (at MQTT 5 at most the client's receive maximum and
-    /// half the waiting room).
+    /// Topic deliveries in flight or waiting, their payload bytes, and
+    /// the mark they crowd at (at MQTT 5 at most the client's receive
+    /// maximum and half the waiting room).
     fn load(&self) -> (usize, usize, usize) {
         let mark = usize::from(self.mark);
         match &self.v5 {
             Some(v) => (
-                self.pending.len() + v.waiting.len(),
+                self.topics + v.waiting.len(),
                 self.bytes + v.waiting_bytes,
                 mark.min(v.receive_max.saturating_add(WAITING_MAX / 2)),
             ),
-            None => (self.pending.len(), self.bytes, mark),
+            None => (self.topics, self.bytes, mark),
         }
     }
 
@@ -303,7 +309,12 @@ impl MqttSink {
             Ok(()) => outcome,
             Err(e) => {
                 if let Some(pid) = p.pid {
-                    self.state.lock().remove(pid);
+                    let mut st = self.state.lock();
+                    st.remove(pid);
+                    // Counted as crowding a moment ago: looked at again.
+                    if let Some(room) = st.relieve(self.out.limit(), false) {
+                        room.notify_waiters();
+                    }
                 }
                 lost(e)
             }
@@ -340,7 +351,11 @@ impl MqttSink {
             if topic && st.drops() {
                 return DeliveryOutcome::Dropped;
             }
-            // Full, or others waiting already (they go first: order).
+            // Room under the receive maximum goes to those waiting first
+            // (order), so a queue that waits with nothing in flight (a
+            // release refused) moves again.
+            self.release_waiting(&mut st);
+            // Full, or others waiting still.
             let full = st
                 .v5
                 .as_ref()
@@ -478,9 +493,16 @@ impl MqttSink {
                 Some(pid) => p.pid = Some(pid),
                 None => return,
             }
-            // Refused (the outbound full or closing): that one is lost
-            // (counted), the rest wait for the next acknowledgement.
-            if self.write_v5(st, p) != DeliveryOutcome::Queued {
+            // Refused: over the client's maximum packet size (dropped as
+            // if sent: the next goes on), or the outbound full or closing
+            // (that one lost, counted; the rest wait). Acknowledgements,
+            // the next delivery, and a held publisher's looks (`crowded`)
+            // release them, so they never wait with nothing to move them.
+            let too_large = st
+                .v5
+                .as_ref()
+                .is_some_and(|v| p.payload.len() > v.max_packet);
+            if self.write_v5(st, p) != DeliveryOutcome::Queued && !too_large {
                 return;
             }
         }
@@ -646,7 +668,14 @@ impl Sink for MqttSink {
     }
 
     fn crowded(&self) -> bool {
-        self.state.lock().crowded && !self.out.is_closing()
+        let mut st = self.state.lock();
+        // A held publisher looks here now and then: deliveries that wait
+        // for room (MQTT 5) move, and the load is looked at again.
+        self.release_waiting(&mut st);
+        if let Some(room) = st.relieve(self.out.limit(), false) {
+            room.notify_waiters();
+        }
+        st.crowded && !self.out.is_closing()
     }
 
     fn signal(&self) -> Option<Arc<Notify>> {
