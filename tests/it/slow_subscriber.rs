@@ -47,6 +47,23 @@ fn subscriber(b: &TestBroker, id: &str, topic: &str) -> Raw {
     raw
 }
 
+/// An MQTT 5 subscriber of `topic` at QoS 1, its CONNECT's properties
+/// set by `props`.
+fn v5_subscriber(
+    b: &TestBroker,
+    id: &str,
+    topic: &str,
+    props: impl FnOnce(&mut wharf::protocol::mqtt::PropertySet),
+) -> Raw {
+    let mut hello = raw_mqtt::hello_at(5, id);
+    props(&mut hello.props);
+    let (mut raw, code) = Raw::connect(b.mqtt_addr.unwrap(), hello);
+    assert_eq!(code, 0);
+    raw.send(&Packet::subscribe(1, vec![(topic.into(), 1)]));
+    assert!(matches!(raw.recv(), Some(Packet::SubAck(_))));
+    raw
+}
+
 /// Reads `n` PUBLISHes (acking each when `ack`); their payloads.
 fn take(r: &mut Raw, n: usize, ack: bool) -> Vec<String> {
     r.take_publishes(n, ack)
@@ -304,12 +321,7 @@ fn at_full_speed_with_the_defaults_nothing_is_lost_and_nobody_closed() {
 fn an_mqtt5_subscribers_receive_maximum_counts_toward_the_hold() {
     let b = TestBroker::start_tcp(|_| {});
     let addr = b.mqtt_addr.unwrap();
-    let mut hello = raw_mqtt::hello_at(5, "rm5-sub");
-    hello.props.receive_maximum = Some(10);
-    let (mut sub, code) = Raw::connect(addr, hello);
-    assert_eq!(code, 0);
-    sub.send(&Packet::subscribe(1, vec![("rm5/t".into(), 1)]));
-    assert!(matches!(sub.recv(), Some(Packet::SubAck(_))));
+    let mut sub = v5_subscriber(&b, "rm5-sub", "rm5/t", |p| p.receive_maximum = Some(10));
     let (mut publ, _) = Raw::connect(addr, raw_mqtt::hello_at(4, "rm5-pub"));
     let mut batch = bytes::BytesMut::new();
     for i in 0..1200 {
@@ -338,13 +350,10 @@ fn an_mqtt5_subscribers_receive_maximum_counts_toward_the_hold() {
 fn an_mqtt5_delivery_too_large_for_the_client_does_not_stop_those_behind_it() {
     let b = TestBroker::start_tcp(|_| {});
     let addr = b.mqtt_addr.unwrap();
-    let mut hello = raw_mqtt::hello_at(5, "big-sub");
-    hello.props.receive_maximum = Some(1);
-    hello.props.maximum_packet_size = Some(100);
-    let (mut sub, code) = Raw::connect(addr, hello);
-    assert_eq!(code, 0);
-    sub.send(&Packet::subscribe(1, vec![("big/t".into(), 1)]));
-    assert!(matches!(sub.recv(), Some(Packet::SubAck(_))));
+    let mut sub = v5_subscriber(&b, "big-sub", "big/t", |p| {
+        p.receive_maximum = Some(1);
+        p.maximum_packet_size = Some(100);
+    });
     let (mut publ, _) = Raw::connect(addr, raw_mqtt::hello_at(4, "big-pub"));
     let big = Packet::Publish(PublishPacket {
         dup: false,
