@@ -299,6 +299,11 @@ pub struct MqttConfig {
     pub hold_timeout_ms: u64,
 }
 
+/// `[mqtt] max_inflight`'s default.
+pub const MAX_INFLIGHT: usize = 8192;
+/// `[mqtt] hold_timeout_ms`'s default.
+pub const HOLD_TIMEOUT_MS: u64 = 10_000;
+
 /// What an MQTT subscriber that does not keep up with its QoS 1 and 2
 /// deliveries costs: its publishers' pace, or its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -321,8 +326,8 @@ impl Default for MqttConfig {
             tls_bind: "127.0.0.1:8883".into(),
             users: Default::default(),
             slow_subscriber: SlowSubscriber::Hold,
-            max_inflight: 8192,
-            hold_timeout_ms: 10_000,
+            max_inflight: MAX_INFLIGHT,
+            hold_timeout_ms: HOLD_TIMEOUT_MS,
         }
     }
 }

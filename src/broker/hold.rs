@@ -29,19 +29,6 @@ const LOOK_AGAIN: Duration = Duration::from_millis(100);
 #[derive(Clone, Default)]
 pub struct Hold(Vec<Arc<dyn Sink>>);
 
-/// How a [`Hold::wait`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HoldEnd {
-    /// Nothing to wait for, or every sink had room (or closed).
-    Room,
-    /// The publisher became crowded itself, or its connection is closing:
-    /// it stopped waiting.
-    Released,
-    /// The timeout ended the wait: this many sinks were still crowded and
-    /// were expelled.
-    Expelled(usize),
-}
-
 impl Hold {
     /// Whether the publish reached no crowded sink.
     pub fn is_empty(&self) -> bool {
@@ -59,10 +46,9 @@ impl Hold {
     /// Waits until every sink has room, for the publisher whose own sink
     /// is `own`, at most `timeout` in all; the sinks still crowded then
     /// are expelled. Ends early when `own` closes or becomes crowded.
-    pub async fn wait(self, own: &dyn Sink, timeout: Duration) -> HoldEnd {
+    pub async fn wait(self, own: &dyn Sink, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         let own_signal = own.signal();
-        let mut expelled = 0;
         for sink in self.0 {
             if sink.id() == own.id() {
                 continue;
@@ -82,7 +68,7 @@ impl Hold {
                     n.enable();
                 }
                 if own.is_closed() || own.crowded() {
-                    return HoldEnd::Released;
+                    return;
                 }
                 if !sink.crowded() {
                     break;
@@ -94,7 +80,6 @@ impl Hold {
                          acknowledgements of QoS 1 and 2 deliveries",
                         timeout.as_millis()
                     ));
-                    expelled += 1;
                     break;
                 }
                 let mine = async {
@@ -110,11 +95,6 @@ impl Hold {
                     () = tokio::time::sleep(LOOK_AGAIN.min(deadline - now)) => {}
                 }
             }
-        }
-        if expelled > 0 {
-            HoldEnd::Expelled(expelled)
-        } else {
-            HoldEnd::Room
         }
     }
 }

@@ -48,7 +48,7 @@ pub use durable::{
 pub use error::BrokerError;
 pub use histories::TopicHistory;
 pub use history::{HistoryEntry, HistoryPage, Recovery};
-pub use hold::{Hold, HoldEnd};
+pub use hold::Hold;
 pub use inspect::{MAX_BROWSE, Moved, PeekedMessage, QueuePage};
 pub use message::{EncodingSlot, Published};
 pub use presence::{Member, PresencePage, Who};

@@ -253,7 +253,7 @@ impl MqttSession {
             auth_seen: 0,
             unproven: None,
             charged: 0,
-            hold_ms: u32::try_from(Flow::default().hold_timeout.as_millis()).unwrap_or(u32::MAX),
+            hold_ms: Flow::default().hold_ms(),
         }
     }
 

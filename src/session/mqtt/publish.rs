@@ -129,7 +129,7 @@ impl MqttSession {
     pub fn with_flow(self, flow: Flow) -> Self {
         self.sink.state.lock().set_flow(&flow);
         MqttSession {
-            hold_ms: u32::try_from(flow.hold_timeout.as_millis()).unwrap_or(u32::MAX),
+            hold_ms: flow.hold_ms(),
             ..self
         }
     }
@@ -143,8 +143,7 @@ impl MqttSession {
         if hold.is_empty() {
             return;
         }
-        let metrics = self.broker.metrics().clone();
-        metrics.mqtt_publishes_held.add(1);
+        self.broker.metrics().mqtt_publishes_held.add(1);
         let timeout = std::time::Duration::from_millis(u64::from(self.hold_ms));
         Box::pin(hold.wait(&*self.sink, timeout)).await;
         self.last_packet = std::time::Instant::now();

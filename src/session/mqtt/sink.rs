@@ -133,9 +133,22 @@ impl Flow {
     }
 }
 
+impl Flow {
+    /// The hold timeout in milliseconds, as a session keeps it.
+    pub(super) fn hold_ms(&self) -> u32 {
+        u32::try_from(self.hold_timeout.as_millis()).unwrap_or(u32::MAX)
+    }
+}
+
 impl Default for Flow {
+    /// `[mqtt]`'s defaults, without making a whole `MqttConfig` (its
+    /// addresses are strings) for every connection.
     fn default() -> Self {
-        Flow::of(&crate::config::MqttConfig::default())
+        Flow {
+            max_inflight: u16::try_from(crate::config::MAX_INFLIGHT).unwrap_or(u16::MAX),
+            drop: false,
+            hold_timeout: std::time::Duration::from_millis(crate::config::HOLD_TIMEOUT_MS),
+        }
     }
 }
 
