@@ -111,6 +111,7 @@ fn status_text(s: &Value) -> String {
     }
     let counters = [
         "forwarded",
+        "not_wanted",
         "received",
         "buffered",
         "dropped",

@@ -16,7 +16,7 @@ use futures_util::stream::{SelectAll, Stream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Cluster, ClusterError, Control, HELLO_EVERY, Listed, NatsError, Outbound, Shared, kv, subject,
+    Cluster, ClusterError, Control, HELLO_EVERY, Listed, Listen, NatsError, Shared, kv, subject,
     wire,
 };
 use crate::broker::{Publish, WeakBroker};
@@ -124,17 +124,22 @@ async fn run(
         client.subscribe(format!("{prefix}.home.{node}")),
         client.subscribe(format!("{prefix}.deliver.{node}")),
         client.subscribe(format!("{prefix}.reply.{node}.*")),
+        client.subscribe(super::tell::interest_subject(&prefix)),
+        client.subscribe(super::tell::ack_subject(&prefix, &node)),
+        client.subscribe(super::tell::tell_subject(&prefix, &node)),
+        client.subscribe(super::tell::roll_subject(&prefix)),
     );
-    let (hello, connects, bye, calls, deliveries, replies) = match subscribed {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = started.send(Err(ClusterError::Unreachable {
-                urls: config.nats.join(", "),
-                reason: e.to_string(),
-            }));
-            return;
-        }
-    };
+    let (hello, connects, bye, calls, deliveries, replies, interest, acks, tell, roll) =
+        match subscribed {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = started.send(Err(ClusterError::Unreachable {
+                    urls: config.nats.join(", "),
+                    reason: e.to_string(),
+                }));
+                return;
+            }
+        };
     // The subscriptions are in place at NATS before the node serves, so
     // that a call to this node's queues from then on finds it.
     if super::connected(&client)
@@ -148,6 +153,14 @@ async fn run(
     {
         tracing::warn!("cluster: NATS did not confirm this node's subscriptions: {e}");
     }
+    // The nodes up, so that this node's first subscribes wait for them to
+    // take its filters (a node it does not know would not forward them).
+    let named = if super::connected(&client) {
+        let limit = Duration::from_millis(config.connect_timeout_ms);
+        super::tell::roll_call(&client, &prefix, &node, limit).await
+    } else {
+        Vec::new()
+    };
     let (outbound, out_rx) = mpsc::channel(config.buffer);
     let (control, control_rx) = mpsc::channel(CONTROL_DEPTH);
     let (stop, stop_rx) = oneshot::channel();
@@ -170,6 +183,7 @@ async fn run(
         instance: instance.clone(),
         members: config.members.clone(),
         conflicts: Default::default(),
+        interest: super::interest::Interest::new(),
         online,
         failover: config.failover.then(|| {
             super::failover::Failover::new(
@@ -184,6 +198,14 @@ async fn run(
         runtime: tokio::runtime::Handle::current(),
         stop: parking_lot::Mutex::new(Some((stop, stopped_rx))),
     });
+    {
+        let now = Instant::now();
+        let mut peers = shared.peers.lock();
+        for n in &named {
+            peers.insert(n.clone(), now);
+        }
+    }
+    shared.interest.named(&named);
     let bucket = kv::retained_bucket(&shared.prefix);
     if super::connected(&client) {
         kv::ensure_bucket(&client, &bucket, &shared).await;
@@ -198,7 +220,7 @@ async fn run(
         return;
     }
     let (finish, finishing) = oneshot::channel();
-    let pump = tokio::spawn(pump(shared.clone(), out_rx, finishing));
+    let pump = tokio::spawn(super::pump::pump(shared.clone(), out_rx, finishing));
     if let Some(f) = &shared.failover {
         // Appends for the queues held here, and the leases kept (both end
         // with the runtime).
@@ -223,6 +245,10 @@ async fn run(
             connects,
             hello,
             bye,
+            interest,
+            acks,
+            tell,
+            roll,
         },
         hello_subject,
         stop_rx,
@@ -249,62 +275,13 @@ async fn run(
             instance: shared.instance.clone(),
             members: shared.members.clone(),
             ask: false,
+            interest: None,
         };
         let _ = client.publish(bye_subject, bye.encode()).await;
         let _ = client.flush().await;
     })
     .await;
     let _ = stopped.send(());
-}
-
-/// Sends forwarded publishes to NATS in the order they were handed over,
-/// until `finish`: then the buffer closes and what is in it is still
-/// sent.
-async fn pump(
-    shared: Arc<Shared>,
-    mut rx: mpsc::Receiver<Outbound>,
-    mut finish: oneshot::Receiver<()>,
-) {
-    let c = &shared.counters;
-    let mut online = shared.online.clone();
-    let mut finished = false;
-    loop {
-        let m = tokio::select! {
-            biased;
-            m = rx.recv() => m,
-            _ = &mut finish, if !finished => {
-                finished = true;
-                rx.close();
-                rx.recv().await
-            }
-        };
-        let Some(m) = m else {
-            break;
-        };
-        // NATS away: hold this message (and the buffer behind it) until it
-        // is back and the other nodes listen again.
-        if !finished && !super::connected(&shared.client) {
-            super::peers::hold_until_heard(&shared, &mut online).await;
-        }
-        let client = &shared.client;
-        let sent = match (m.headers, m.reply) {
-            (Some(h), None) => client.publish_with_headers(m.subject, h, m.payload).await,
-            (None, None) => client.publish(m.subject, m.payload).await,
-            (Some(h), Some(r)) => {
-                client
-                    .publish_with_reply_and_headers(m.subject, r, h, m.payload)
-                    .await
-            }
-            (None, Some(r)) => client.publish_with_reply(m.subject, r, m.payload).await,
-        };
-        match sent {
-            Ok(()) => c.forwarded.fetch_add(1, Ordering::Relaxed),
-            Err(e) => {
-                tracing::debug!("cluster: NATS refused a publish: {e}");
-                c.failed.fetch_add(1, Ordering::Relaxed)
-            }
-        };
-    }
 }
 
 /// One NATS subscription of a filter, tagged with the filter's id.
@@ -333,6 +310,17 @@ struct Listening {
     /// local user yet and is not released until [`release_grace`] passed.
     wanted_at: Instant,
     confirmed: Arc<AtomicBool>,
+    /// The version of this node's filters that told the others of it.
+    told: u64,
+}
+
+impl Listening {
+    fn listen(&self) -> Listen {
+        Listen {
+            confirmed: self.confirmed.clone(),
+            told: self.told,
+        }
+    }
 }
 
 /// How long after its last want a filter may be released at the
@@ -356,6 +344,8 @@ struct Link {
     syncing: HashMap<u64, Syncing>,
     /// See [`release_grace`].
     grace: Duration,
+    /// What the other nodes were told of the filters.
+    told: super::interest::Told,
 }
 
 /// A filter whose retained messages are being read: the subscribes
@@ -364,13 +354,13 @@ struct Link {
 struct Syncing {
     filter: String,
     live: std::collections::HashSet<String>,
-    waiting: Vec<oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>>,
+    waiting: Vec<oneshot::Sender<Result<Listen, NatsError>>>,
 }
 
 /// A subscribe's answer: now, or once the filter's retained messages are
 /// in.
 enum Wanted {
-    Now(Result<Arc<AtomicBool>, NatsError>),
+    Now(Result<Listen, NatsError>),
     /// A new filter: read its retained messages (these key patterns),
     /// then answer.
     Sync(u64, Vec<String>),
@@ -383,7 +373,7 @@ impl Link {
         &mut self,
         client: &async_nats::Client,
         filter: String,
-        reply: &mut Option<oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>>,
+        reply: &mut Option<oneshot::Sender<Result<Listen, NatsError>>>,
         retained: bool,
     ) -> Wanted {
         self.generation += 1;
@@ -397,7 +387,7 @@ impl Link {
             };
             l.generation = self.generation;
             l.wanted_at = Instant::now();
-            return Wanted::Now(Ok(l.confirmed.clone()));
+            return Wanted::Now(Ok(l.listen()));
         }
         self.next_id += 1;
         let id = self.next_id;
@@ -413,6 +403,7 @@ impl Link {
             self.inbound.push(Tagged { id, sub });
         }
         let confirmed = Arc::new(AtomicBool::new(false));
+        let told = self.told.added(&filter);
         self.trie.insert(&filter, id);
         self.by_filter.insert(filter.clone(), id);
         self.filters.insert(
@@ -423,10 +414,11 @@ impl Link {
                 generation: self.generation,
                 wanted_at: Instant::now(),
                 confirmed: confirmed.clone(),
+                told,
             },
         );
         if !retained {
-            return Wanted::Now(Ok(confirmed));
+            return Wanted::Now(Ok(Listen { confirmed, told }));
         }
         // The NATS subscription went out first on this connection: a
         // retained message changed after the read is heard live.
@@ -470,6 +462,7 @@ impl Link {
         }
         for id in &gone {
             if let Some(l) = self.filters.remove(id) {
+                self.told.removed(&l.filter);
                 self.trie.remove(&l.filter, id);
                 self.by_filter.remove(&l.filter);
             }
@@ -529,9 +522,9 @@ impl Link {
                 "cluster: the retained messages were not read: {e}"
             ),
         }
-        let confirmed = self.filters.get(&id).map(|l| l.confirmed.clone());
+        let listen = self.filters.get(&id).map(Listening::listen);
         for w in s.waiting {
-            let _ = w.send(confirmed.clone().ok_or(NatsError::Released));
+            let _ = w.send(listen.clone().ok_or(NatsError::Released));
         }
     }
 
@@ -597,6 +590,14 @@ struct Sys {
     hello: async_nats::Subscriber,
     /// `{prefix}.sys.bye`: nodes stopping.
     bye: async_nats::Subscriber,
+    /// `{prefix}.sys.interest`: other nodes' filters.
+    interest: async_nats::Subscriber,
+    /// `{prefix}.sys.ack.{node}`: the others took this node's filters.
+    acks: async_nats::Subscriber,
+    /// `{prefix}.sys.tell.{node}`: asks for this node's whole set.
+    tell: async_nats::Subscriber,
+    /// `{prefix}.sys.roll`: starting nodes ask who is up.
+    roll: async_nats::Subscriber,
 }
 
 /// The link's loop: commands, messages from other nodes, hellos, until
@@ -614,6 +615,10 @@ async fn serve(
         mut connects,
         mut hello,
         mut bye,
+        mut interest,
+        mut acks,
+        mut tell,
+        mut roll,
     } = sys;
     let client = shared.client.clone();
     let mut link = Link {
@@ -626,18 +631,22 @@ async fn serve(
         generation: 0,
         syncing: HashMap::new(),
         grace: release_grace(shared.confirm),
+        told: Default::default(),
     };
     let mut tick = tokio::time::interval(HELLO_EVERY);
-    let hello_of = |ask: bool| {
+    let hello_of = |ask: bool, told: &super::interest::Told| {
         super::peers::Hello {
             node: shared.node.clone(),
             instance: shared.instance.clone(),
             members: shared.members.clone(),
             ask,
+            interest: Some(told.version()),
         }
         .encode()
     };
-    let hello_payload = hello_of(false);
+    // The first hello asks the others to say hello (and their filters'
+    // versions) at once.
+    let mut first = true;
     let mut online = shared.online.clone();
     let c = &shared.counters;
     loop {
@@ -670,6 +679,7 @@ async fn serve(
                                     });
                                 }
                             }
+                            super::tell::change(shared, &mut link.told).await;
                         }
                         Some(Control::Synced { id, result }) => {
                             let Some(broker) = broker.upgrade() else {
@@ -682,6 +692,7 @@ async fn serve(
                         }
                         Some(Control::Release { filters, reply }) => {
                             let _ = reply.send(link.release(filters));
+                            super::tell::change(shared, &mut link.told).await;
                         }
                         None => break,
                     },
@@ -697,7 +708,14 @@ async fn serve(
                     }
                     Some(msg) = hello.next() => {
                         if let Some(h) = super::peers::Hello::parse(&msg.payload) {
-                            if super::peers::heard(shared, &h) == super::peers::Heard::Restarted {
+                            let heard = super::peers::heard(shared, &h);
+                            if heard != super::peers::Heard::SameName
+                                && shared.interest.hello(&h.node, &h.instance, h.interest)
+                                    == super::interest::Next::Ask
+                            {
+                                super::tell::ask(shared, &h.node).await;
+                            }
+                            if heard == super::peers::Heard::Restarted {
                                 // Its new process knows none of this node's
                                 // consumers of its queues: attach them again
                                 // now, not at the next check.
@@ -713,7 +731,7 @@ async fn serve(
                             // A node back on NATS asks who listens: answer
                             // at once rather than at the next tick.
                             if h.ask && super::connected(&client) {
-                                let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
+                                let _ = client.publish(hello_subject.clone(), hello_of(false, &link.told)).await;
                             }
                         }
                     }
@@ -722,9 +740,20 @@ async fn serve(
                         // this): say so, and ask the others to.
                         let up = *online.borrow_and_update();
                         if up {
-                            let _ = client.publish(hello_subject.clone(), hello_of(true)).await;
+                            // What was said meanwhile may be lost, both ways.
+                            for node in shared.interest.reconnected() {
+                                super::tell::ask(shared, &node).await;
+                            }
+                            super::tell::whole(shared, &mut link.told, link.by_filter.keys()).await;
+                            let _ = client.publish(hello_subject.clone(), hello_of(true, &link.told)).await;
                         }
                     }
+                    Some(msg) = interest.next() => super::tell::heard(shared, msg).await,
+                    Some(msg) = acks.next() => super::tell::acked(shared, &msg),
+                    Some(_) = tell.next() => {
+                        super::tell::whole(shared, &mut link.told, link.by_filter.keys()).await;
+                    }
+                    Some(msg) = roll.next() => super::tell::answer_roll(shared, msg).await,
                     Some(msg) = bye.next() => {
                         // A node stopping: no longer listed (it left; a node
                         // that vanishes without a word is listed as lost
@@ -737,6 +766,7 @@ async fn serve(
                         {
                             let node = bye.node.as_str();
                             shared.peers.lock().remove(node);
+                            shared.interest.retain(|n| n != node);
                             let cluster = super::Cluster { shared: shared.clone() };
                             // Its calls in flight get no answer now.
                             cluster.fail_waiting_for(node);
@@ -748,7 +778,8 @@ async fn serve(
                     }
                     _ = tick.tick() => {
                         if super::connected(&client) {
-                            let _ = client.publish(hello_subject.clone(), hello_payload.clone()).await;
+                            let _ = client.publish(hello_subject.clone(), hello_of(first, &link.told)).await;
+                            first = false;
                         }
                         super::peers::tidy(shared);
                     }
@@ -804,6 +835,7 @@ mod tests {
                         generation: *generation,
                         wanted_at: Instant::now(),
                         confirmed: Arc::default(),
+                        told: 0,
                     },
                 )
             })

@@ -17,6 +17,11 @@
 //! overlaps it, so the stream a topic comes by never changes while the
 //! topic is wanted.
 //!
+//! A node sends a publish to NATS only when another node listens to a
+//! filter matching its topic: nodes tell each other their filters
+//! ([`interest`]), and a node forwards everything while it cannot be sure
+//! what the others want.
+//!
 //! All NATS work runs on a thread of its own (`link`); the broker hands it
 //! publishes through a bounded buffer and never waits for NATS on the
 //! publish path.
@@ -27,13 +32,16 @@ mod failover;
 mod here;
 pub mod home;
 mod hooks;
+mod interest;
 mod journal;
 mod js;
 mod kv;
 mod link;
 mod peers;
+mod pump;
 mod remote;
 mod serve;
+mod tell;
 
 pub use error::{CallError, ClusterError, FrameError, NatsError};
 pub use remote::{Answering, CALL_TIMEOUT};
@@ -85,7 +93,7 @@ enum Control {
     /// flag that says NATS has confirmed it.
     Want {
         filter: String,
-        reply: oneshot::Sender<Result<Arc<AtomicBool>, NatsError>>,
+        reply: oneshot::Sender<Result<Listen, NatsError>>,
     },
     /// The filters subscribed, with the generation of their last want.
     List { reply: oneshot::Sender<Listed> },
@@ -102,6 +110,16 @@ enum Control {
         filters: Vec<(u64, u64)>,
         reply: oneshot::Sender<usize>,
     },
+}
+
+/// A filter the link listens to, as a want is answered.
+#[derive(Debug, Clone)]
+struct Listen {
+    /// Set once NATS has confirmed the subscription.
+    confirmed: Arc<AtomicBool>,
+    /// The version of this node's filters that told the other nodes of
+    /// it: the want waits until they took it.
+    told: u64,
 }
 
 /// The link's subscriptions, as [`Control::List`] answers.
@@ -147,6 +165,8 @@ struct Shared {
     /// Whether the NATS client is connected (set by its events): the
     /// pump holds publishes while it is not.
     online: tokio::sync::watch::Receiver<bool>,
+    /// What the other nodes listen to (which publishes go to NATS).
+    interest: interest::Interest,
     /// Queues failing over between members (`[cluster] failover`).
     failover: Option<failover::Failover>,
     /// The broker this node serves (calls taken over here run on it).
@@ -245,8 +265,10 @@ impl Cluster {
         &self.shared.node
     }
 
-    /// Hands a publish to the link for the other nodes. Never waits: a
-    /// full buffer (NATS slow or away) drops it and counts it.
+    /// Hands a publish to the link for the other nodes, if any of them
+    /// wants its topic. Never waits: a full buffer (NATS slow or away)
+    /// drops it and counts it. A retained publish is written to the
+    /// retained bucket either way.
     pub(crate) fn forward(
         &self,
         topic: &str,
@@ -255,15 +277,19 @@ impl Cluster {
         flags: wire::Flags,
     ) {
         let s = &self.shared;
-        let msg = Outbound {
-            subject: subject::topic_subject(&s.prefix, topic),
-            headers: Some(wire::encode(&s.node, headers, flags)),
-            payload: payload.clone(),
-            reply: None,
-        };
-        if s.outbound.try_send(msg).is_err() {
-            s.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
+        if s.interest.wants(topic) {
+            let msg = Outbound {
+                subject: subject::topic_subject(&s.prefix, topic),
+                headers: Some(wire::encode(&s.node, headers, flags)),
+                payload: payload.clone(),
+                reply: None,
+            };
+            if s.outbound.try_send(msg).is_err() {
+                s.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        } else {
+            s.interest.skipped.fetch_add(1, Ordering::Relaxed);
         }
         // A retained message is also the value of its topic's key in the
         // retained bucket, written after the message on the same
@@ -328,8 +354,9 @@ impl Cluster {
     /// Makes sure this node hears `filter`'s topics from the other nodes:
     /// subscribes on NATS if it does not yet, reads the filter's retained
     /// messages from the retained bucket into the local topics, and waits
-    /// (at most `connect_timeout_ms`) for NATS to confirm, so that a
-    /// publish on another node after the subscribe returns is heard. With NATS away
+    /// (at most `connect_timeout_ms`) for NATS to confirm and for the
+    /// other nodes to say they forward its topics, so that a publish on
+    /// another node after the subscribe returns is heard. With NATS away
     /// it returns at once: the subscription is made when NATS comes back.
     pub(crate) async fn want(&self, filter: &str) {
         let s = &self.shared;
@@ -340,13 +367,13 @@ impl Cluster {
         });
         // The link's own read of retained messages is bounded by `confirm`
         // too: this wait is longer.
-        let confirmed = match tokio::time::timeout(s.confirm * 2, async {
+        let listen = match tokio::time::timeout(s.confirm * 2, async {
             asked.await.ok()?;
             answer.await.ok()
         })
         .await
         {
-            Ok(Some(Ok(confirmed))) => confirmed,
+            Ok(Some(Ok(listen))) => listen,
             Ok(Some(Err(e))) => {
                 tracing::warn!(filter, "cluster: cannot subscribe on NATS: {e}");
                 return;
@@ -359,13 +386,19 @@ impl Cluster {
                 return;
             }
         };
-        if confirmed.load(Ordering::Acquire) || !connected(&s.client) {
+        if !connected(&s.client) {
             return;
         }
-        match round_trip(&s.client, &s.prefix, &s.node, s.confirm).await {
-            Ok(()) => confirmed.store(true, Ordering::Release),
-            Err(e) => tracing::debug!(filter, "cluster: NATS did not confirm: {e}"),
+        if !listen.confirmed.load(Ordering::Acquire) {
+            match round_trip(&s.client, &s.prefix, &s.node, s.confirm).await {
+                Ok(()) => listen.confirmed.store(true, Ordering::Release),
+                Err(e) => tracing::debug!(filter, "cluster: NATS did not confirm: {e}"),
+            }
         }
+        // And every other node forwards the filter's topics.
+        s.interest
+            .wait_acked(&peers::up(s), listen.told, s.confirm)
+            .await;
     }
 
     /// Drops the NATS subscriptions of filters no local subscription uses
@@ -459,6 +492,7 @@ impl Cluster {
         let c = &s.counters;
         let stats = s.client.statistics();
         let (remote_consumers, consumers_elsewhere) = self.consumer_counts();
+        let (peer_filters, forwarding_all) = s.interest.status();
         let (same_name, other_members) = {
             let seen = s.conflicts.lock();
             (
@@ -484,6 +518,9 @@ impl Cluster {
             subjects: listed.map(|l| l.subjects).unwrap_or_default(),
             buffered: s.outbound.max_capacity() - s.outbound.capacity(),
             forwarded: c.forwarded.load(Ordering::Relaxed),
+            not_wanted: s.interest.skipped.load(Ordering::Relaxed),
+            forwarding_all,
+            peer_filters,
             dropped: c.dropped.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
             received: c.received.load(Ordering::Relaxed),
@@ -556,6 +593,17 @@ pub struct ClusterStatus {
     pub buffered: usize,
     /// Publishes sent to NATS.
     pub forwarded: u64,
+    /// Publishes no other node wanted (no filter of theirs matched), not
+    /// sent to NATS.
+    pub not_wanted: u64,
+    /// Whether every publish goes to NATS now, wanted or not: for a few
+    /// seconds after connecting, and while some node's filters are not
+    /// known here (`peer_filters`).
+    pub forwarding_all: bool,
+    /// How many filters each other node listens to, as known here
+    /// (`null`: not known yet, or a node older than interest-based
+    /// forwarding).
+    pub peer_filters: BTreeMap<String, Option<usize>>,
     /// Publishes dropped because the buffer was full.
     pub dropped: u64,
     /// Publishes NATS refused (past its max_payload, say).

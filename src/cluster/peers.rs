@@ -42,6 +42,9 @@ pub(super) struct Hello {
     /// Asks the nodes that hear it to say hello at once.
     #[serde(default)]
     pub ask: bool,
+    /// The version of its filters (`interest`); none from older nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interest: Option<u64>,
 }
 
 impl Hello {
@@ -55,6 +58,7 @@ impl Hello {
                 instance: String::new(),
                 members: Vec::new(),
                 ask: false,
+                interest: None,
             }
         };
         (!hello.node.is_empty() && hello.node.len() <= 256).then_some(hello)
@@ -186,6 +190,11 @@ pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
             .map(|(n, _)| n.clone())
             .collect()
     };
+    {
+        let peers = shared.peers.lock().clone();
+        shared.interest.retain(|n| peers.contains_key(n));
+    }
+    shared.interest.tick();
     let cluster = super::Cluster {
         shared: shared.clone(),
     };
@@ -197,6 +206,18 @@ pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
     }
 }
 
+/// The other nodes heard within [`LOST_AFTER`].
+pub(super) fn up(shared: &Shared) -> Vec<String> {
+    let now = Instant::now();
+    shared
+        .peers
+        .lock()
+        .iter()
+        .filter(|(_, seen)| now.saturating_duration_since(**seen) < LOST_AFTER)
+        .map(|(node, _)| node.clone())
+        .collect()
+}
+
 /// Called by the publish pump when NATS is away: waits until it is back
 /// and each node heard within [`LOST_AFTER`] before has said hello since
 /// (so its subscriptions are in place again), at most [`RESUME_WAIT`]
@@ -204,14 +225,7 @@ pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
 /// subscribed: sending what was held before the others listen again
 /// would lose it for them.
 pub(super) async fn hold_until_heard(shared: &Shared, online: &mut watch::Receiver<bool>) {
-    let now = Instant::now();
-    let alive: Vec<String> = shared
-        .peers
-        .lock()
-        .iter()
-        .filter(|(_, seen)| now.saturating_duration_since(**seen) < LOST_AFTER)
-        .map(|(node, _)| node.clone())
-        .collect();
+    let alive = up(shared);
     tracing::warn!(
         "cluster: NATS is away; publishes for other nodes are held (up to [cluster] buffer) \
          until it is back and they listen again"
@@ -265,6 +279,7 @@ mod tests {
             instance: "i1".into(),
             members: vec!["a".into(), "b".into()],
             ask: true,
+            interest: Some(3),
         };
         assert_eq!(Hello::parse(&h.encode()), Some(h));
         let old = Hello::parse(b"b").unwrap();

@@ -31,17 +31,26 @@ pub(super) fn cluster(e: &mut DescriptorEncoder<'_>, c: &crate::cluster::Cluster
     counters(
         e,
         "wharf_cluster_messages",
-        "Publishes that crossed the cluster: forwarded to NATS, dropped (buffer full), \
-         failed (NATS refused), received from other nodes, refused here, lost (this node fell behind).",
+        "Publishes that crossed the cluster: forwarded to NATS, not_wanted (no other node listens, \
+         not sent), dropped (buffer full), failed (NATS refused), received from other nodes, \
+         refused here, lost (this node fell behind).",
         "outcome",
         &[
             ("forwarded", c.forwarded),
+            ("not_wanted", c.not_wanted),
             ("dropped", c.dropped),
             ("failed", c.failed),
             ("received", c.received),
             ("refused", c.refused),
             ("lost", c.lost),
         ],
+    )?;
+    gauge(
+        e,
+        "wharf_cluster_forwarding_all",
+        "1 while every publish goes to NATS, wanted by another node or not (just connected, \
+         or some node's filters are not known here).",
+        i64::from(c.forwarding_all),
     )?;
     gauge(
         e,
