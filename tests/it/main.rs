@@ -14,6 +14,7 @@ mod cli;
 mod cluster;
 mod cluster_conflicts;
 mod cluster_failover;
+mod cluster_interest;
 mod cluster_kill;
 mod crash;
 mod dashboard;

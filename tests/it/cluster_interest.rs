@@ -1,0 +1,141 @@
+//! Interest-based forwarding, over real sockets and a real nats-server:
+//! once past its warm-up a node sends a publish to NATS only when
+//! another node listens to a matching filter, and a subscribe anywhere
+//! is heard by a publish on any node right after it returns.
+
+use std::time::Duration;
+
+use crate::cluster::{Nats, client, drain, node, status};
+use crate::common::{LONG, TestBroker, block_on, eventually};
+
+/// Past `b`'s warm-up, with every node's filters known there.
+async fn settled(b: &TestBroker) {
+    assert!(
+        eventually(LONG, || status(b)["forwarding_all"] == false).await,
+        "{}",
+        status(b)
+    );
+}
+
+fn count(b: &TestBroker, key: &str) -> u64 {
+    status(b)[key].as_u64().unwrap_or_default()
+}
+
+#[test]
+fn past_its_warm_up_a_node_sends_only_what_another_node_wants() {
+    let nats = Nats::start();
+    let (a, b, c) = (
+        node(&nats.url(), "a"),
+        node(&nats.url(), "b"),
+        node(&nats.url(), "c"),
+    );
+    block_on(async {
+        let (ca, cb, cc) = (client(&a).await, client(&b).await, client(&c).await);
+        settled(&a).await;
+        // A subscribe on b, then at once a publish on a: heard, every
+        // time (the subscribe returns once a took the filter).
+        for i in 0..20 {
+            let mut sub = cb.subscribe(&format!("fresh/{i}/+")).await.unwrap();
+            ca.publish(&format!("fresh/{i}/x"), format!("m{i}"))
+                .await
+                .unwrap();
+            let got = sub.recv_timeout(LONG).await.map(|m| m.payload);
+            assert_eq!(got.as_deref(), Some(format!("m{i}").as_bytes()), "filter {i}");
+        }
+        assert_eq!(
+            status(&a)["peer_filters"]["b"],
+            20,
+            "a knows b's filters: {}",
+            status(&a)
+        );
+        // Topics nobody elsewhere reads stay on a.
+        let (forwarded, skipped) = (count(&a, "forwarded"), count(&a, "not_wanted"));
+        let mut here = ca.subscribe("lonely/#").await.unwrap();
+        for i in 0..100 {
+            ca.publish("lonely/topic", format!("{i}")).await.unwrap();
+        }
+        assert_eq!(drain(&mut here, Duration::from_millis(200)).await.len(), 100);
+        assert_eq!(count(&a, "not_wanted") - skipped, 100, "{}", status(&a));
+        assert_eq!(count(&a, "forwarded"), forwarded, "{}", status(&a));
+        // A wildcard subscription on c makes them wanted.
+        let mut all = cc.subscribe("#").await.unwrap();
+        ca.publish("lonely/topic", "now wanted").await.unwrap();
+        let got = all.recv_timeout(LONG).await.map(|m| m.payload);
+        assert_eq!(got.as_deref(), Some(&b"now wanted"[..]));
+        assert!(
+            eventually(LONG, || count(&a, "forwarded") == forwarded + 1).await,
+            "{}",
+            status(&a)
+        );
+        // The metric says it too.
+        let (code, metrics) = crate::common::http(a.addr, "GET", "/metrics", "");
+        assert_eq!(code, 200);
+        assert!(
+            metrics.contains("wharf_cluster_messages_total{outcome=\"not_wanted\"} 100"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("wharf_cluster_forwarding_all 0"),
+            "{metrics}"
+        );
+    });
+}
+
+/// A node that restarts starts from no filter at the others; a node
+/// older than the exchange (its hello says no version) has every publish
+/// sent, since what it wants is not known.
+#[test]
+fn a_restarted_node_is_heard_again_and_an_older_node_gets_everything() {
+    let nats = Nats::start();
+    let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
+    block_on(async {
+        let ca = client(&a).await;
+        {
+            let cb = client(&b).await;
+            let _kept = cb.subscribe("before/restart").await.unwrap();
+            settled(&a).await;
+            assert_eq!(status(&a)["peer_filters"]["b"], 1, "{}", status(&a));
+        }
+        b.stop().unwrap();
+        // b said bye: a forgets its filters.
+        assert!(
+            eventually(LONG, || status(&a)["peer_filters"].get("b").is_none()).await,
+            "{}",
+            status(&a)
+        );
+        let b = node(&nats.url(), "b");
+        let cb = client(&b).await;
+        let mut sub = cb.subscribe("after/restart").await.unwrap();
+        ca.publish("after/restart", "hello again").await.unwrap();
+        let got = sub.recv_timeout(LONG).await.map(|m| m.payload);
+        assert_eq!(got.as_deref(), Some(&b"hello again"[..]));
+        settled(&a).await;
+        let skipped = count(&a, "not_wanted");
+        ca.publish("before/restart", "nobody").await.unwrap();
+        assert!(
+            eventually(LONG, || count(&a, "not_wanted") == skipped + 1).await,
+            "{}",
+            status(&a)
+        );
+
+        // An older node says hello without a version.
+        let raw = async_nats::connect(nats.url()).await.unwrap();
+        let hello = serde_json::json!({"node": "old", "instance": "o1", "members": [], "ask": false});
+        raw.publish("wharf.sys.hello", hello.to_string().into())
+            .await
+            .unwrap();
+        raw.flush().await.unwrap();
+        assert!(
+            eventually(LONG, || status(&a)["forwarding_all"] == true).await,
+            "{}",
+            status(&a)
+        );
+        let forwarded = count(&a, "forwarded");
+        ca.publish("before/restart", "for the old node").await.unwrap();
+        assert!(
+            eventually(LONG, || count(&a, "forwarded") == forwarded + 1).await,
+            "{}",
+            status(&a)
+        );
+    });
+}
