@@ -26,6 +26,8 @@ use crate::routing::{self, FilterTrie};
 /// Commands from the broker waiting for the link; past it a subscribe
 /// waits (bounded by its timeout).
 const CONTROL_DEPTH: usize = 1024;
+/// Longest a starting node waits for its roll call's answer.
+const ROLL_CALL_WAIT: Duration = Duration::from_secs(1);
 /// Longest the link spends sending what is buffered when it stops.
 const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
 
@@ -156,7 +158,9 @@ async fn run(
     // The nodes up, so that this node's first subscribes wait for them to
     // take its filters (a node it does not know would not forward them).
     let named = if super::connected(&client) {
-        let limit = Duration::from_millis(config.connect_timeout_ms);
+        // Short: anything subscribed to `{prefix}.sys.>` (an operator's
+        // `nats sub`) is a responder that never answers.
+        let limit = Duration::from_millis(config.connect_timeout_ms).min(ROLL_CALL_WAIT);
         super::tell::roll_call(&client, &prefix, &node, limit).await
     } else {
         Vec::new()

@@ -40,7 +40,11 @@ fn past_its_warm_up_a_node_sends_only_what_another_node_wants() {
                 .await
                 .unwrap();
             let got = sub.recv_timeout(LONG).await.map(|m| m.payload);
-            assert_eq!(got.as_deref(), Some(format!("m{i}").as_bytes()), "filter {i}");
+            assert_eq!(
+                got.as_deref(),
+                Some(format!("m{i}").as_bytes()),
+                "filter {i}"
+            );
         }
         assert_eq!(
             status(&a)["peer_filters"]["b"],
@@ -54,7 +58,10 @@ fn past_its_warm_up_a_node_sends_only_what_another_node_wants() {
         for i in 0..100 {
             ca.publish("lonely/topic", format!("{i}")).await.unwrap();
         }
-        assert_eq!(drain(&mut here, Duration::from_millis(200)).await.len(), 100);
+        assert_eq!(
+            drain(&mut here, Duration::from_millis(200)).await.len(),
+            100
+        );
         assert_eq!(count(&a, "not_wanted") - skipped, 100, "{}", status(&a));
         assert_eq!(count(&a, "forwarded"), forwarded, "{}", status(&a));
         // A wildcard subscription on c makes them wanted.
@@ -120,7 +127,8 @@ fn a_restarted_node_is_heard_again_and_an_older_node_gets_everything() {
 
         // An older node says hello without a version.
         let raw = async_nats::connect(nats.url()).await.unwrap();
-        let hello = serde_json::json!({"node": "old", "instance": "o1", "members": [], "ask": false});
+        let hello =
+            serde_json::json!({"node": "old", "instance": "o1", "members": [], "ask": false});
         raw.publish("wharf.sys.hello", hello.to_string().into())
             .await
             .unwrap();
@@ -131,11 +139,86 @@ fn a_restarted_node_is_heard_again_and_an_older_node_gets_everything() {
             status(&a)
         );
         let forwarded = count(&a, "forwarded");
-        ca.publish("before/restart", "for the old node").await.unwrap();
+        ca.publish("before/restart", "for the old node")
+            .await
+            .unwrap();
         assert!(
             eventually(LONG, || count(&a, "forwarded") == forwarded + 1).await,
             "{}",
             status(&a)
         );
+    });
+}
+
+/// A subscribe returns only once every node heard lately that tells its
+/// filters has taken the new filter: a node (here a raw NATS client
+/// speaking the exchange) that has not acknowledged it holds the
+/// subscribe back; its acknowledgement lets it go.
+#[test]
+fn a_subscribe_waits_until_the_other_nodes_took_its_filter() {
+    let nats = Nats::start();
+    let url = nats.url();
+    // A long confirm timeout: the subscribe ends by the acknowledgement,
+    // not by giving up.
+    let b = TestBroker::start(move |c| {
+        c.cluster.nats = vec![url];
+        c.cluster.node = "b".into();
+        c.cluster.connect_timeout_ms = 60_000;
+    });
+    block_on(async {
+        let raw = async_nats::connect(nats.url()).await.unwrap();
+        let mut said = raw.subscribe("wharf.sys.interest").await.unwrap();
+        // b's link is up (it joins in the background) once it says hello.
+        let mut hellos = raw.subscribe("wharf.sys.hello").await.unwrap();
+        tokio::time::timeout(LONG, futures_util::StreamExt::next(&mut hellos))
+            .await
+            .expect("b says hello");
+        let hello = serde_json::json!({
+            "node": "x", "instance": "x1", "members": [], "ask": false, "interest": 0
+        });
+        raw.publish("wharf.sys.hello", hello.to_string().into())
+            .await
+            .unwrap();
+        raw.flush().await.unwrap();
+        assert!(
+            eventually(LONG, || status(&b)["peers"].to_string().contains("\"x\"")).await,
+            "{}",
+            status(&b)
+        );
+        let cb = client(&b).await;
+        let done = std::rc::Rc::new(std::cell::Cell::new(false));
+        let subscribing = {
+            let done = done.clone();
+            actix_rt::spawn(async move {
+                let sub = cb.subscribe("waits/here").await;
+                done.set(true);
+                (cb, sub)
+            })
+        };
+        let change = loop {
+            let m = tokio::time::timeout(LONG, futures_util::StreamExt::next(&mut said))
+                .await
+                .expect("b tells its new filter")
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+            if v["add"].to_string().contains("waits/here") {
+                break (v, m.reply.expect("a change asks for an acknowledgement"));
+            }
+        };
+        let (v, reply) = change;
+        assert_eq!(v["node"], "b", "{v}");
+        // Not acknowledged yet: the subscribe waits.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !done.get(),
+            "the subscribe returned before x took the filter"
+        );
+        let ack = serde_json::json!({"node": "x", "version": v["version"]});
+        raw.publish(reply, ack.to_string().into()).await.unwrap();
+        let (_cb, sub) = tokio::time::timeout(LONG, subscribing)
+            .await
+            .expect("the acknowledgement lets the subscribe return")
+            .unwrap();
+        sub.unwrap();
     });
 }
