@@ -38,6 +38,13 @@ fn what_a_node_published_while_nats_was_away_reaches_the_others_when_it_is_back(
             "{}",
             status(&a)
         );
+        // Past the warm-up, a sends b only what b listens to: what b
+        // listened to before the outage is sent after it.
+        assert!(
+            eventually(LONG, || status(&a)["forwarding_all"] == false).await,
+            "{}",
+            status(&a)
+        );
         drain(&mut on_a, Duration::from_millis(100)).await;
         drain(&mut on_b, Duration::from_millis(100)).await;
         nats.kill();
