@@ -1,7 +1,8 @@
 //! The cluster scenarios: one publisher on node a and the fan-out's
 //! subscribers all on a, or spread over a, b and c (three nodes joined by
 //! a nats-server this run starts), against one node without a cluster;
-//! the delay of a hop to another node; and durable queue scenarios with
+//! publishes nobody reads (what being in a cluster costs a publish); the
+//! delay of a hop to another node; and durable queue scenarios with
 //! the queue homed on node b and the clients on a and c, against one
 //! node. Broker CPU is summed over the nodes and nats-server, and given
 //! per delivery.
@@ -144,6 +145,67 @@ fn measured_split(pids: &[u32], nats: &[u32], f: impl FnOnce() -> (Row, Option<f
     row
 }
 
+/// Publishes `args.messages` on `topic` at `url` that nobody subscribes
+/// to; the rate is publishes per second.
+fn publish_only(args: &Args, url: &str, topic: &str) -> (Row, Option<f64>) {
+    let n = args.messages;
+    let bar = super::progress::counted(format!("1 -> 0, {} B", args.size), n as u64);
+    let cpu = super::Cpu::start(args.pid);
+    let start = Instant::now();
+    let (url, topic, opts, payload) = (
+        url.to_owned(),
+        topic.to_owned(),
+        super::options(args),
+        vec![0x5au8; args.size],
+    );
+    actix_rt::System::new().block_on(async move {
+        let c = wharf::client::Client::connect(&url, opts)
+            .await
+            .expect("publisher connects");
+        super::publish_paced(&c, &topic, &payload, n, &bar.0).await;
+    });
+    let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let (gen_cores, broker_cores) = cpu.cores();
+    let row = Row {
+        scenario: format!("1 -> 0 (nobody subscribed), {} B", args.size),
+        result: format!("{rate:.0} msg/s published"),
+        gen_cores,
+        broker_cores,
+    };
+    (row, Some(rate))
+}
+
+/// A row from [`measured`] whose rate counts publishes.
+fn per_publish(mut row: Row) -> Row {
+    row.result = row.result.replace("per delivery", "per publish");
+    row
+}
+
+/// Waits, at most 15 s, until every node at `urls` says it sends NATS
+/// only what other nodes want (past its warm-up; a node that does not
+/// say, from before interest-based forwarding, is not waited for).
+fn settled(urls: &[String]) {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for url in urls {
+        let addr = url.trim_start_matches("ws://").split('/').next().unwrap_or_default();
+        while Instant::now() < deadline {
+            let mut body = String::new();
+            let asked = std::net::TcpStream::connect(addr).and_then(|mut s| {
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                s.write_all(
+                    b"GET /admin/cluster HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n",
+                )?;
+                s.read_to_string(&mut body)
+            });
+            if asked.is_err() || !body.contains("\"forwarding_all\":true") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// The scenarios; none when nats-server is missing (said on stderr).
 pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
     let Some(nats) = start_nats() else {
@@ -205,6 +267,26 @@ pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
             (r, Some(rate))
         }),
         "cluster, subscribers over a, b, c",
+    ));
+    // Publishes nobody reads, and one subscriber on another node: what
+    // being in a cluster costs a publish (node and NATS CPU).
+    settled(&urls);
+    rows.push(label(
+        per_publish(measured(&[single.child.id()], || {
+            publish_only(&a, &single_url, "bench/alone")
+        })),
+        "one node, no cluster",
+    ));
+    rows.push(label(
+        per_publish(measured(&pids, || publish_only(&a, &urls[0], "bench/alone"))),
+        "cluster, nobody on another node subscribed",
+    ));
+    rows.push(label(
+        measured(&pids, || {
+            let (r, rate) = throughput_spread(&a, &urls[0], &urls[1..2], "bench/remote", 1);
+            (r, Some(rate))
+        }),
+        "cluster, one subscriber on b",
     ));
     rows.push(label(
         measured(&[single.child.id()], || {

@@ -188,7 +188,7 @@ impl Cpu {
     }
 }
 
-fn options(args: &Args) -> ClientOptions {
+pub(crate) fn options(args: &Args) -> ClientOptions {
     ClientOptions {
         format: if args.format == "json" {
             Format::Json
@@ -322,41 +322,7 @@ pub(crate) fn throughput_spread(
                 let c = Client::connect(&url, opts)
                     .await
                     .expect("publisher connects");
-                // A confirmed publish now and then keeps the publisher
-                // from running unboundedly ahead of the broker: at most two
-                // windows ahead, as each confirmation is awaited only once
-                // the next is sent (waiting for each at once drained the
-                // pipeline every window and left the broker idle: 10-15%
-                // of 1 -> 1).
-                type Confirming<'a> = std::pin::Pin<
-                    Box<
-                        dyn std::future::Future<Output = Result<(), wharf::client::ClientError>>
-                            + 'a,
-                    >,
-                >;
-                let mut confirming: Option<Confirming<'_>> = None;
-                for i in 0..n {
-                    if i % CONFIRM_EVERY == CONFIRM_EVERY - 1 {
-                        let mut confirm: Confirming<'_> =
-                            Box::pin(c.publish_confirmed(&topic, payload.clone()));
-                        // Polled once: the publish is on its way.
-                        let done = futures_util::FutureExt::now_or_never(&mut confirm);
-                        if let Some(previous) = confirming.take() {
-                            previous.await.expect("publish");
-                            bar.inc(CONFIRM_EVERY as u64);
-                        }
-                        match done {
-                            Some(r) => r.expect("publish"),
-                            None => confirming = Some(confirm),
-                        }
-                    } else {
-                        c.publish(&topic, payload.clone()).await.expect("publish");
-                    }
-                }
-                if let Some(last) = confirming {
-                    last.await.expect("publish");
-                }
-                c.ping().await.expect("ping");
+                publish_paced(&c, &topic, &payload, n, &bar).await;
             })
         })
     };
@@ -385,6 +351,52 @@ pub(crate) fn throughput_spread(
         broker_cores,
     };
     (row, rate)
+}
+
+/// Publishes `n` copies of `payload` on `topic`, one confirmed publish
+/// every [`CONFIRM_EVERY`] (ticking `bar`), then waits for a ping.
+pub(crate) async fn publish_paced(
+    c: &Client,
+    topic: &str,
+    payload: &[u8],
+    n: usize,
+    bar: &indicatif::ProgressBar,
+) {
+    // A confirmed publish now and then keeps the publisher
+    // from running unboundedly ahead of the broker: at most two
+    // windows ahead, as each confirmation is awaited only once
+    // the next is sent (waiting for each at once drained the
+    // pipeline every window and left the broker idle: 10-15%
+    // of 1 -> 1).
+    type Confirming<'a> = std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<(), wharf::client::ClientError>>
+                + 'a,
+        >,
+    >;
+    let mut confirming: Option<Confirming<'_>> = None;
+    for i in 0..n {
+        if i % CONFIRM_EVERY == CONFIRM_EVERY - 1 {
+            let mut confirm: Confirming<'_> =
+                Box::pin(c.publish_confirmed(topic, payload.to_vec()));
+            // Polled once: the publish is on its way.
+            let done = futures_util::FutureExt::now_or_never(&mut confirm);
+            if let Some(previous) = confirming.take() {
+                previous.await.expect("publish");
+                bar.inc(CONFIRM_EVERY as u64);
+            }
+            match done {
+                Some(r) => r.expect("publish"),
+                None => confirming = Some(confirm),
+            }
+        } else {
+            c.publish(topic, payload.to_vec()).await.expect("publish");
+        }
+    }
+    if let Some(last) = confirming {
+        last.await.expect("publish");
+    }
+    c.ping().await.expect("ping");
 }
 
 /// Publishes at `rate` for `secs` and measures publish-to-delivery delay.
