@@ -321,13 +321,7 @@ impl Interest {
         if self.open.load(Ordering::Acquire) {
             return true;
         }
-        let state = self.state.read();
-        if state.trie.is_empty() {
-            return false;
-        }
-        let mut hit = false;
-        state.trie.for_each_match(topic, |_| hit = true);
-        hit
+        self.state.read().trie.any_match(topic)
     }
 
     /// Sets [`Interest::open`] from `state` (under its write lock, so a

@@ -81,6 +81,12 @@ pub(super) async fn heard(shared: &Shared, msg: async_nats::Message) {
         return;
     }
     let (node, version) = (said.node.clone(), said.version);
+    // Heard, as by a hello: its filters are not forgotten at the next
+    // tidying should its first hello come later.
+    shared
+        .peers
+        .lock()
+        .insert(node.clone(), std::time::Instant::now());
     let next = shared.interest.said(said);
     if let Some(reply) = msg.reply {
         let ack = Ack {

@@ -301,6 +301,50 @@ impl<V: PartialEq> FilterTrie<V> {
         }
     }
 
+    /// Whether any filter matches the (valid) topic name: what
+    /// [`FilterTrie::for_each_match`] would find, without allocating
+    /// unless a `+` branch is met, and stopping at the first match (the
+    /// cluster asks it on every publish).
+    pub fn any_match(&self, topic: &str) -> bool {
+        // (node, the topic's levels still to walk, whether wildcards are
+        // skipped at this node: the first level of a `$` topic).
+        let mut stack: Vec<(&Node<V>, Option<&str>, bool)> = Vec::new();
+        let mut at = (&self.root, Some(topic), topic.starts_with('$'));
+        loop {
+            let (mut node, mut rest, mut skip_wild) = at;
+            loop {
+                if !skip_wild && !node.hash.is_empty() {
+                    return true;
+                }
+                let Some(levels) = rest else {
+                    if !node.here.is_empty() {
+                        return true;
+                    }
+                    break;
+                };
+                let (level, next) = match levels.split_once('/') {
+                    Some((level, next)) => (level, Some(next)),
+                    None => (levels, None),
+                };
+                if !skip_wild && let Some(plus) = node.plus.as_deref() {
+                    stack.push((plus, next, false));
+                }
+                match node.children.get(level) {
+                    Some(child) => {
+                        node = child;
+                        rest = next;
+                        skip_wild = false;
+                    }
+                    None => break,
+                }
+            }
+            match stack.pop() {
+                Some(next) => at = next,
+                None => return false,
+            }
+        }
+    }
+
     /// Calls `f` with every value whose filter matches the (valid) topic
     /// name. A value under several matching filters is seen once per
     /// filter. Iterative: the stack holds the `+` branches still to visit,
@@ -408,6 +452,19 @@ mod tests {
                 .collect();
             assert_eq!(matched(&t, topic), want, "topic {topic:?}");
         }
+        // Each filter alone: `any_match` says what the matcher says.
+        for f in filters {
+            let mut one = FilterTrie::new();
+            one.insert(f, 0u32);
+            for topic in topics {
+                assert_eq!(
+                    one.any_match(topic),
+                    matches(f, topic),
+                    "{f:?} on {topic:?}"
+                );
+            }
+        }
+        assert!(t.any_match("a/b") && !FilterTrie::<u32>::new().any_match("a"));
     }
 
     /// Deep filters and topics are walked without recursion: on a thread
