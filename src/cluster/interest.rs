@@ -646,7 +646,7 @@ mod tests {
             version: 3,
             ..Default::default()
         };
-        let filters = vec!["x".to_string(), "y".to_string()];
+        let filters = ["x".to_string(), "y".to_string()];
         for part in t.whole("b", "i", filters.iter()) {
             i.said(part);
         }

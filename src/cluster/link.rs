@@ -711,32 +711,14 @@ async fn serve(
                         }
                     }
                     Some(msg) = hello.next() => {
-                        if let Some(h) = super::peers::Hello::parse(&msg.payload) {
-                            let heard = super::peers::heard(shared, &h);
-                            if heard != super::peers::Heard::SameName
-                                && shared.interest.hello(&h.node, &h.instance, h.interest)
-                                    == super::interest::Next::Ask
-                            {
-                                super::tell::ask(shared, &h.node).await;
-                            }
-                            if heard == super::peers::Heard::Restarted {
-                                // Its new process knows none of this node's
-                                // consumers of its queues: attach them again
-                                // now, not at the next check.
-                                let cluster = super::Cluster { shared: shared.clone() };
-                                let (node, at) = (h.node.clone(), Instant::now());
-                                tokio::spawn(async move {
-                                    let again = cluster.check_consumers_of(&node, at).await;
-                                    if again > 0 {
-                                        tracing::info!(again, home = %node, "cluster: consumers attached again at a restarted home");
-                                    }
-                                });
-                            }
-                            // A node back on NATS asks who listens: answer
-                            // at once rather than at the next tick.
-                            if h.ask && super::connected(&client) {
-                                let _ = client.publish(hello_subject.clone(), hello_of(false, &link.told)).await;
-                            }
+                        let Some(h) = super::peers::Hello::parse(&msg.payload) else {
+                            continue;
+                        };
+                        super::peers::on_hello(shared, &h).await;
+                        // A node back on NATS asks who listens: answer at
+                        // once rather than at the next tick.
+                        if h.ask && super::connected(&client) {
+                            let _ = client.publish(hello_subject.clone(), hello_of(false, &link.told)).await;
                         }
                     }
                     Ok(()) = online.changed() => {
@@ -759,25 +741,8 @@ async fn serve(
                     }
                     Some(msg) = roll.next() => super::tell::answer_roll(shared, msg).await,
                     Some(msg) = bye.next() => {
-                        // A node stopping: no longer listed (it left; a node
-                        // that vanishes without a word is listed as lost
-                        // instead), and its consumers of this node's queues
-                        // detached.
-                        if let Some(bye) = super::peers::Hello::parse(&msg.payload)
-                            && bye.node != shared.node
-                            && super::peers::leaving(shared, &bye)
-                            && let Some(broker) = broker.upgrade()
-                        {
-                            let node = bye.node.as_str();
-                            shared.peers.lock().remove(node);
-                            shared.interest.retain(|n| n != node);
-                            let cluster = super::Cluster { shared: shared.clone() };
-                            // Its calls in flight get no answer now.
-                            cluster.fail_waiting_for(node);
-                            let node = node.to_owned();
-                            tokio::spawn(async move {
-                                cluster.detach_consumers_of(&broker, |n| n == node).await;
-                            });
+                        if let Some(bye) = super::peers::Hello::parse(&msg.payload) {
+                            super::peers::on_bye(shared, &broker, &bye);
                         }
                     }
                     _ = tick.tick() => {

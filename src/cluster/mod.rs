@@ -177,6 +177,19 @@ struct Shared {
     stop: Mutex<Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
 
+impl Shared {
+    /// The other nodes heard within [`LOST_AFTER`].
+    fn up(&self) -> Vec<String> {
+        let now = Instant::now();
+        self.peers
+            .lock()
+            .iter()
+            .filter(|(_, seen)| now.saturating_duration_since(**seen) < LOST_AFTER)
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+}
+
 /// Called with a client id (`mqtt:{id}`), the principal's id, whether
 /// the new connection asked for a clean start, and when it connected
 /// (Unix ms, the other node's clock), when a client connects on another
@@ -396,9 +409,7 @@ impl Cluster {
             }
         }
         // And every other node forwards the filter's topics.
-        s.interest
-            .wait_acked(&peers::up(s), listen.told, s.confirm)
-            .await;
+        s.interest.wait_acked(&s.up(), listen.told, s.confirm).await;
     }
 
     /// Drops the NATS subscriptions of filters no local subscription uses

@@ -10,6 +10,7 @@
 //! hello at once (a node sends it when it comes back to NATS, to learn
 //! without waiting who listens again).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -135,6 +136,55 @@ pub(super) fn heard(shared: &Shared, hello: &Hello) -> Heard {
     Heard::OtherMembers(hello.members.clone())
 }
 
+/// Takes a hello: records its node ([`heard`]), asks for its filters
+/// where they are not known, and attaches this node's consumers again at
+/// a home that restarted (its new process knows none of them), now
+/// rather than at the next check.
+pub(super) async fn on_hello(shared: &Arc<Shared>, h: &Hello) {
+    let heard = heard(shared, h);
+    if heard != Heard::SameName
+        && shared.interest.hello(&h.node, &h.instance, h.interest) == super::interest::Next::Ask
+    {
+        super::tell::ask(shared, &h.node).await;
+    }
+    if heard == Heard::Restarted {
+        let cluster = super::Cluster {
+            shared: shared.clone(),
+        };
+        let (node, at) = (h.node.clone(), Instant::now());
+        tokio::spawn(async move {
+            let again = cluster.check_consumers_of(&node, at).await;
+            if again > 0 {
+                tracing::info!(again, home = %node, "cluster: consumers attached again at a restarted home");
+            }
+        });
+    }
+}
+
+/// Takes a bye: a node stopping is no longer listed (it left; a node
+/// that vanishes without a word is listed as lost instead), its filters
+/// are forgotten, its calls in flight fail now, and its consumers of this
+/// node's queues are detached.
+pub(super) fn on_bye(shared: &Arc<Shared>, broker: &crate::broker::WeakBroker, bye: &Hello) {
+    if bye.node == shared.node || !leaving(shared, bye) {
+        return;
+    }
+    let Some(broker) = broker.upgrade() else {
+        return;
+    };
+    let node = bye.node.as_str();
+    shared.peers.lock().remove(node);
+    shared.interest.retain(|n| n != node);
+    let cluster = super::Cluster {
+        shared: shared.clone(),
+    };
+    cluster.fail_waiting_for(node);
+    let node = node.to_owned();
+    tokio::spawn(async move {
+        cluster.detach_consumers_of(&broker, |n| n == node).await;
+    });
+}
+
 /// Whether `bye` is from the process this node knows under that name: a
 /// bye from another process using the same name (an impostor stopping)
 /// must not make this node drop the real one's consumers. A bye without
@@ -206,18 +256,6 @@ pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
     }
 }
 
-/// The other nodes heard within [`LOST_AFTER`].
-pub(super) fn up(shared: &Shared) -> Vec<String> {
-    let now = Instant::now();
-    shared
-        .peers
-        .lock()
-        .iter()
-        .filter(|(_, seen)| now.saturating_duration_since(**seen) < LOST_AFTER)
-        .map(|(node, _)| node.clone())
-        .collect()
-}
-
 /// Called by the publish pump when NATS is away: waits until it is back
 /// and each node heard within [`LOST_AFTER`] before has said hello since
 /// (so its subscriptions are in place again), at most [`RESUME_WAIT`]
@@ -225,7 +263,7 @@ pub(super) fn up(shared: &Shared) -> Vec<String> {
 /// subscribed: sending what was held before the others listen again
 /// would lose it for them.
 pub(super) async fn hold_until_heard(shared: &Shared, online: &mut watch::Receiver<bool>) {
-    let alive = up(shared);
+    let alive = shared.up();
     tracing::warn!(
         "cluster: NATS is away; publishes for other nodes are held (up to [cluster] buffer) \
          until it is back and they listen again"

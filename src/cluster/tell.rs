@@ -116,7 +116,7 @@ pub(super) async fn answer_roll(shared: &Shared, msg: async_nats::Message) {
     };
     let roll = Roll {
         node: shared.node.clone(),
-        peers: shared.interest.speaking(&super::peers::up(shared)),
+        peers: shared.interest.speaking(&shared.up()),
     };
     let body = serde_json::to_vec(&roll).unwrap_or_default();
     let _ = shared.client.publish(reply, body.into()).await;

@@ -182,24 +182,68 @@ fn per_publish(mut row: Row) -> Row {
     row
 }
 
+/// `GET /admin/cluster` of the node at `url` (null if it does not answer).
+fn cluster_status(url: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = url
+        .trim_start_matches("ws://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let mut response = String::new();
+    let asked = std::net::TcpStream::connect(addr).and_then(|mut s| {
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"GET /admin/cluster HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
+        s.read_to_string(&mut response)
+    });
+    if asked.is_err() {
+        return serde_json::Value::Null;
+    }
+    response
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Says in `row` what the nodes at `urls` dropped (their buffer for NATS
+/// full) and lost (they fell behind what came from NATS) during it.
+fn with_losses(mut row: Row, urls: &[String], before: &[(u64, u64)]) -> Row {
+    for (url, (dropped, lost)) in urls.iter().zip(before) {
+        let s = cluster_status(url);
+        let (d, l) = (
+            s["dropped"].as_u64().unwrap_or(0) - dropped,
+            s["lost"].as_u64().unwrap_or(0) - lost,
+        );
+        if d + l > 0 {
+            let node = s["node"].as_str().unwrap_or("?");
+            row.result
+                .push_str(&format!(", node {node} dropped {d} and lost {l}"));
+        }
+    }
+    row
+}
+
+/// (dropped, lost) of each node at `urls`.
+fn losses(urls: &[String]) -> Vec<(u64, u64)> {
+    urls.iter()
+        .map(|u| {
+            let s = cluster_status(u);
+            (
+                s["dropped"].as_u64().unwrap_or(0),
+                s["lost"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
 /// Waits, at most 15 s, until every node at `urls` says it sends NATS
 /// only what other nodes want (past its warm-up; a node that does not
 /// say, from before interest-based forwarding, is not waited for).
 fn settled(urls: &[String]) {
-    use std::io::{Read, Write};
     let deadline = Instant::now() + Duration::from_secs(15);
     for url in urls {
-        let addr = url.trim_start_matches("ws://").split('/').next().unwrap_or_default();
         while Instant::now() < deadline {
-            let mut body = String::new();
-            let asked = std::net::TcpStream::connect(addr).and_then(|mut s| {
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                s.write_all(
-                    b"GET /admin/cluster HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n",
-                )?;
-                s.read_to_string(&mut body)
-            });
-            if asked.is_err() || !body.contains("\"forwarding_all\":true") {
+            if cluster_status(url)["forwarding_all"] != true {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -262,11 +306,13 @@ pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
         }),
         "cluster, every subscriber on a",
     ));
+    let before = losses(&urls);
+    let row = measured(&pids, || {
+        let (r, rate) = throughput_spread(&a, &urls[0], spread, "bench/fan", fan);
+        (r, Some(rate))
+    });
     rows.push(label(
-        measured(&pids, || {
-            let (r, rate) = throughput_spread(&a, &urls[0], spread, "bench/fan", fan);
-            (r, Some(rate))
-        }),
+        with_losses(row, &urls, &before),
         "cluster, subscribers over a, b, c",
     ));
     // Publishes nobody reads, and one subscriber on another node: what
@@ -279,14 +325,18 @@ pub(crate) fn scenarios(args: &Args) -> Vec<Row> {
         "one node, no cluster",
     ));
     rows.push(label(
-        per_publish(measured(&pids, || publish_only(&a, &urls[0], "bench/alone"))),
+        per_publish(measured(&pids, || {
+            publish_only(&a, &urls[0], "bench/alone")
+        })),
         "cluster, nobody on another node subscribed",
     ));
+    let before = losses(&urls);
+    let row = measured(&pids, || {
+        let (r, rate) = throughput_spread(&a, &urls[0], &urls[1..2], "bench/remote", 1);
+        (r, Some(rate))
+    });
     rows.push(label(
-        measured(&pids, || {
-            let (r, rate) = throughput_spread(&a, &urls[0], &urls[1..2], "bench/remote", 1);
-            (r, Some(rate))
-        }),
+        with_losses(row, &urls, &before),
         "cluster, one subscriber on b",
     ));
     rows.push(label(

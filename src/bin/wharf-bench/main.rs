@@ -369,10 +369,7 @@ pub(crate) async fn publish_paced(
     // pipeline every window and left the broker idle: 10-15%
     // of 1 -> 1).
     type Confirming<'a> = std::pin::Pin<
-        Box<
-            dyn std::future::Future<Output = Result<(), wharf::client::ClientError>>
-                + 'a,
-        >,
+        Box<dyn std::future::Future<Output = Result<(), wharf::client::ClientError>> + 'a>,
     >;
     let mut confirming: Option<Confirming<'_>> = None;
     for i in 0..n {
