@@ -19,7 +19,7 @@
 //!
 //! A node sends a publish to NATS only when another node listens to a
 //! filter matching its topic: nodes tell each other their filters
-//! ([`interest`]), and a node forwards everything while it cannot be sure
+//! (`interest.rs`), and a node forwards everything while it cannot be sure
 //! what the others want.
 //!
 //! All NATS work runs on a thread of its own (`link`); the broker hands it
