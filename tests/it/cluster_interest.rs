@@ -222,3 +222,65 @@ fn a_subscribe_waits_until_the_other_nodes_took_its_filter() {
         sub.unwrap();
     });
 }
+
+/// 4,000 publishes on node a at 400 a second while NATS is killed with
+/// SIGKILL for about three seconds and started again, both nodes past
+/// their warm-up (a sends b only what b listens to): b receives all
+/// 4,000, in order, once.
+#[test]
+fn publishes_at_400_a_second_across_a_nats_kill_all_reach_the_other_node_in_order() {
+    let mut nats = Nats::start();
+    let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
+    block_on(async {
+        let (ca, cb) = (client(&a).await, client(&b).await);
+        let mut on_b = cb.subscribe("steady/#").await.unwrap();
+        settled(&a).await;
+        settled(&b).await;
+        assert!(
+            crate::cluster::until_heard(&ca, "steady/probe", &mut on_b).await,
+            "b hears a"
+        );
+        drain(&mut on_b, Duration::from_millis(100)).await;
+        let sent = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let publisher = {
+            let sent = sent.clone();
+            actix_rt::spawn(async move {
+                let mut every = tokio::time::interval(Duration::from_micros(2_500));
+                for i in 0..4_000 {
+                    every.tick().await;
+                    ca.publish("steady/n", format!("{i}")).await.unwrap();
+                    sent.set(i + 1);
+                }
+                ca
+            })
+        };
+        assert!(eventually(LONG, || sent.get() >= 1_000).await);
+        nats.kill();
+        assert!(
+            eventually(LONG, || status(&a)["state"] != "connected").await,
+            "a notices NATS is gone"
+        );
+        assert!(eventually(LONG, || sent.get() >= 2_200).await);
+        nats.restart();
+        let _ca = tokio::time::timeout(LONG, publisher)
+            .await
+            .expect("the publisher ends")
+            .unwrap();
+        let mut got = Vec::with_capacity(4_000);
+        while got.len() < 4_000 {
+            match on_b.recv_timeout(LONG).await {
+                Some(m) => got.push(String::from_utf8_lossy(&m.payload).into_owned()),
+                None => break,
+            }
+        }
+        let want: Vec<String> = (0..4_000).map(|i| i.to_string()).collect();
+        let lost = want.len() - got.len();
+        assert_eq!(got, want, "b got {} of 4,000 ({lost} lost)", got.len());
+        let s = status(&a);
+        assert_eq!(
+            (s["dropped"].as_u64(), s["failed"].as_u64()),
+            (Some(0), Some(0)),
+            "{s}"
+        );
+    });
+}
