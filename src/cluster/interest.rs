@@ -208,6 +208,8 @@ struct Peer {
 pub(super) struct Interest {
     /// Set while everything is forwarded (see the module's notes).
     open: AtomicBool,
+    /// `[cluster] forward_all`: everything is always forwarded.
+    all: bool,
     state: RwLock<State>,
     /// Publishes no other node wanted, not sent to NATS.
     pub skipped: AtomicU64,
@@ -228,7 +230,9 @@ struct State {
 #[derive(Debug, Default)]
 struct Acked {
     version: u64,
-    /// A wait for it ran out: not waited for again until it is heard.
+    /// A wait for it ran out: not waited for again until it acknowledges
+    /// something (a node that says hello but never answers must not hold
+    /// every subscribe back).
     silent: bool,
 }
 
@@ -300,10 +304,12 @@ impl State {
 }
 
 impl Interest {
-    /// A node that just connected (everything forwarded for [`WARM_UP`]).
-    pub(super) fn new() -> Interest {
+    /// A node that just connected (everything forwarded for [`WARM_UP`],
+    /// or always with `all`).
+    pub(super) fn new(all: bool) -> Interest {
         Interest {
             open: AtomicBool::new(true),
+            all,
             state: RwLock::new(State {
                 peers: HashMap::new(),
                 trie: FilterTrie::new(),
@@ -328,7 +334,7 @@ impl Interest {
     /// publish that reads the filters sees them current).
     fn settle(&self, state: &State) {
         self.open
-            .store(state.open(Instant::now()), Ordering::Release);
+            .store(self.all || state.open(Instant::now()), Ordering::Release);
     }
 
     /// Takes a node's change or part of its whole set; says whether its
@@ -458,10 +464,6 @@ impl Interest {
             }
         };
         self.settle(state);
-        drop(guard);
-        if let Some(a) = self.acks.lock().get_mut(node) {
-            a.silent = false;
-        }
         next
     }
 
@@ -554,7 +556,7 @@ impl Interest {
 
     /// Waits until every node of `up` that speaks this exchange has
     /// taken this node's `version`, at most `limit`; those that did not
-    /// are not waited for again until heard from.
+    /// are not waited for again until they acknowledge something.
     pub(super) async fn wait_acked(&self, up: &[String], version: u64, limit: Duration) {
         if version == 0 {
             return;
@@ -615,7 +617,7 @@ mod tests {
 
     /// An interest past its warm-up.
     fn warm() -> Interest {
-        let i = Interest::new();
+        let i = Interest::new(false);
         i.state.write().warm_until = Instant::now();
         i.tick();
         i
@@ -623,8 +625,12 @@ mod tests {
 
     #[test]
     fn everything_is_forwarded_while_warming_up_then_only_what_others_want() {
-        let i = Interest::new();
+        let i = Interest::new(false);
         assert!(i.wants("a/b"));
+        let all = Interest::new(true);
+        all.state.write().warm_until = Instant::now();
+        all.tick();
+        assert!(all.wants("a/b"), "forward_all");
         let i = warm();
         assert!(!i.wants("a/b"));
         assert_eq!(i.said(change("b", 1, &["a/+"], &[])), Next::Done);

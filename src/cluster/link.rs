@@ -187,7 +187,7 @@ async fn run(
         instance: instance.clone(),
         members: config.members.clone(),
         conflicts: Default::default(),
-        interest: super::interest::Interest::new(),
+        interest: super::interest::Interest::new(config.forward_all),
         online,
         failover: config.failover.then(|| {
             super::failover::Failover::new(

@@ -37,9 +37,14 @@ pub struct ClusterConfig {
     /// up; past it they are lost and counted (core NATS cannot slow the
     /// publisher down).
     pub inbound_buffer: usize,
-    /// How long a start waits for NATS, and a subscribe for NATS to
-    /// confirm it, in milliseconds.
+    /// How long a start waits for NATS, and a subscribe for NATS (and
+    /// the other nodes) to confirm it, in milliseconds.
     pub connect_timeout_ms: u64,
+    /// Send every topic publish to NATS, whether another node listens to
+    /// its topic or not: for NATS clients that read `{prefix}.t.>`
+    /// themselves. Off, a publish goes to NATS only when another node has
+    /// a matching filter.
+    pub forward_all: bool,
     /// NATS user name (with `password`).
     pub user: String,
     /// NATS password (with `user`).
@@ -85,6 +90,7 @@ impl Default for ClusterConfig {
             buffer: 65_536,
             inbound_buffer: 262_144,
             connect_timeout_ms: 5_000,
+            forward_all: false,
             user: String::new(),
             password: String::new(),
             token: String::new(),

@@ -284,3 +284,49 @@ fn publishes_at_400_a_second_across_a_nats_kill_all_reach_the_other_node_in_orde
         );
     });
 }
+
+/// `[cluster] forward_all = true`: every publish goes to NATS, wanted or
+/// not, for NATS clients that read `wharf.t.>` themselves (here a raw
+/// one, which no node knows of).
+#[test]
+fn forward_all_sends_every_publish_for_nats_clients_of_their_own() {
+    let nats = Nats::start();
+    let url = nats.url();
+    let a = TestBroker::start(move |c| {
+        c.cluster.nats = vec![url];
+        c.cluster.node = "a".into();
+        c.cluster.connect_timeout_ms = 2_000;
+        c.cluster.forward_all = true;
+    });
+    let b = node(&nats.url(), "b");
+    block_on(async {
+        let raw = async_nats::connect(nats.url()).await.unwrap();
+        let mut tap = raw.subscribe("wharf.t.>").await.unwrap();
+        raw.flush().await.unwrap();
+        let ca = client(&a).await;
+        // b is past its warm-up and knows a's filters (none): it sends
+        // nothing; a sends everything.
+        settled(&b).await;
+        assert!(
+            eventually(LONG, || status(&a)["peer_filters"]["b"] == 0).await,
+            "{}",
+            status(&a)
+        );
+        assert_eq!(status(&a)["forwarding_all"], true);
+        ca.publish("nobody/listens", "tapped").await.unwrap();
+        let m = tokio::time::timeout(LONG, futures_util::StreamExt::next(&mut tap))
+            .await
+            .expect("the raw client hears a's publish")
+            .unwrap();
+        assert_eq!(m.subject.as_str(), "wharf.t.nobody.listens");
+        assert_eq!(&m.payload[..], b"tapped");
+        assert_eq!(count(&a, "not_wanted"), 0, "{}", status(&a));
+        let cb = client(&b).await;
+        cb.publish("nobody/listens", "kept on b").await.unwrap();
+        assert!(
+            eventually(LONG, || count(&b, "not_wanted") == 1).await,
+            "{}",
+            status(&b)
+        );
+    });
+}
