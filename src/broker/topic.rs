@@ -154,7 +154,10 @@ impl TopicState {
             false,
         )
         .with_qos(qos.min(2))
-        .with_origin(origin, retain);
+        .with_origin(origin, retain)
+        // Kept encodings serve the next subscriber: a message with one
+        // (and no history to replay it) encodes once anyway.
+        .with_cache(self.subs.len() > 1 || self.history.is_some());
         if let Some(h) = &self.history {
             msg.epoch = Some(h.epoch.clone());
         }
