@@ -148,39 +148,29 @@ impl Told {
         instance: &str,
         filters: impl Iterator<Item = &'a String>,
     ) -> Vec<Said> {
-        let mut parts: Vec<Said> = Vec::new();
+        let part = |n: usize| Said {
+            node: node.to_owned(),
+            instance: instance.to_owned(),
+            version: self.version,
+            part: Some(n as u32),
+            more: false,
+            add: Vec::new(),
+            remove: Vec::new(),
+        };
+        let mut parts = vec![part(0)];
         let mut bytes = 0;
         for f in filters {
-            if parts.is_empty() || bytes + f.len() > PART_BYTES {
+            if bytes > 0 && bytes + f.len() > PART_BYTES {
                 if let Some(last) = parts.last_mut() {
                     last.more = true;
                 }
-                parts.push(Said {
-                    node: node.to_owned(),
-                    instance: instance.to_owned(),
-                    version: self.version,
-                    part: Some(parts.len() as u32),
-                    more: false,
-                    add: Vec::new(),
-                    remove: Vec::new(),
-                });
+                parts.push(part(parts.len()));
                 bytes = 0;
             }
             bytes += f.len() + 3;
             if let Some(last) = parts.last_mut() {
                 last.add.push(f.clone());
             }
-        }
-        if parts.is_empty() {
-            parts.push(Said {
-                node: node.to_owned(),
-                instance: instance.to_owned(),
-                version: self.version,
-                part: Some(0),
-                more: false,
-                add: Vec::new(),
-                remove: Vec::new(),
-            });
         }
         parts
     }

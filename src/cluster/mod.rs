@@ -90,7 +90,8 @@ type Synced = Vec<(String, Option<(Bytes, Headers, wire::Flags)>)>;
 /// What the broker asks of the link's thread.
 enum Control {
     /// Subscribe on NATS to a filter (if not already); answers with the
-    /// flag that says NATS has confirmed it.
+    /// filter's [`Listen`] (whether NATS confirmed it, and the version
+    /// that told the other nodes).
     Want {
         filter: String,
         reply: oneshot::Sender<Result<Listen, NatsError>>,
