@@ -41,6 +41,9 @@ pub(super) const WARM_UP: Duration = Duration::from_secs(4);
 const MAX_FILTERS: usize = 1 << 20;
 /// Longest filter kept (longer ones make the node's set unknown).
 const MAX_FILTER_LEN: usize = 65_536;
+/// Longest a whole set's parts may take to come before it is asked for
+/// again (they are sent one after another).
+const STAGING_LIMIT: Duration = Duration::from_secs(2);
 /// Bytes of filters per part of a whole set (NATS's max_payload is 1 MiB
 /// by default).
 const PART_BYTES: usize = 64 * 1024;
@@ -187,6 +190,9 @@ struct Peer {
     filters: HashSet<String>,
     /// A whole set arriving: its version, the next part, its filters.
     staging: Option<(u64, u32, Vec<String>)>,
+    /// When its first part came: a set whose parts stop coming (one was
+    /// lost) is asked for again at a hello past [`STAGING_LIMIT`].
+    staged_at: Instant,
     /// A version its hello said that was not known here yet.
     suspect: Option<u64>,
     /// Its hellos say a version (an older node's do not).
@@ -243,6 +249,7 @@ impl Peer {
             known,
             filters: HashSet::new(),
             staging: None,
+            staged_at: Instant::now(),
             suspect: None,
             speaks: true,
         }
@@ -355,6 +362,7 @@ impl Interest {
                         State::unknown(trie, peer);
                     }
                     peer.staging = Some((said.version, 0, Vec::new()));
+                    peer.staged_at = Instant::now();
                 }
                 match peer.staging.as_mut() {
                     Some((v, next, filters)) if *v == said.version && *next == part => {
@@ -437,8 +445,15 @@ impl Interest {
                 peer.known = Some(0);
                 Next::Done
             }
-            (Some(_), None) if peer.staging.is_some() => Next::Done,
-            (Some(_), None) => Next::Ask,
+            (Some(_), None)
+                if peer.staging.is_some() && peer.staged_at.elapsed() < STAGING_LIMIT =>
+            {
+                Next::Done
+            }
+            (Some(_), None) => {
+                peer.staging = None;
+                Next::Ask
+            }
             (Some(v), Some(k)) if k >= v => {
                 peer.suspect = None;
                 Next::Done
@@ -705,6 +720,27 @@ mod tests {
         assert!(!i.wants("x"));
         assert_eq!(i.hello("b", "i", Some(2)), Next::Ask);
         assert!(i.wants("x"));
+    }
+
+    #[test]
+    fn a_whole_set_whose_parts_stopped_coming_is_asked_for_again() {
+        let i = warm();
+        let filters: Vec<String> = (0..20_000).map(|n| format!("t/{n:08}")).collect();
+        let t = Told {
+            version: 7,
+            ..Default::default()
+        };
+        let parts = t.whole("b", "i", filters.iter());
+        i.said(parts[0].clone());
+        // While its parts come, a hello asks for nothing more.
+        assert_eq!(i.hello("b", "i", Some(7)), Next::Done);
+        i.state.write().peers.get_mut("b").unwrap().staged_at -= STAGING_LIMIT;
+        assert_eq!(i.hello("b", "i", Some(7)), Next::Ask);
+        assert!(i.wants("t/00000001"), "everything, until the set is in");
+        for p in parts {
+            i.said(p);
+        }
+        assert!(!i.wants("x") && i.wants("t/00000001"));
     }
 
     #[test]
