@@ -24,7 +24,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -207,8 +207,9 @@ pub(super) struct Interest {
     /// `[cluster] forward_all`: everything is always forwarded.
     all: bool,
     state: RwLock<State>,
-    /// Publishes no other node wanted, not sent to NATS.
-    pub skipped: AtomicU64,
+    /// Publishes no other node wanted, not sent to NATS (sharded: every
+    /// such publish adds to it, from any thread).
+    pub skipped: crate::metrics::Counter,
     /// What the others acknowledged of this node's changes.
     acks: Mutex<HashMap<String, Acked>>,
     acked: tokio::sync::Notify,
@@ -312,7 +313,7 @@ impl Interest {
                 trie: FilterTrie::new(),
                 warm_until: Instant::now() + WARM_UP,
             }),
-            skipped: AtomicU64::new(0),
+            skipped: Default::default(),
             acks: Mutex::new(HashMap::new()),
             acked: tokio::sync::Notify::new(),
         }
