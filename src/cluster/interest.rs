@@ -621,6 +621,17 @@ mod tests {
         }
     }
 
+    /// Node b's whole set of 20,000 filters (`t/00000000`...) at version
+    /// 7, in parts.
+    fn large_set() -> Vec<Said> {
+        let filters: Vec<String> = (0..20_000).map(|n| format!("t/{n:08}")).collect();
+        let t = Told {
+            version: 7,
+            ..Default::default()
+        };
+        t.whole("b", "i", filters.iter())
+    }
+
     /// An interest past its warm-up.
     fn warm() -> Interest {
         let i = Interest::new(false);
@@ -672,12 +683,7 @@ mod tests {
     #[test]
     fn a_whole_set_in_parts_is_taken_once_every_part_came_in_order() {
         let i = warm();
-        let filters: Vec<String> = (0..20_000).map(|n| format!("t/{n:08}")).collect();
-        let t = Told {
-            version: 7,
-            ..Default::default()
-        };
-        let parts = t.whole("b", "i", filters.iter());
+        let parts = large_set();
         assert!(parts.len() > 2, "{} parts", parts.len());
         assert!(parts.iter().all(|p| p.encode().len() < 2 * PART_BYTES));
         // Out of order: not taken, asked again.
@@ -726,12 +732,7 @@ mod tests {
     #[test]
     fn a_whole_set_whose_parts_stopped_coming_is_asked_for_again() {
         let i = warm();
-        let filters: Vec<String> = (0..20_000).map(|n| format!("t/{n:08}")).collect();
-        let t = Told {
-            version: 7,
-            ..Default::default()
-        };
-        let parts = t.whole("b", "i", filters.iter());
+        let parts = large_set();
         i.said(parts[0].clone());
         // While its parts come, a hello asks for nothing more.
         assert_eq!(i.hello("b", "i", Some(7)), Next::Done);
