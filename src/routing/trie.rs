@@ -14,7 +14,9 @@ pub struct FilterTrie<V> {
 
 #[derive(Debug)]
 struct Node<V> {
-    children: HashMap<Box<str>, Node<V>>,
+    /// Hashed with foldhash (seeded per map): every walk hashes each
+    /// level of the topic, and the cluster walks on every publish.
+    children: HashMap<Box<str>, Node<V>, foldhash::fast::RandomState>,
     plus: Option<Box<Node<V>>>,
     /// Values of filters ending in `#` at this node.
     hash: Vec<V>,
@@ -25,7 +27,7 @@ struct Node<V> {
 impl<V> Default for Node<V> {
     fn default() -> Self {
         Node {
-            children: HashMap::new(),
+            children: HashMap::default(),
             plus: None,
             hash: Vec::new(),
             here: Vec::new(),
