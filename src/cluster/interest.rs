@@ -209,7 +209,7 @@ pub(super) struct Interest {
     state: RwLock<State>,
     /// Publishes no other node wanted, not sent to NATS (sharded: every
     /// such publish adds to it, from any thread).
-    pub skipped: crate::metrics::Counter,
+    pub not_wanted: crate::metrics::Counter,
     /// What the others acknowledged of this node's changes.
     acks: Mutex<HashMap<String, Acked>>,
     acked: tokio::sync::Notify,
@@ -279,12 +279,16 @@ impl State {
         peer.suspect = None;
     }
 
-    /// The entry for `node`'s process `instance`: a process not known
-    /// before starts at version 0 with no filter.
-    fn peer(&mut self, node: &str, instance: &str) -> &mut Peer {
-        let trie = &mut self.trie;
-        let peer = self
-            .peers
+    /// The entry for `node`'s process `instance` in `peers`: a process
+    /// not known before starts at version 0 with no filter (a replaced
+    /// process's filters leave `trie`).
+    fn peer<'a>(
+        peers: &'a mut HashMap<String, Peer>,
+        trie: &mut FilterTrie<Arc<str>>,
+        node: &str,
+        instance: &str,
+    ) -> &'a mut Peer {
+        let peer = peers
             .entry(node.to_owned())
             .or_insert_with(|| Peer::new(node, instance, Some(0)));
         if peer.instance != instance {
@@ -313,7 +317,7 @@ impl Interest {
                 trie: FilterTrie::new(),
                 warm_until: Instant::now() + WARM_UP,
             }),
-            skipped: Default::default(),
+            not_wanted: Default::default(),
             acks: Mutex::new(HashMap::new()),
             acked: tokio::sync::Notify::new(),
         }
@@ -341,13 +345,13 @@ impl Interest {
     pub(super) fn said(&self, said: Said) -> Next {
         let mut guard = self.state.write();
         let state = &mut *guard;
-        state.peer(&said.node, &said.instance);
-        let (trie, peers) = (&mut state.trie, &mut state.peers);
-        let Some(peer) = peers.get_mut(&said.node) else {
-            return Next::Done;
-        };
+        let trie = &mut state.trie;
+        let peer = State::peer(&mut state.peers, trie, &said.node, &said.instance);
         peer.speaks = true;
-        let too_big = said.add.iter().any(|f| f.len() > MAX_FILTER_LEN);
+        // Checked before anything is taken: a set past the bounds is not
+        // kept at all.
+        let too_big = said.add.iter().any(|f| f.len() > MAX_FILTER_LEN)
+            || (said.part.is_none() && peer.filters.len() + said.add.len() > MAX_FILTERS);
         let next = match said.part {
             _ if too_big => {
                 State::unknown(trie, peer);
@@ -401,9 +405,6 @@ impl Interest {
                         }
                     }
                     peer.known = Some(said.version);
-                    if peer.filters.len() > MAX_FILTERS {
-                        State::unknown(trie, peer);
-                    }
                     Next::Done
                 }
                 // A change missed: its whole set is needed.
@@ -743,6 +744,26 @@ mod tests {
             i.said(p);
         }
         assert!(!i.wants("x") && i.wants("t/00000001"));
+    }
+
+    /// What another node says is bounded: a filter longer than any
+    /// configuration accepts, or more filters than a node may keep, leave
+    /// that node's filters unknown (everything is forwarded) rather than
+    /// growing the trie.
+    #[test]
+    fn oversized_filters_and_sets_are_not_kept() {
+        let i = warm();
+        let long = "x".repeat(MAX_FILTER_LEN + 1);
+        assert_eq!(i.said(change("b", 1, &[long.as_str()], &[])), Next::Done);
+        assert!(i.wants("anything"));
+        assert_eq!(i.status().0.get("b"), Some(&None));
+        assert!(i.state.read().trie.is_empty());
+        let many: Vec<String> = (0..=MAX_FILTERS).map(|n| format!("m/{n}")).collect();
+        let mut c = change("c", 1, &[], &[]);
+        c.add = many;
+        i.said(c);
+        assert_eq!(i.status().0.get("c"), Some(&None));
+        assert!(i.state.read().trie.is_empty(), "nothing of c's kept");
     }
 
     #[test]

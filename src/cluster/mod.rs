@@ -303,7 +303,7 @@ impl Cluster {
                 return;
             }
         } else {
-            s.interest.skipped.add(1);
+            s.interest.not_wanted.add(1);
         }
         // A retained message is also the value of its topic's key in the
         // retained bucket, written after the message on the same
@@ -530,7 +530,7 @@ impl Cluster {
             subjects: listed.map(|l| l.subjects).unwrap_or_default(),
             buffered: s.outbound.max_capacity() - s.outbound.capacity(),
             forwarded: c.forwarded.load(Ordering::Relaxed),
-            not_wanted: s.interest.skipped.get(),
+            not_wanted: s.interest.not_wanted.get(),
             forwarding_all,
             peer_filters,
             dropped: c.dropped.load(Ordering::Relaxed),

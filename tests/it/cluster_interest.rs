@@ -17,6 +17,17 @@ async fn settled(b: &TestBroker) {
     );
 }
 
+/// A node as [`node`] makes it, with `also` changed in its config.
+fn node_with(nats: &Nats, name: &str, also: impl FnOnce(&mut wharf::Config)) -> TestBroker {
+    let (url, name) = (nats.url(), name.to_owned());
+    TestBroker::start(move |c| {
+        c.cluster.nats = vec![url];
+        c.cluster.node = name;
+        c.cluster.connect_timeout_ms = 2_000;
+        also(c);
+    })
+}
+
 fn count(b: &TestBroker, key: &str) -> u64 {
     status(b)[key].as_u64().unwrap_or_default()
 }
@@ -157,14 +168,9 @@ fn a_restarted_node_is_heard_again_and_an_older_node_gets_everything() {
 #[test]
 fn a_subscribe_waits_until_the_other_nodes_took_its_filter() {
     let nats = Nats::start();
-    let url = nats.url();
     // A long confirm timeout: the subscribe ends by the acknowledgement,
     // not by giving up.
-    let b = TestBroker::start(move |c| {
-        c.cluster.nats = vec![url];
-        c.cluster.node = "b".into();
-        c.cluster.connect_timeout_ms = 60_000;
-    });
+    let b = node_with(&nats, "b", |c| c.cluster.connect_timeout_ms = 60_000);
     block_on(async {
         let raw = async_nats::connect(nats.url()).await.unwrap();
         let mut said = raw.subscribe("wharf.sys.interest").await.unwrap();
@@ -291,13 +297,7 @@ fn publishes_at_400_a_second_across_a_nats_kill_all_reach_the_other_node_in_orde
 #[test]
 fn forward_all_sends_every_publish_for_nats_clients_of_their_own() {
     let nats = Nats::start();
-    let url = nats.url();
-    let a = TestBroker::start(move |c| {
-        c.cluster.nats = vec![url];
-        c.cluster.node = "a".into();
-        c.cluster.connect_timeout_ms = 2_000;
-        c.cluster.forward_all = true;
-    });
+    let a = node_with(&nats, "a", |c| c.cluster.forward_all = true);
     let b = node(&nats.url(), "b");
     block_on(async {
         let raw = async_nats::connect(nats.url()).await.unwrap();

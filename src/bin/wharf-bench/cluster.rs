@@ -211,8 +211,8 @@ fn with_losses(mut row: Row, urls: &[String], before: &[(u64, u64)]) -> Row {
     for (url, (dropped, lost)) in urls.iter().zip(before) {
         let s = cluster_status(url);
         let (d, l) = (
-            s["dropped"].as_u64().unwrap_or(0) - dropped,
-            s["lost"].as_u64().unwrap_or(0) - lost,
+            s["dropped"].as_u64().unwrap_or(0).saturating_sub(*dropped),
+            s["lost"].as_u64().unwrap_or(0).saturating_sub(*lost),
         );
         if d + l > 0 {
             let node = s["node"].as_str().unwrap_or("?");
