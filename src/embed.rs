@@ -229,9 +229,21 @@ impl Wharf {
         if let Some(cluster) = &cluster {
             cluster.serve_jobs(&jobs);
         }
-        let restored_jobs = jobs.restore(stored_jobs).await?;
-        if restored_jobs > 0 {
-            tracing::info!(jobs = restored_jobs, "jobs restored from the store");
+        if cluster.as_ref().is_some_and(|c| c.moves_jobs()) {
+            // Installed from the cluster's journal by the node that takes
+            // their lease (this one, maybe): what this store holds may be
+            // older.
+            if !stored_jobs.is_empty() {
+                tracing::info!(
+                    jobs = stored_jobs.len(),
+                    "job records in the store wait for this node to take the jobs' lease"
+                );
+            }
+        } else {
+            let restored_jobs = jobs.restore(stored_jobs).await?;
+            if restored_jobs > 0 {
+                tracing::info!(jobs = restored_jobs, "jobs restored from the store");
+            }
         }
         let sessions = Sessions::new();
         if let Some(cluster) = &cluster {

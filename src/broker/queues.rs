@@ -22,6 +22,7 @@ use super::{Broker, BrokerError, Queues};
 use crate::config::{QueueDecl, QueueOptions};
 use crate::routing;
 use crate::store::queues::{self as records, LoadedQueues};
+use crate::store::replica::JOBS_ID;
 use crate::store::{Durable, SubmitError};
 use crate::taskq::{Lane, TaskQueue};
 
@@ -691,7 +692,8 @@ impl Broker {
             Some(id) => id,
             None => {
                 let id = reg.next_id;
-                reg.next_id = reg.next_id.saturating_add(1);
+                // Never the id the job records replicate under.
+                reg.next_id = reg.next_id.saturating_add(1).min(JOBS_ID - 1);
                 if let Some(w) = &writer {
                     // Ordered before any of its messages by the writer.
                     if let Err(e) = w.submit(vec![records::put_queue(name, id, b"")]) {
@@ -701,7 +703,7 @@ impl Broker {
                 id
             }
         };
-        reg.next_id = reg.next_id.max(id.saturating_add(1));
+        reg.next_id = reg.next_id.max(id.saturating_add(1)).min(JOBS_ID - 1);
         let shared = Arc::new(QueueShared::default());
         let name: Arc<str> = name.into();
         let tq = TaskQueue::new(

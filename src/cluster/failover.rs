@@ -21,7 +21,14 @@
 //! A holder that cannot renew its lease in time (NATS away) stops
 //! serving the queue when the lease would have run out; its appends are
 //! refused from the moment another node fences the journal, so nothing it
-//! confirms is lost. The jobs resource keeps its fixed home.
+//! confirms is lost.
+//!
+//! The jobs resource moves the same way, under the lease of the name it
+//! is homed by (`jobs`, with the queue `jobs.dlq`): its records have a
+//! journal of their own ([`JOBS_JOURNAL`]), and a node taking it over
+//! installs them (`Jobs::install`: unfinished jobs queued again, attempts
+//! kept, workers registering again), as after a restart. A node that
+//! loses the lease forgets the jobs it held in memory.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -35,8 +42,10 @@ use super::Shared;
 use super::home::JOBS_HOME_KEY;
 use super::journal::Journal;
 use super::js::{self, PublishError};
+use crate::broker::jobs::Jobs;
 use crate::broker::{Broker, BrokerError};
 use crate::protocol::frame::ErrorCode;
+use crate::store::replica::JOBS_ID;
 
 /// Most leases read back in one look.
 const MAX_LEASES: u64 = 1_000_000;
@@ -46,6 +55,10 @@ const RENEW_AT_ONCE: usize = 64;
 const STREAM_WAIT: Duration = Duration::from_secs(10);
 /// How long a takeover may take before its calls are told so.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The jobs resource's name in the journal: a `$` name, which no queue
+/// failover moves can have (those stay on the node that made them).
+pub(super) const JOBS_JOURNAL: &str = "$jobs";
 
 /// What a lease message says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,17 +226,14 @@ impl Shared {
             .homes
             .get()
             .and_then(|h| h.key_of(queue))
-            .is_some_and(|key| key != JOBS_HOME_KEY && f.holds(key))
+            .is_some_and(|key| f.holds(key))
     }
 
-    /// The home of `queue` when failover is on (`None` for the jobs and
-    /// `$` names, which keep their fixed homes).
+    /// The home of `queue` (or of the jobs, homed as `jobs`) when
+    /// failover is on (`None` for `$` names, which stay where they are).
     pub(super) fn failover_home(&self, queue: &str) -> Option<(String, String)> {
         let f = self.failover.as_ref()?;
         let key = self.remotes.homes.get()?.key_of(queue)?;
-        if key == JOBS_HOME_KEY {
-            return None;
-        }
         let node = self.route(f, key)?;
         Some((key.to_owned(), node))
     }
@@ -235,8 +245,12 @@ impl super::Cluster {
     pub fn use_store(&self, writer: &crate::store::WriterHandle) {
         if let Some(f) = &self.shared.failover {
             let broker = self.shared.broker.clone();
-            f.journal
-                .set_names(Box::new(move |id| broker.upgrade()?.queues().name_of(id)));
+            f.journal.set_names(Box::new(move |id| {
+                if id == JOBS_ID {
+                    return Some(JOBS_JOURNAL.to_owned());
+                }
+                broker.upgrade()?.queues().name_of(id)
+            }));
             writer.set_replica(f.journal.clone());
         }
     }
@@ -336,8 +350,16 @@ pub(super) async fn claim(shared: &Arc<Shared>, key: &str) -> Result<(), BrokerE
             _ => break,
         }
     }
+    let jobs = shared.remotes.jobs.get().filter(|_| key == JOBS_HOME_KEY);
+    if jobs.is_some() {
+        queues.push(JOBS_JOURNAL.to_owned());
+    }
     for name in &queues {
-        if let Err(e) = take_over(shared, f, &broker, name).await {
+        let taken = match jobs {
+            Some(jobs) if name == JOBS_JOURNAL => take_over_jobs(shared, f, jobs).await,
+            _ => take_over(shared, f, &broker, name).await,
+        };
+        if let Err(e) = taken {
             // Let it go: another node (or a later try) takes it.
             for started in &queues {
                 f.journal.stop(started);
@@ -429,6 +451,69 @@ async fn take_over(
     Err(claim_error(
         name,
         "its old home keeps appending to its journal",
+    ))
+}
+
+/// Reads the jobs resource's journal, fences it, installs the jobs it
+/// holds (or, never journaled, those this node's store holds, which start
+/// it) and starts appending to it.
+async fn take_over_jobs(
+    shared: &Arc<Shared>,
+    f: &Failover,
+    jobs: &Jobs,
+) -> Result<(), BrokerError> {
+    let (client, name) = (&shared.client, JOBS_JOURNAL);
+    let failed =
+        |what: &str, e: &dyn std::fmt::Display| claim_error(JOBS_HOME_KEY, format!("{what}: {e}"));
+    f.journal.clear_stopped(name);
+    for _ in 0..3 {
+        let (mut rebuilt, last_read) = f
+            .journal
+            .read(client, name)
+            .await
+            .map_err(|e| failed("reading the jobs' journal", &e))?;
+        let mut last = match f.journal.fence(client, name, last_read).await {
+            Ok(seq) => seq,
+            Err(PublishError::Fenced) => continue,
+            Err(PublishError::Other(e)) => return Err(failed("fencing the jobs' journal", &e)),
+        };
+        let records = if last_read == 0 {
+            // Never journaled (failover just turned on): what this node's
+            // store holds starts it.
+            let stored = jobs
+                .stored_records()
+                .await
+                .map_err(|e| failed("reading this node's job records", &e))?;
+            if !stored.is_empty() {
+                let writes: Vec<crate::store::Write> = stored
+                    .iter()
+                    .map(|(id, record)| crate::store::jobs::put(id, record.clone()))
+                    .collect();
+                (last, rebuilt) = f
+                    .journal
+                    .seed(client, name, last, &writes)
+                    .await
+                    .map_err(|e| failed("starting the jobs' journal", &e))?;
+            }
+            stored
+        } else {
+            rebuilt.take_jobs()
+        };
+        let count = jobs
+            .install(records)
+            .await
+            .map_err(|e| failed("installing the jobs", &e))?;
+        f.journal.start(Some(JOBS_ID), name, last, rebuilt);
+        tracing::info!(
+            jobs = count,
+            from_journal = last_read > 0,
+            "cluster: this node serves the jobs now"
+        );
+        return Ok(());
+    }
+    Err(claim_error(
+        JOBS_HOME_KEY,
+        "its old home keeps appending to the jobs' journal",
     ))
 }
 
@@ -572,6 +657,16 @@ fn lost(shared: &Shared, f: &Failover, key: &str, h: &Held, why: &str) {
     for q in &h.queues {
         f.journal.stop(q);
     }
+    if h.queues.iter().any(|q| q == JOBS_JOURNAL)
+        && let Some(jobs) = shared.remotes.jobs.get().cloned()
+    {
+        // Another node serves them (or will): none of them runs here.
+        tokio::spawn(async move {
+            if let Err(e) = jobs.forget().await {
+                tracing::warn!("cluster: the jobs lost here could not be forgotten: {e}");
+            }
+        });
+    }
     f.evict.lock().extend(h.queues.iter().cloned());
     f.seen.write().remove(key);
     f.lost.fetch_add(1, Ordering::Relaxed);
@@ -704,8 +799,12 @@ fn orphans(shared: &Shared, f: &Failover) -> Vec<String> {
                 keys.insert(key.to_owned());
             }
         }
+        // The jobs always need a home: workers wait on it.
+        if shared.remotes.jobs.get().is_some() && homes.key_of(JOBS_HOME_KEY).is_some() {
+            keys.insert(JOBS_HOME_KEY.to_owned());
+        }
     }
-    keys.retain(|k| k != JOBS_HOME_KEY && !f.holds(k) && !f.seen.read().contains_key(k));
+    keys.retain(|k| !f.holds(k) && !f.seen.read().contains_key(k));
     keys.into_iter()
         .filter(|k| shared.route(f, k).as_deref() == Some(shared.node.as_str()))
         .collect()

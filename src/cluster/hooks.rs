@@ -124,6 +124,10 @@ impl Remote for Cluster {
 }
 
 impl JobsHome for Cluster {
+    fn place(&self) -> HookFuture<'_, Result<Option<String>, JobError>> {
+        Box::pin(Cluster::jobs_place(self))
+    }
+
     fn call<'a>(
         &'a self,
         home: &'a str,

@@ -15,6 +15,16 @@
 //! | 2 / 4 | delete a message / its delivery state | |
 //! | 5 / 6 | delete a range of messages / of delivery state | the last key |
 //!
+//! The jobs resource has a journal of its own, `{prefix}.jq.=24jobs` (its
+//! writes reach the replica under `store::replica::JOBS_ID`), whose
+//! operations have a job's 16-byte id for a key:
+//!
+//! | tag | operation | then |
+//! |---|---|---|
+//! | 7 | put a job record | `u32` length, the record (JSON) |
+//! | 8 | delete a job record | |
+//! | 9 | delete a range of job records | the last id |
+//!
 //! Each append says which subject sequence it follows
 //! (`Nats-Expected-Last-Subject-Sequence`), so only one writer appends at
 //! a time: a node taking a queue over appends a takeover record first,

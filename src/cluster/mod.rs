@@ -541,7 +541,7 @@ impl Cluster {
             refused: c.refused.load(Ordering::Relaxed),
             lost: s.lost.load(Ordering::Relaxed),
             members: s.remotes.members(),
-            jobs_home: s.remotes.jobs_home(),
+            jobs_home: self.home_of(home::JOBS_HOME_KEY),
             remote_consumers,
             consumers_elsewhere,
             same_name,
@@ -633,7 +633,8 @@ pub struct ClusterStatus {
     pub lost: u64,
     /// `[cluster] members`: the nodes queues and jobs are homed on.
     pub members: Vec<String>,
-    /// The node the jobs resource lives on (none without members).
+    /// The node the jobs resource lives on (none without members): with
+    /// failover, the holder of its lease, or the next in line for it.
     pub jobs_home: Option<String>,
     /// Consumers on other nodes of queues homed here.
     pub remote_consumers: usize,

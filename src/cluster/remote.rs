@@ -125,11 +125,6 @@ impl Remotes {
             .map(|h| h.members().to_vec())
             .unwrap_or_default()
     }
-
-    /// Where the jobs resource lives.
-    pub(super) fn jobs_home(&self) -> Option<String> {
-        self.homes.get()?.home_of(JOBS_HOME_KEY).map(str::to_owned)
-    }
 }
 
 /// A consumer on another node, as its queue here sees it: each delivery
@@ -259,12 +254,41 @@ impl Cluster {
         let _ = self.shared.remotes.homes.set(homes);
     }
 
-    /// Serves jobs calls from other nodes with `jobs`, and, when the jobs
-    /// resource lives on another node, makes `jobs` forward there.
+    /// Serves jobs calls from other nodes with `jobs`, and, when the
+    /// nodes share one jobs resource (`members`), makes `jobs` ask where
+    /// it lives before each operation and send it there.
     pub fn serve_jobs(&self, jobs: &Jobs) {
         let _ = self.shared.remotes.jobs.set(jobs.clone());
-        if let Some(home) = self.home_elsewhere(JOBS_HOME_KEY) {
-            jobs.set_home(std::sync::Arc::new(self.clone()), home);
+        if self.home_of(JOBS_HOME_KEY).is_some() {
+            jobs.set_home(std::sync::Arc::new(self.clone()));
+        }
+    }
+
+    /// Whether the jobs move between nodes (failover with `members`):
+    /// then a node installs them when it takes their lease, not from its
+    /// own store at start.
+    pub fn moves_jobs(&self) -> bool {
+        self.shared.failover.is_some() && self.home_of(JOBS_HOME_KEY).is_some()
+    }
+
+    /// Where the jobs resource lives now: `None` for this node, after
+    /// taking it over if this node is next in line for it (failover).
+    ///
+    /// # Errors
+    /// The takeover failing (another node holds the lease, NATS or
+    /// JetStream failing).
+    pub(super) async fn jobs_place(&self) -> Result<Option<String>, JobError> {
+        match self.home_elsewhere(JOBS_HOME_KEY) {
+            Some(node) if node == self.shared.node => {
+                super::failover::claim(&self.shared, JOBS_HOME_KEY)
+                    .await
+                    .map_err(|e| JobError::Remote {
+                        code: e.code(),
+                        message: e.to_string(),
+                    })?;
+                Ok(None)
+            }
+            other => Ok(other),
         }
     }
 

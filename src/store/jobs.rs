@@ -30,6 +30,22 @@ pub fn delete(id: &[u8; 16]) -> Write {
     }
 }
 
+/// The write that deletes every job record (a node installing the jobs
+/// another node held: `[cluster] failover`).
+pub fn delete_all() -> Write {
+    let (from, to) = all();
+    Write::DeleteRange {
+        tree: JOBS_TREE,
+        from,
+        to,
+    }
+}
+
+/// The whole key range of the tree (for a range read or delete).
+pub fn all() -> (Vec<u8>, Vec<u8>) {
+    (vec![0; 16], vec![0xff; 16])
+}
+
 impl Store {
     /// Every stored job record, oldest id first.
     ///

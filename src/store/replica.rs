@@ -8,13 +8,15 @@
 //! store knows nothing of who answers.
 //!
 //! Only the `qmsg` and `qdel` trees are replicated (a queue's messages and
-//! their delivery state), keyed by the queue's id in this store.
+//! their delivery state), keyed by the queue's id in this store, and the
+//! `jobs` tree (the jobs resource's records), under [`JOBS_ID`].
 
 use std::sync::Arc;
 use std::sync::OnceLock;
 
 use tokio::sync::oneshot;
 
+use super::jobs::JOBS_TREE;
 use super::queues::{DELIVERIES_TREE, MESSAGES_TREE, parse_key};
 use super::write::{CommitError, Write};
 
@@ -45,9 +47,22 @@ impl Completion {
 /// until the cluster installs one.
 pub(super) type ReplicaCell = Arc<OnceLock<Arc<dyn Replica>>>;
 
+/// The id the job records' writes go to a replica under, as if the jobs
+/// were one more queue: the one id the queue registry never hands out
+/// (it stops counting below it), so that a replica can follow the jobs
+/// resource with the queues (`[cluster] failover` moves both).
+pub const JOBS_ID: u32 = u32::MAX;
+
 /// The id of the queue a write belongs to, when it is one a replica may
-/// take: a message or delivery record, or a whole queue's range.
+/// take: a message or delivery record, or a whole queue's range; or
+/// [`JOBS_ID`] for a job record (or a range of them).
 pub(super) fn queue_of(w: &Write) -> Option<u32> {
+    if let Write::Put { tree, .. } | Write::Delete { tree, .. } | Write::DeleteRange { tree, .. } =
+        w
+        && *tree == JOBS_TREE
+    {
+        return Some(JOBS_ID);
+    }
     let (tree, key) = match w {
         Write::Put { tree, key, .. } | Write::Delete { tree, key } => (*tree, key.as_slice()),
         Write::DeleteRange { tree, from, to } => {
@@ -91,5 +106,16 @@ mod tests {
             to: vec![0, 0, 0, 2],
         };
         assert_eq!(queue_of(&wide), None);
+    }
+
+    #[test]
+    fn job_records_go_under_the_jobs_id() {
+        use crate::store::jobs;
+        assert_eq!(
+            queue_of(&jobs::put(&[3; 16], b"{}".to_vec())),
+            Some(JOBS_ID)
+        );
+        assert_eq!(queue_of(&jobs::delete(&[3; 16])), Some(JOBS_ID));
+        assert_eq!(queue_of(&jobs::delete_all()), Some(JOBS_ID));
     }
 }

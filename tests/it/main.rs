@@ -15,6 +15,7 @@ mod cluster;
 mod cluster_conflicts;
 mod cluster_failover;
 mod cluster_interest;
+mod cluster_jobs_failover;
 mod cluster_kill;
 mod crash;
 mod dashboard;

@@ -88,9 +88,14 @@ pub enum JobCall {
     Info,
 }
 
-/// The node the jobs resource lives on, when that is not this one: every
-/// jobs operation is sent there. The cluster implements it.
+/// Where the jobs resource lives, asked before each operation, since it
+/// may move (a cluster with failover): every operation runs where it
+/// says. The cluster implements it.
 pub trait JobsHome: Send + Sync {
+    /// The node the jobs live on now, `None` when that is this one (after
+    /// taking them over here, if this node is next in line for them).
+    fn place(&self) -> HookFuture<'_, Result<Option<String>, JobError>>;
+
     /// Sends `call` to `home` and waits up to `limit`: its answer as JSON.
     fn call<'a>(
         &'a self,

@@ -20,6 +20,7 @@ pub mod home;
 mod state;
 #[cfg(test)]
 mod state_tests;
+mod takeover;
 
 use std::time::Duration;
 
@@ -229,9 +230,11 @@ pub struct JobFilter {
 pub struct Jobs {
     tq: TaskQueue<JobsState>,
     cfg: std::sync::Arc<JobsConfig>,
-    /// The cluster and the node the resource lives on, when that is not
-    /// this one: every operation is then sent there.
-    home: std::sync::Arc<std::sync::OnceLock<(std::sync::Arc<dyn JobsHome>, String)>>,
+    /// Where the resource lives, in a cluster whose nodes share one: asked
+    /// before each operation, which is sent there unless that is here.
+    home: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn JobsHome>>>,
+    /// The store's writer, for the records of jobs taken over.
+    writer: Option<WriterHandle>,
 }
 
 impl Jobs {
@@ -245,27 +248,37 @@ impl Jobs {
         on_dead: Box<dyn Fn(&JobRecord) + Send>,
     ) -> Jobs {
         Jobs {
-            tq: TaskQueue::new(JobsState::new(cfg.clone(), writer, on_dead), scheduler),
+            tq: TaskQueue::new(
+                JobsState::new(cfg.clone(), writer.clone(), on_dead),
+                scheduler,
+            ),
             cfg: std::sync::Arc::new(cfg),
             home: Default::default(),
+            writer,
         }
     }
 
-    /// Sends every operation to `home` through `remote` (the cluster)
-    /// from now on (once; the resource here stays empty).
-    pub fn set_home(&self, remote: std::sync::Arc<dyn JobsHome>, home: String) {
-        let _ = self.home.set((remote, home));
+    /// From now on asks `remote` (the cluster) where the resource lives
+    /// before each operation, and sends it there unless that is this node
+    /// (once).
+    pub fn set_home(&self, remote: std::sync::Arc<dyn JobsHome>) {
+        let _ = self.home.set(remote);
     }
 
-    /// A call to the resource's home, if it lives on another node.
+    /// A call to the resource's home, if it lives on another node now.
     async fn at_home<T: serde::de::DeserializeOwned>(
         &self,
         call: impl FnOnce() -> JobCall,
         wait: Duration,
     ) -> Option<Result<T, JobError>> {
-        let (remote, home) = self.home.get()?;
+        let remote = self.home.get()?;
+        let home = match remote.place().await {
+            Ok(None) => return None,
+            Ok(Some(home)) => home,
+            Err(e) => return Some(Err(e)),
+        };
         let limit = remote.call_timeout() + wait;
-        Some(home::call(&**remote, home, call(), limit).await)
+        Some(home::call(&**remote, &home, call(), limit).await)
     }
 
     /// Installs job records read back from the store (JSON); unfinished
@@ -274,15 +287,7 @@ impl Jobs {
     /// # Errors
     /// The resource refusing the task.
     pub async fn restore(&self, stored: Vec<([u8; 16], Vec<u8>)>) -> Result<usize, JobError> {
-        let mut jobs = Vec::with_capacity(stored.len());
-        for (id, bytes) in stored {
-            match serde_json::from_slice::<JobRecord>(&bytes) {
-                Ok(j) if j.id.as_bytes() == &id => jobs.push(j),
-                Ok(_) | Err(_) => {
-                    tracing::warn!(job = %Uuid::from_bytes(id), "skipping an unreadable job record");
-                }
-            }
-        }
+        let jobs = takeover::read_records(&stored);
         let n = jobs.len();
         self.tq.submit(move |s| s.restore(jobs, now_ms())).await?;
         Ok(n)

@@ -217,6 +217,18 @@ impl JobsState {
         }
     }
 
+    /// Forgets every job, worker and waiting dequeue (the jobs are
+    /// installed anew, or served by another node); the counters stay.
+    pub(crate) fn reset(&mut self) {
+        self.jobs.clear();
+        self.ready.clear();
+        self.retrying.clear();
+        self.deadlines.clear();
+        self.workers.clear();
+        self.waiting.clear();
+        self.finished.clear();
+    }
+
     /// Installs the records read back at start: unfinished jobs are queued
     /// again (their workers are gone), finished ones stay queryable.
     pub(crate) fn restore(&mut self, mut jobs: Vec<JobRecord>, now: u64) {

@@ -1,6 +1,7 @@
 //! The journal's records (`journal.rs`): a version byte, then
-//! operations, each a tag and a 9-byte key (the store key without the
-//! queue's id). Encoding, decoding, rebuilding a queue from records, and
+//! operations, each a tag and a key: for a queue, 9 bytes (the store key
+//! without the queue's id); for the jobs resource, a job's 16-byte id.
+//! Encoding, decoding, rebuilding a queue or the jobs from records, and
 //! knowing which records still hold something (no I/O).
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::{BufMut, BytesMut};
 
 use crate::store::Write;
+use crate::store::jobs::{JOBS_TREE, StoredJob};
 use crate::store::queues::{
     DELIVERIES_TREE, MESSAGES_TREE, StoredMessage, decode_deliveries, decode_message, message_key,
 };
@@ -17,6 +19,9 @@ pub(super) const VERSION: u8 = 1;
 
 /// A store key without its queue id: 9 - priority, then the seq.
 pub(super) type Key = [u8; 9];
+
+/// A job record's key: the job's id.
+pub(super) type JobKey = [u8; 16];
 
 /// One operation of a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,15 +40,52 @@ pub(super) enum Op {
         from: Key,
         to: Key,
     },
+    /// A job record stored (the jobs resource's journal).
+    JobPut {
+        id: JobKey,
+        value: Vec<u8>,
+    },
+    /// A job record deleted.
+    JobDelete {
+        id: JobKey,
+    },
+    /// Every job record from `from` to `to` deleted (a node installing
+    /// the jobs: all of them).
+    JobRange {
+        from: JobKey,
+        to: JobKey,
+    },
 }
 
 fn short(key: &[u8]) -> Option<Key> {
     key.get(4..13).and_then(|k| Key::try_from(k).ok())
 }
 
+fn job_key(key: &[u8]) -> Option<JobKey> {
+    JobKey::try_from(key).ok()
+}
+
 impl Op {
     /// A store write as an operation (`None` for other trees).
     pub(super) fn of(w: &Write) -> Option<Op> {
+        match w {
+            Write::Put { tree, key, value } if *tree == JOBS_TREE => {
+                return Some(Op::JobPut {
+                    id: job_key(key)?,
+                    value: value.clone(),
+                });
+            }
+            Write::Delete { tree, key } if *tree == JOBS_TREE => {
+                return Some(Op::JobDelete { id: job_key(key)? });
+            }
+            Write::DeleteRange { tree, from, to } if *tree == JOBS_TREE => {
+                return Some(Op::JobRange {
+                    from: job_key(from)?,
+                    to: job_key(to)?,
+                });
+            }
+            _ => {}
+        }
         let delivery = |tree: &str| match tree {
             MESSAGES_TREE => Some(false),
             DELIVERIES_TREE => Some(true),
@@ -72,7 +114,18 @@ impl Op {
             Op::Put { value, .. } => 1 + 9 + 4 + value.len(),
             Op::Delete { .. } => 1 + 9,
             Op::Range { .. } => 1 + 18,
+            Op::JobPut { value, .. } => 1 + 16 + 4 + value.len(),
+            Op::JobDelete { .. } => 1 + 16,
+            Op::JobRange { .. } => 1 + 32,
         }
+    }
+
+    fn is_put(&self) -> bool {
+        matches!(self, Op::Put { .. } | Op::JobPut { .. })
+    }
+
+    fn is_range(&self) -> bool {
+        matches!(self, Op::Range { .. } | Op::JobRange { .. })
     }
 
     pub(super) fn encode(&self, out: &mut BytesMut) {
@@ -96,6 +149,21 @@ impl Op {
                 out.put_slice(from);
                 out.put_slice(to);
             }
+            Op::JobPut { id, value } => {
+                out.put_u8(7);
+                out.put_slice(id);
+                out.put_u32(u32::try_from(value.len()).unwrap_or(u32::MAX));
+                out.put_slice(value);
+            }
+            Op::JobDelete { id } => {
+                out.put_u8(8);
+                out.put_slice(id);
+            }
+            Op::JobRange { from, to } => {
+                out.put_u8(9);
+                out.put_slice(from);
+                out.put_slice(to);
+            }
         }
     }
 }
@@ -108,7 +176,33 @@ pub(super) fn decode(record: &[u8]) -> Option<Vec<Op>> {
     }
     let mut ops = Vec::new();
     let key = |b: &[u8]| Key::try_from(b.get(..9)?).ok();
+    let id = |b: &[u8]| JobKey::try_from(b.get(..16)?).ok();
     while let Some((&tag, body)) = rest.split_first() {
+        match tag {
+            7 => {
+                let len = u32::from_be_bytes(body.get(16..20)?.try_into().ok()?) as usize;
+                ops.push(Op::JobPut {
+                    id: id(body)?,
+                    value: body.get(20..20 + len)?.to_vec(),
+                });
+                rest = &body[20 + len..];
+                continue;
+            }
+            8 => {
+                ops.push(Op::JobDelete { id: id(body)? });
+                rest = &body[16..];
+                continue;
+            }
+            9 => {
+                ops.push(Op::JobRange {
+                    from: id(body)?,
+                    to: id(body.get(16..)?)?,
+                });
+                rest = &body[32..];
+                continue;
+            }
+            _ => {}
+        }
         let k = key(body)?;
         match tag {
             1 | 3 => {
@@ -148,10 +242,11 @@ pub(super) fn decode(record: &[u8]) -> Option<Vec<Op>> {
 type Entry = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// A queue's state as records rebuild it: per key, its message and its
-/// delivery state.
+/// delivery state (or, for the jobs resource, its job records).
 #[derive(Debug, Default)]
 pub(in crate::cluster) struct Rebuilt {
     entries: BTreeMap<Key, Entry>,
+    jobs: BTreeMap<JobKey, Vec<u8>>,
     /// For purging: where each live put is, and how many each record holds.
     pub(super) live: Live,
 }
@@ -176,13 +271,13 @@ impl Rebuilt {
                     let e = self.entries.entry(*key).or_default();
                     let slot = if *delivery { &mut e.1 } else { &mut e.0 };
                     *slot = Some(value.clone());
-                    self.live.put(*delivery, *key, seq);
+                    self.live.put(queue_key(*delivery, key), seq);
                 }
                 Op::Delete { delivery, key } => {
                     if let Some(e) = self.entries.get_mut(key) {
                         if *delivery { e.1 = None } else { e.0 = None }
                     }
-                    self.live.delete(*delivery, key);
+                    self.live.delete(&queue_key(*delivery, key));
                 }
                 Op::Range { delivery, from, to } => {
                     for (k, e) in self.entries.range_mut(*from..=*to) {
@@ -191,12 +286,33 @@ impl Rebuilt {
                         } else {
                             e.0 = None
                         }
-                        self.live.delete(*delivery, k);
+                        self.live.delete(&queue_key(*delivery, k));
+                    }
+                }
+                Op::JobPut { id, value } => {
+                    self.jobs.insert(*id, value.clone());
+                    self.live.put((JOB, *id), seq);
+                }
+                Op::JobDelete { id } => {
+                    self.jobs.remove(id);
+                    self.live.delete(&(JOB, *id));
+                }
+                Op::JobRange { from, to } => {
+                    let gone: Vec<JobKey> = self.jobs.range(*from..=*to).map(|(k, _)| *k).collect();
+                    for id in gone {
+                        self.jobs.remove(&id);
+                        self.live.delete(&(JOB, id));
                     }
                 }
             }
         }
         self.entries.retain(|_, e| e.0.is_some() || e.1.is_some());
+    }
+
+    /// The job records the records leave (the jobs resource's journal),
+    /// oldest id first; taken out, so the rest (`live`) stays.
+    pub(in crate::cluster) fn take_jobs(&mut self) -> Vec<StoredJob> {
+        std::mem::take(&mut self.jobs).into_iter().collect()
     }
 
     /// The messages the records leave, with their delivery state.
@@ -217,25 +333,52 @@ impl Rebuilt {
     }
 }
 
+/// What a live put is of: a message (0), its delivery state (1) or a job
+/// record ([`JOB`]), and its key (a queue's 9 bytes padded with zeros,
+/// which keeps their order).
+type LiveKey = (u8, JobKey);
+
+/// The kind of a job record's [`LiveKey`].
+const JOB: u8 = 2;
+
+fn queue_key(delivery: bool, key: &Key) -> LiveKey {
+    let mut k = JobKey::default();
+    k[..9].copy_from_slice(key);
+    (u8::from(delivery), k)
+}
+
 /// Which records hold live puts: a record below the oldest of them holds
 /// nothing anyone needs.
 #[derive(Debug, Default)]
 pub(super) struct Live {
-    at: HashMap<(bool, Key), u64>,
+    at: HashMap<LiveKey, u64>,
     count: BTreeMap<u64, u32>,
 }
 
 impl Live {
-    fn put(&mut self, delivery: bool, key: Key, seq: u64) {
-        if let Some(old) = self.at.insert((delivery, key), seq) {
+    fn put(&mut self, key: LiveKey, seq: u64) {
+        if let Some(old) = self.at.insert(key, seq) {
             self.drop_one(old);
         }
         *self.count.entry(seq).or_default() += 1;
     }
 
-    fn delete(&mut self, delivery: bool, key: &Key) {
-        if let Some(old) = self.at.remove(&(delivery, *key)) {
+    fn delete(&mut self, key: &LiveKey) {
+        if let Some(old) = self.at.remove(key) {
             self.drop_one(old);
+        }
+    }
+
+    /// Deletes every live key of `kind` from `from` to `to`.
+    fn delete_range(&mut self, kind: u8, from: JobKey, to: JobKey) {
+        let gone: Vec<LiveKey> = self
+            .at
+            .keys()
+            .filter(|(k, key)| *k == kind && *key >= from && *key <= to)
+            .copied()
+            .collect();
+        for k in gone {
+            self.delete(&k);
         }
     }
 
@@ -260,20 +403,16 @@ impl Rebuilt {
     pub(super) fn track(&mut self, ops: &[Op], seq: u64) {
         for op in ops {
             match op {
-                Op::Put { delivery, key, .. } => self.live.put(*delivery, *key, seq),
-                Op::Delete { delivery, key } => self.live.delete(*delivery, key),
+                Op::Put { delivery, key, .. } => self.live.put(queue_key(*delivery, key), seq),
+                Op::Delete { delivery, key } => self.live.delete(&queue_key(*delivery, key)),
                 Op::Range { delivery, from, to } => {
-                    let gone: Vec<Key> = self
-                        .live
-                        .at
-                        .keys()
-                        .filter(|(d, k)| d == delivery && k >= from && k <= to)
-                        .map(|(_, k)| *k)
-                        .collect();
-                    for k in gone {
-                        self.live.delete(*delivery, &k);
-                    }
+                    let (kind, from) = queue_key(*delivery, from);
+                    self.live
+                        .delete_range(kind, from, queue_key(*delivery, to).1);
                 }
+                Op::JobPut { id, .. } => self.live.put((JOB, *id), seq),
+                Op::JobDelete { id } => self.live.delete(&(JOB, *id)),
+                Op::JobRange { from, to } => self.live.delete_range(JOB, *from, *to),
             }
         }
     }
@@ -289,14 +428,13 @@ pub(super) fn split_puts_first(
     for (id, ops) in per {
         let range_then_put = ops
             .iter()
-            .position(|o| matches!(o, Op::Range { .. }))
-            .is_some_and(|at| ops[at..].iter().any(|o| matches!(o, Op::Put { .. })));
+            .position(Op::is_range)
+            .is_some_and(|at| ops[at..].iter().any(Op::is_put));
         if range_then_put {
             first.insert(id, ops);
             continue;
         }
-        let (puts, rest): (Vec<Op>, Vec<Op>) =
-            ops.into_iter().partition(|o| matches!(o, Op::Put { .. }));
+        let (puts, rest): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(Op::is_put);
         if !puts.is_empty() {
             first.insert(id, puts);
         }
@@ -409,10 +547,54 @@ mod tests {
     }
 
     #[test]
+    fn job_records_rebuild_the_jobs_and_know_what_may_be_purged() {
+        use crate::store::jobs;
+        let r1 = record(&[
+            jobs::put(&[1; 16], b"queued".to_vec()),
+            jobs::put(&[2; 16], b"queued".to_vec()),
+        ]);
+        let r2 = record(&[jobs::put(&[1; 16], b"running".to_vec())]);
+        let r3 = record(&[jobs::delete(&[2; 16])]);
+        let mut rebuilt = Rebuilt::default();
+        for (seq, r) in [(5, &r1), (6, &r2), (7, &r3)] {
+            rebuilt.apply(&decode(r).unwrap(), seq);
+        }
+        assert_eq!(rebuilt.live.oldest(), Some(6), "record 5 holds nothing now");
+        assert!(rebuilt.messages().is_empty(), "no queue message");
+        // Installed elsewhere: every record deleted, one put again.
+        let r4 = record(&[jobs::delete_all(), jobs::put(&[3; 16], b"new".to_vec())]);
+        rebuilt.apply(&decode(&r4).unwrap(), 8);
+        assert_eq!(rebuilt.take_jobs(), vec![([3; 16], b"new".to_vec())]);
+        assert_eq!(rebuilt.live.oldest(), Some(8));
+        // Tracking (the appending side) agrees with rebuilding.
+        let mut tracked = Rebuilt::default();
+        for (seq, r) in [(5, &r1), (6, &r2), (7, &r3), (8, &r4)] {
+            tracked.track(&decode(r).unwrap(), seq);
+        }
+        assert_eq!(tracked.live.oldest(), Some(8));
+        // A job's put goes before a queue's delete in a group of both.
+        let mut per = BTreeMap::new();
+        let [del, _] = delete_message(7, 0, 1);
+        per.insert(7, vec![Op::of(&del).unwrap()]);
+        per.insert(
+            crate::store::replica::JOBS_ID,
+            vec![Op::of(&jobs::put(&[4; 16], b"dead".to_vec())).unwrap()],
+        );
+        let (first, then) = split_puts_first(per);
+        assert_eq!(first.len(), 1);
+        assert!(matches!(
+            first[&crate::store::replica::JOBS_ID][..],
+            [Op::JobPut { .. }]
+        ));
+        assert!(matches!(then[&7][..], [Op::Delete { .. }]));
+    }
+
+    #[test]
     fn unreadable_records_are_refused() {
         assert_eq!(decode(&[]), None);
         assert_eq!(decode(&[9]), None);
         assert_eq!(decode(&[VERSION, 1, 0]), None);
+        assert_eq!(decode(&[VERSION, 99, 0, 0, 0, 0, 0, 0, 0, 0, 0]), None);
         assert_eq!(decode(&[VERSION, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0]), None);
         assert_eq!(decode(&[VERSION]), Some(vec![]));
     }
