@@ -258,3 +258,87 @@ fn the_jobs_whose_home_is_killed_are_served_by_another_member_with_every_confirm
         new_home.unwrap_or_default()
     );
 }
+
+/// Failover turned on for a cluster whose jobs' home already holds jobs:
+/// its first takeover starts the jobs' journal from its store (nothing is
+/// lost), and when it stops it gives the lease up, so another member
+/// serves every job at once, finished ones as they finished.
+#[test]
+fn turning_failover_on_keeps_the_jobs_and_a_stopping_home_hands_them_over() {
+    let nats = Nats::start();
+    let members: Vec<String> = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+    let home = wharf::cluster::home::rendezvous(&members, "jobs")
+        .expect("a home for the jobs")
+        .to_owned();
+    let others: Vec<&str> = MEMBERS.iter().copied().filter(|m| *m != home).collect();
+    let data = tempfile::tempdir().expect("the home's store");
+    let before = TestBroker::start_in(data.path(), |_| {});
+    let ids: Vec<String> = (0..5)
+        .map(|i| {
+            let (code, job) = post(
+                before.addr,
+                "/jobs",
+                json!({"kind": "resize", "entity_id": "0190a6f0-0000-7000-8000-000000000001", "data": {"n": i}}),
+            );
+            assert_eq!(code, 201, "{job}");
+            job["id"].as_str().expect("an id").to_owned()
+        })
+        .collect();
+    let worker = register(before.addr).expect("a worker");
+    let (done, token) = dequeue(before.addr, &worker)
+        .expect("a dequeue")
+        .expect("a job");
+    assert_eq!(succeed(before.addr, &worker, &done, token).0, 200);
+    before.stop().expect("the node stops");
+
+    let (nats_url, name) = (nats.url(), home.clone());
+    let h = TestBroker::start_in(data.path(), move |c| {
+        c.cluster.nats = vec![nats_url];
+        c.cluster.node = name;
+        c.cluster.connect_timeout_ms = 2_000;
+        c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+        c.cluster.failover = true;
+        c.cluster.lease_ms = 60_000;
+    });
+    status(&h);
+    let x = in_process(&nats.url(), others[0]);
+    // Every job, as the home's store held it, asked through another node.
+    for id in &ids {
+        let (code, job) = until(LONG, "the jobs served through x", || {
+            let (code, job) = get(x.addr, &format!("/jobs/{id}"));
+            (code == 200).then_some((code, job))
+        });
+        let want = if *id == done { "succeeded" } else { "queued" };
+        assert_eq!((code, job["status"].as_str()), (200, Some(want)), "{job}");
+    }
+    assert!(
+        status(&h)["failover"]["leases"]
+            .as_array()
+            .is_some_and(|l| l.contains(&json!("jobs"))),
+        "the home holds the jobs' lease: {}",
+        status(&h)
+    );
+    let stopped = Instant::now();
+    h.stop().expect("the home stops");
+    // A 60 s lease given up, not left to run out: x (or the third
+    // member, not started, so x) serves the jobs well before.
+    let worker = until(Duration::from_secs(20), "a worker registered at x", || {
+        register(x.addr)
+    });
+    let mut left = BTreeSet::new();
+    while left.len() < 4 {
+        let (id, token) = until(LONG, "the queued jobs at the new home", || {
+            dequeue(x.addr, &worker).ok().flatten()
+        });
+        assert_ne!(id, done, "a finished job ran again");
+        assert!(left.insert(id.clone()), "a job handed out twice: {id}");
+        assert_eq!(succeed(x.addr, &worker, &id, token).0, 200);
+    }
+    let taken = stopped.elapsed();
+    assert!(
+        taken < Duration::from_secs(30),
+        "the stopping home gave the jobs' lease up: {taken:?}"
+    );
+    let (code, job) = get(x.addr, &format!("/jobs/{done}"));
+    assert_eq!((code, job["status"].as_str()), (200, Some("succeeded")));
+}
