@@ -1,17 +1,18 @@
-//! Calls for a queue whose home is this node by the failover's routing,
-//! but whose lease this node does not hold yet (`failover.rs`): each
-//! takes the lease and the queue over first, then runs here through the
-//! broker, which now finds the queue local. And this node's consumers of
+//! Calls for a queue (or the jobs) whose home is this node by the
+//! failover's routing, but whose lease this node does not hold yet
+//! (`failover.rs`): each takes the lease and the queue over first, then
+//! runs here through the broker, which now finds the queue local. And this node's consumers of
 //! queues whose home moved follow them.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::failover::claim;
-use super::home::{AdminOp, Answer, Call};
+use super::home::{AdminOp, Answer, Call, JOBS_HOME_KEY};
 use super::remote::CALL_TIMEOUT;
 use super::{Cluster, Shared};
 use crate::broker::hooks::Answering;
+use crate::broker::jobs::JobError;
 use crate::broker::{Broker, BrokerError, Enqueue, Settlement, Subscription};
 
 fn stopping() -> BrokerError {
@@ -33,6 +34,34 @@ async fn taken(shared: &Arc<Shared>, queue: &str) -> Result<Broker, BrokerError>
 }
 
 impl Cluster {
+    /// Whether the jobs move between nodes (failover with `members`):
+    /// then a node installs them when it takes their lease, not from its
+    /// own store at start.
+    pub fn moves_jobs(&self) -> bool {
+        self.shared.failover.is_some() && self.home_of(JOBS_HOME_KEY).is_some()
+    }
+
+    /// Where the jobs resource lives now: `None` for this node, after
+    /// taking it over if this node is next in line for it (failover).
+    ///
+    /// # Errors
+    /// The takeover failing (another node holds the lease, NATS or
+    /// JetStream failing).
+    pub(super) async fn jobs_place(&self) -> Result<Option<String>, JobError> {
+        match self.home_elsewhere(JOBS_HOME_KEY) {
+            Some(node) if node == self.shared.node => {
+                claim(&self.shared, JOBS_HOME_KEY)
+                    .await
+                    .map_err(|e| JobError::Remote {
+                        code: e.code(),
+                        message: e.to_string(),
+                    })?;
+                Ok(None)
+            }
+            other => Ok(other),
+        }
+    }
+
     /// Whether a call for a queue homed on `home` is this node's to take
     /// over and serve.
     pub(super) fn is_here(&self, home: &str) -> bool {

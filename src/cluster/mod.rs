@@ -41,6 +41,7 @@ mod peers;
 mod pump;
 mod remote;
 mod serve;
+mod takeover;
 mod tell;
 
 pub use error::{CallError, ClusterError, FrameError, NatsError};

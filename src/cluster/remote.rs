@@ -264,34 +264,6 @@ impl Cluster {
         }
     }
 
-    /// Whether the jobs move between nodes (failover with `members`):
-    /// then a node installs them when it takes their lease, not from its
-    /// own store at start.
-    pub fn moves_jobs(&self) -> bool {
-        self.shared.failover.is_some() && self.home_of(JOBS_HOME_KEY).is_some()
-    }
-
-    /// Where the jobs resource lives now: `None` for this node, after
-    /// taking it over if this node is next in line for it (failover).
-    ///
-    /// # Errors
-    /// The takeover failing (another node holds the lease, NATS or
-    /// JetStream failing).
-    pub(super) async fn jobs_place(&self) -> Result<Option<String>, JobError> {
-        match self.home_elsewhere(JOBS_HOME_KEY) {
-            Some(node) if node == self.shared.node => {
-                super::failover::claim(&self.shared, JOBS_HOME_KEY)
-                    .await
-                    .map_err(|e| JobError::Remote {
-                        code: e.code(),
-                        message: e.to_string(),
-                    })?;
-                Ok(None)
-            }
-            other => Ok(other),
-        }
-    }
-
     /// Starts serving calls from other nodes to this node's queues and
     /// jobs: once its store is restored.
     pub fn serve_calls(&self) {

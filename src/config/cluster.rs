@@ -63,16 +63,17 @@ pub struct ClusterConfig {
     pub tls_key: PathBuf,
     /// Use TLS even when the URL says `nats://`.
     pub tls_required: bool,
-    /// Queues survive the loss of their home node: each queue's writes
-    /// are also kept in a JetStream stream (the journal), the home is the
-    /// member holding the queue's lease (a JetStream key-value entry it
-    /// renews), and when the home is lost the next member takes the
-    /// lease, rebuilds the queue from the journal and serves it. Needs
-    /// `members` and JetStream on NATS; costs a NATS round trip per
-    /// confirmed enqueue or ack (group-committed).
+    /// Queues and the jobs survive the loss of their home node: each
+    /// queue's writes (and the job records) are also kept in a JetStream
+    /// stream (the journal), the home is the member holding the lease (a
+    /// JetStream message it renews), and when the home is lost the next
+    /// member takes the lease, rebuilds the queue (or the jobs) from the
+    /// journal and serves it. Needs `members` and JetStream on NATS;
+    /// costs a NATS round trip per confirmed enqueue or ack
+    /// (group-committed).
     pub failover: bool,
     /// How long a lease lasts unless renewed, in milliseconds: a lost
-    /// home's queues move after about this long.
+    /// home's queues and jobs move after about this long.
     pub lease_ms: u64,
     /// JetStream replicas of the journal and the leases (3 on a
     /// three-server NATS cluster; 1 on one server).

@@ -89,7 +89,11 @@
 //! counted from their last change), every other job `queued`, with no
 //! worker, start or retry time and its attempt kept. Workers are not
 //! stored: after a restart each gets `worker_expired` until it registers
-//! again. `state_tests.rs` runs these tasks directly with a fake clock;
+//! again. With `[cluster] failover` the node taking the jobs' lease
+//! installs the journal's records the same way (`Jobs::install`: the
+//! store's records replaced, then `reset` and `restore`), and a node that
+//! loses it forgets them (`reset`); nothing is restored at start then.
+//! `state_tests.rs` runs these tasks directly with a fake clock;
 //! `tests/it/jobs.rs` drives both transports end to end.
 
 use std::cmp::Reverse;
@@ -102,6 +106,8 @@ use super::{JobError, JobFilter, JobRecord, JobStatus, JobView, NewJob, Outcome}
 use crate::broker::queue::backoff_delay;
 use crate::config::JobsConfig;
 use crate::store::{Durable, WriterHandle, jobs as records};
+
+mod restore;
 
 struct Worker {
     /// The principal that registered it (its id): only it may use the
@@ -213,42 +219,6 @@ impl JobsState {
             Err(e) => {
                 tracing::warn!(job = %id, "job record not persisted: {e}");
                 None
-            }
-        }
-    }
-
-    /// Forgets every job, worker and waiting dequeue (the jobs are
-    /// installed anew, or served by another node); the counters stay.
-    pub(crate) fn reset(&mut self) {
-        self.jobs.clear();
-        self.ready.clear();
-        self.retrying.clear();
-        self.deadlines.clear();
-        self.workers.clear();
-        self.waiting.clear();
-        self.finished.clear();
-    }
-
-    /// Installs the records read back at start: unfinished jobs are queued
-    /// again (their workers are gone), finished ones stay queryable.
-    pub(crate) fn restore(&mut self, mut jobs: Vec<JobRecord>, now: u64) {
-        jobs.sort_by_key(|j| (j.created_ms, j.id));
-        for mut j in jobs {
-            let id = j.id;
-            match j.status {
-                _ if j.is_finished() => {
-                    self.finished.insert((j.updated_ms, id));
-                    self.jobs.insert(id, j);
-                }
-                _ => {
-                    j.status = JobStatus::Queued;
-                    j.worker = None;
-                    j.started_ms = None;
-                    j.retry_at_ms = None;
-                    j.updated_ms = now;
-                    self.jobs.insert(id, j);
-                    self.make_ready(id);
-                }
             }
         }
     }

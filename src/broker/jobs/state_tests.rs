@@ -358,3 +358,43 @@ fn a_worker_answers_only_to_the_principal_that_registered_it() {
     // An unknown worker is the operation's to refuse (worker_expired).
     assert_eq!(s.check_owner(Uuid::nil(), "jwt:billing"), Ok(()));
 }
+
+#[test]
+fn jobs_taken_over_forget_what_was_here_and_requeue_what_was_running() {
+    let (mut s, _) = state(JobsConfig::default());
+    let stale = enqueue(&mut s, job("email"), 1_000);
+    let (worker, _) = s
+        .register(vec![], "anonymous".into(), 1_000)
+        .expect("register");
+    let (tx, mut parked) = oneshot::channel();
+    assert!(
+        s.dequeue(worker, None, 0, 1_001)
+            .expect("dequeue")
+            .is_some()
+    );
+    assert!(
+        s.dequeue(worker, Some(tx), 5_000, 1_002)
+            .expect("park")
+            .is_none()
+    );
+    // The records another node's journal holds: one running there.
+    let id = Uuid::now_v7();
+    let record: super::JobRecord = serde_json::from_value(serde_json::json!({
+        "id": id, "kind": "email", "entity_id": Uuid::nil(), "data": {},
+        "priority": 0, "timeout_ms": null, "status": "running", "attempt": 2,
+        "worker": Uuid::now_v7(), "started_ms": 900, "created_ms": 800,
+        "updated_ms": 900, "error": null, "retry_at_ms": null
+    }))
+    .expect("a record");
+    s.reset();
+    s.restore(vec![record], 2_000);
+    assert!(s.status(stale).is_none(), "what was here is gone");
+    assert!(
+        matches!(parked.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
+        "the parked dequeue ended"
+    );
+    assert!(!s.is_valid(worker, 2_000), "workers register again");
+    let view = s.status(id).expect("the installed job");
+    assert_eq!((view.status, view.attempt), (JobStatus::Queued, 2));
+    assert_eq!(s.counts().ready, 1);
+}
