@@ -257,6 +257,11 @@ pub(super) const HELLO_EVERY: Duration = Duration::from_secs(2);
 pub(super) const LOST_AFTER: Duration = Duration::from_secs(10);
 /// A lost node is forgotten after this long.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
+/// A node not heard for this long no longer has its filters served: 30
+/// missed hellos, so it is gone (or cut off from NATS, where nothing
+/// reaches it anyway); when it is heard again its whole set is asked
+/// for, and everything goes to it meanwhile (`interest.rs`).
+const FILTERS_KEPT_FOR: Duration = Duration::from_secs(60);
 /// How often filters no local subscription uses are looked for.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(10);
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::{FORGET_AFTER, LOST_AFTER, Shared};
+use super::{FILTERS_KEPT_FOR, FORGET_AFTER, LOST_AFTER, Shared};
 
 /// Longest forwarded publishes are held after NATS comes back, waiting
 /// for the nodes that were alive to say they listen again.
@@ -219,7 +219,9 @@ pub(super) struct Conflicts {
 }
 
 /// At each hello tick: forgets nodes not heard for [`FORGET_AFTER`]
-/// (and what their hellos said, within [`MAX_INSTANCES`]), and fails at once the calls waiting on nodes not heard for
+/// (and what their hellos said, within [`MAX_INSTANCES`]) and the
+/// filters of nodes not heard for [`FILTERS_KEPT_FOR`], and fails at
+/// once the calls waiting on nodes not heard for
 /// [`LOST_AFTER`] (a long poll's wait plus the call timeout otherwise).
 pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
     let now = Instant::now();
@@ -242,7 +244,11 @@ pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
     };
     {
         let peers = shared.peers.lock().clone();
-        shared.interest.retain(|n| peers.contains_key(n));
+        shared.interest.retain(|n| {
+            peers
+                .get(n)
+                .is_some_and(|seen| now.saturating_duration_since(*seen) < FILTERS_KEPT_FOR)
+        });
     }
     shared.interest.tick();
     let cluster = super::Cluster {
