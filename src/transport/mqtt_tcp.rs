@@ -4,15 +4,11 @@
 //! credentials only: there is no upgrade request) and persistence; only
 //! the framing differs: the outbound queue writes raw bytes
 //! ([`Outbound::set_raw`]) and the reader hands whatever arrived to the
-//! session, which reassembles packets across reads. One task per
-//! connection does both: it reads the socket and writes the outbound
-//! queue to it ([`Writer`]), with no second task and no split of the
-//! stream to hold while the connection is idle.
+//! session, which reassembles packets across reads.
 
 use std::future::{Future, poll_fn};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,9 +17,8 @@ use futures_util::future::LocalBoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::AppState;
-use super::raw::{ByteSource, Writer};
+use super::raw::{ByteSource, write_loop};
 use super::wsloop::{BURST_BYTES, outbound};
-use crate::metrics::Metrics;
 use crate::metrics::Protocol;
 use crate::protocol::codec::Format;
 use crate::session::mqtt::MqttSession;
@@ -70,30 +65,30 @@ where
     .with_flow(crate::session::mqtt::Flow::of(&app.config.mqtt));
     let metrics = app.broker.metrics().clone();
     metrics.connections.add(Protocol::MqttTcp, 1);
-    let writer = Writer::new(out.clone(), metrics.clone());
+    let (rd, wr) = tokio::io::split(stream);
+    let writer = actix_rt::spawn(write_loop(out.clone(), wr, metrics.clone()));
     let rate = RateLimiter::new(cfg.rate_per_s, cfg.rate_burst);
     // Reads hold no buffer between them: an idle connection costs none.
-    let source = ByteSource::new(stream, Bytes::new(), None);
+    let source = ByteSource::new(rd, Bytes::new(), None);
     Some(Box::pin(run(session, out, source, writer, rate, metrics)))
 }
 
-/// Reads the connection and writes its outbound queue until it ends, then
-/// ends the session and writes what is queued (bounded by
-/// [`DRAIN_TIMEOUT`]). An `async` block, not an `async fn`: the future of
-/// an `async fn` keeps each argument twice (as it was passed and as the
-/// local it is moved to), which for the session alone is ~400 B per
-/// connection.
+/// Reads the connection until it ends, then ends the session and the
+/// writer (after what is queued, bounded by [`DRAIN_TIMEOUT`]). An
+/// `async` block, not an `async fn`: the future of an `async fn` keeps
+/// each argument twice (as it was passed and as the local it is moved
+/// to), which for the session alone is ~600 B per connection.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
-fn run<S>(
+fn run<R>(
     mut session: MqttSession,
     out: Arc<Outbound>,
-    mut source: ByteSource<S>,
-    mut writer: Writer,
+    mut source: ByteSource<R>,
+    writer: actix_rt::task::JoinHandle<()>,
     mut rate: RateLimiter,
-    metrics: Arc<Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> impl Future<Output = ()>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
 {
     async move {
         // One timer, armed at the earlier of the keep-alive deadline and the
@@ -113,32 +108,36 @@ where
                 timer.as_mut().reset(due.into());
             }
             tokio::select! {
-                // What is queued is written first; the connection is over
-                // when the writer is (the socket failed, or the queue
-                // finished), or when the peer closes.
-                read = poll_fn(|cx| {
-                    if writer.poll_write(source.get_mut(), cx).is_ready() {
-                        return Poll::Ready(None);
-                    }
-                    Pin::new(&mut source).poll_next(cx)
-                }) => match read {
+                read = poll_fn(|cx| Pin::new(&mut source).poll_next(cx)) => match read {
                     None | Some(Err(_)) => break,
                     Some(Ok(chunk)) => {
+                        crate::tidy::traffic();
+                        if let Some(c) = session.revoked() {
+                            close(&out, c.code, c.reason);
+                            break;
+                        }
+                        metrics.frames_in.add(Protocol::MqttTcp, 1);
+                        metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
                         // Boxed: held inline, the session's future would be
                         // part of every connection's state, idle or not.
-                        let read = Box::pin(on_read(
-                            Reading {
-                                session: &mut session,
-                                out: &out,
-                                rate: &mut rate,
-                                metrics: &metrics,
-                                writer: &mut writer,
-                                io: source.get_mut(),
-                            },
-                            chunk,
-                        ))
-                        .await;
-                        let Some(got) = read else { break };
+                        let now = Instant::now();
+                        let got = chunk.len();
+                        if let Err(c) = Box::pin(session.data(chunk, now)).await {
+                            close(&out, c.code, c.reason);
+                            break;
+                        }
+                        // Past the rate, slowed (not read) rather than closed.
+                        // Over TCP the rate counts reads (a read holds many
+                        // packets), and a read of nothing but acknowledgements
+                        // of deliveries counts for nothing.
+                        let charged = session.take_charged().min(1);
+                        let pause = rate.charge(now, charged);
+                        if !pause.is_zero() {
+                            metrics.rate_limited.add(1);
+                            // Boxed: a timer held inline would size every
+                            // idle connection's future for this rare wait.
+                            Box::pin(actix_rt::time::sleep(pause)).await;
+                        }
                         // Let the writers this traffic woke run before more is
                         // read (as the WebSocket read loop's bursts do).
                         unyielded += got;
@@ -169,80 +168,18 @@ where
             reason: String::new(),
             drain: true,
         });
-        let io = source.get_mut();
-        beside(&mut writer, io, Box::pin(session.end())).await;
-        // What is queued goes out, then the write side is shut down; a
-        // client that stopped reading must not hold the connection. Boxed,
-        // as the session's future.
-        let ended = Box::pin(actix_rt::time::timeout(DRAIN_TIMEOUT, async {
-            poll_fn(|cx| writer.poll_write(io, cx)).await;
-            if writer.finished() {
-                let _ = tokio::io::AsyncWriteExt::shutdown(io).await;
-            }
-        }))
-        .await;
-        if ended.is_err() {
+        Box::pin(session.end()).await;
+        // A client that stopped reading must not hold the connection.
+        let abort = writer.abort_handle();
+        // Boxed, as the pause above.
+        if Box::pin(actix_rt::time::timeout(DRAIN_TIMEOUT, writer))
+            .await
+            .is_err()
+        {
             out.abort(1001, "close drain timed out");
+            abort.abort();
         }
     }
-}
-
-/// What handling one read borrows from the connection's loop.
-struct Reading<'a, S> {
-    session: &'a mut MqttSession,
-    out: &'a Outbound,
-    rate: &'a mut RateLimiter,
-    metrics: &'a Metrics,
-    writer: &'a mut Writer,
-    io: &'a mut S,
-}
-
-/// Hands one read to the session (the writer going on meanwhile), then
-/// slows the connection down past its rate: the bytes read, or `None`
-/// when the connection must close (already asked of `out`).
-async fn on_read<S: AsyncWrite + Unpin>(r: Reading<'_, S>, chunk: Bytes) -> Option<usize> {
-    crate::tidy::traffic();
-    if let Some(c) = r.session.revoked() {
-        close(r.out, c.code, c.reason);
-        return None;
-    }
-    r.metrics.frames_in.add(Protocol::MqttTcp, 1);
-    r.metrics
-        .bytes_in
-        .add(Protocol::MqttTcp, chunk.len() as u64);
-    let now = Instant::now();
-    let got = chunk.len();
-    if let Err(c) = beside(r.writer, r.io, r.session.data(chunk, now)).await {
-        close(r.out, c.code, c.reason);
-        return None;
-    }
-    // Past the rate, slowed (not read) rather than closed. Over TCP the
-    // rate counts reads (a read holds many packets), and a read of nothing
-    // but acknowledgements of deliveries counts for nothing.
-    let charged = r.session.take_charged().min(1);
-    let pause = r.rate.charge(now, charged);
-    if !pause.is_zero() {
-        r.metrics.rate_limited.add(1);
-        beside(r.writer, r.io, actix_rt::time::sleep(pause)).await;
-    }
-    Some(got)
-}
-
-/// Awaits `fut` while the writer goes on writing: the connection has one
-/// task for both, and what `fut` waits for may need this connection's
-/// queue written (a publisher held for its subscribers, the end of a
-/// session).
-async fn beside<S: AsyncWrite + Unpin, F: Future>(
-    writer: &mut Writer,
-    io: &mut S,
-    fut: F,
-) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    poll_fn(|cx| {
-        let _ = writer.poll_write(io, cx);
-        fut.as_mut().poll(cx)
-    })
-    .await
 }
 
 /// When the connection must be looked at: its keep-alive deadline or its

@@ -96,11 +96,6 @@ impl<R: AsyncRead + Unpin> ByteSource<R> {
         }
     }
 
-    /// The byte stream, for a writer that shares it with the reads.
-    pub(crate) fn get_mut(&mut self) -> &mut R {
-        &mut self.rd
-    }
-
     /// Reads what has arrived and hands it to `take` as one slice; `None`
     /// once the connection is over. Reads until the socket has nothing
     /// more (or the scratch buffer is full): a client that writes each
@@ -166,89 +161,35 @@ impl<R: AsyncRead + Unpin> super::source::ByteFeed for ByteSource<R> {
     }
 }
 
-/// Writes a connection's outbound queue to its socket, polled by whoever
-/// drives the connection: its own task beside the reads (MQTT over TCP:
-/// one task per connection), or a task of its own ([`write_loop`]). One
-/// buffer, reused while frames keep coming and let go as soon as nothing
-/// is ready: a busy connection allocates nothing per write, an idle one
-/// holds no buffer.
-pub(crate) struct Writer {
-    stream: OutboundStream,
-    buf: BytesMut,
-    /// Bytes of `buf` written so far.
-    at: usize,
-    /// The queue is finished and all of it written.
-    finished: bool,
-    /// The socket refused a write: nothing more can be written.
-    failed: bool,
-}
-
-impl Writer {
-    /// The writer of `out`, counting what it writes in `metrics`.
-    pub(crate) fn new(out: Arc<Outbound>, metrics: Arc<crate::metrics::Metrics>) -> Writer {
-        Writer {
-            stream: OutboundStream::new(out).counted(metrics),
-            buf: BytesMut::new(),
-            at: 0,
-            finished: false,
-            failed: false,
-        }
-    }
-
-    /// Writes what is queued to `wr`: `Ready` once the queue is finished
-    /// and written, or the socket failed (the connection is over either
-    /// way); `Pending`, with the waker registered where it waits (for
-    /// frames, or for the socket), otherwise.
-    pub(crate) fn poll_write<W: AsyncWrite + Unpin>(
-        &mut self,
-        wr: &mut W,
-        cx: &mut Context<'_>,
-    ) -> Poll<()> {
-        while !(self.finished || self.failed) {
-            if self.at < self.buf.len() {
-                match Pin::new(&mut *wr).poll_write(cx, &self.buf[self.at..]) {
-                    Poll::Ready(Ok(n)) if n > 0 => self.at += n,
-                    Poll::Ready(_) => self.failed = true,
-                    Poll::Pending => return Poll::Pending,
-                }
-                continue;
-            }
-            self.buf.clear();
-            self.at = 0;
-            match self.stream.poll_fill(&mut self.buf, WRITE_BATCH, cx) {
-                Poll::Ready(true) => {}
-                Poll::Ready(false) => self.finished = true,
-                Poll::Pending => {
-                    if self.buf.capacity() > 0 {
-                        self.buf = BytesMut::new();
-                    }
-                    return Poll::Pending;
-                }
-            }
-        }
-        Poll::Ready(())
-    }
-
-    /// Whether the queue was finished and all of it written (then the
-    /// write side may be shut down).
-    pub(crate) fn finished(&self) -> bool {
-        self.finished
-    }
-}
-
 /// Writes the outbound queue to `wr` until it is finished, then shuts the
-/// write side down (not after a failed write): a connection's writer as
-/// a task of its own.
+/// write side down. One buffer, reused while frames keep coming and let
+/// go as soon as nothing is ready: a busy connection allocates nothing
+/// per write, an idle one holds no buffer.
 pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
     out: Arc<Outbound>,
     mut wr: W,
     metrics: Arc<crate::metrics::Metrics>,
 ) {
-    let mut writer = Writer::new(out, metrics);
-    poll_fn(|cx| writer.poll_write(&mut wr, cx)).await;
-    if writer.finished() {
-        let _ = wr.shutdown().await;
+    let mut stream = OutboundStream::new(out).counted(metrics);
+    let mut buf = BytesMut::new();
+    loop {
+        let laid = poll_fn(|cx| {
+            let polled = stream.poll_fill(&mut buf, WRITE_BATCH, cx);
+            if polled.is_pending() && buf.capacity() > 0 {
+                buf = BytesMut::new();
+            }
+            polled
+        })
+        .await;
+        if !laid {
+            break;
+        }
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+        buf.clear();
     }
+    let _ = wr.shutdown().await;
 }
 
 /// actix-http's upgrade service for one worker: every request with
