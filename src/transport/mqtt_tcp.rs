@@ -107,45 +107,13 @@ where
                 due = next;
                 timer.as_mut().reset(due.into());
             }
-            tokio::select! {
+            // The select only says what came: a read is handled after it,
+            // so that nothing of the select lives on in the loop's state
+            // while the read's handling waits.
+            let chunk = tokio::select! {
                 read = poll_fn(|cx| Pin::new(&mut source).poll_next(cx)) => match read {
                     None | Some(Err(_)) => break,
-                    Some(Ok(chunk)) => {
-                        crate::tidy::traffic();
-                        if let Some(c) = session.revoked() {
-                            close(&out, c.code, c.reason);
-                            break;
-                        }
-                        metrics.frames_in.add(Protocol::MqttTcp, 1);
-                        metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
-                        // Boxed: held inline, the session's future would be
-                        // part of every connection's state, idle or not.
-                        let now = Instant::now();
-                        let got = chunk.len();
-                        if let Err(c) = Box::pin(session.data(chunk, now)).await {
-                            close(&out, c.code, c.reason);
-                            break;
-                        }
-                        // Past the rate, slowed (not read) rather than closed.
-                        // Over TCP the rate counts reads (a read holds many
-                        // packets), and a read of nothing but acknowledgements
-                        // of deliveries counts for nothing.
-                        let charged = session.take_charged().min(1);
-                        let pause = rate.charge(now, charged);
-                        if !pause.is_zero() {
-                            metrics.rate_limited.add(1);
-                            // Boxed: a timer held inline would size every
-                            // idle connection's future for this rare wait.
-                            Box::pin(actix_rt::time::sleep(pause)).await;
-                        }
-                        // Let the writers this traffic woke run before more is
-                        // read (as the WebSocket read loop's bursts do).
-                        unyielded += got;
-                        if unyielded >= BURST_BYTES {
-                            unyielded = 0;
-                            actix_rt::task::yield_now().await;
-                        }
-                    }
+                    Some(Ok(chunk)) => chunk,
                 },
                 _ = &mut timer => {
                     let now = Instant::now();
@@ -160,7 +128,20 @@ where
                     }
                     due = deadline(&session);
                     timer.as_mut().reset(due.into());
+                    continue;
                 }
+            };
+            // Boxed: held inline, the session's future (and the read's
+            // locals) would be part of every connection's state, idle or
+            // not.
+            let handled = Box::pin(on_read(&mut session, &out, &mut rate, &metrics, chunk));
+            let Some(got) = handled.await else { break };
+            // Let the writers this traffic woke run before more is read (as
+            // the WebSocket read loop's bursts do).
+            unyielded += got;
+            if unyielded >= BURST_BYTES {
+                unyielded = 0;
+                actix_rt::task::yield_now().await;
             }
         }
         out.close(CloseRequest {
@@ -180,6 +161,41 @@ where
             abort.abort();
         }
     }
+}
+
+/// Hands one read to the session, then slows the connection down past
+/// its rate: the bytes read, or `None` when the connection must close
+/// (already asked of `out`).
+async fn on_read(
+    session: &mut MqttSession,
+    out: &Outbound,
+    rate: &mut RateLimiter,
+    metrics: &crate::metrics::Metrics,
+    chunk: Bytes,
+) -> Option<usize> {
+    crate::tidy::traffic();
+    if let Some(c) = session.revoked() {
+        close(out, c.code, c.reason);
+        return None;
+    }
+    metrics.frames_in.add(Protocol::MqttTcp, 1);
+    metrics.bytes_in.add(Protocol::MqttTcp, chunk.len() as u64);
+    let now = Instant::now();
+    let got = chunk.len();
+    if let Err(c) = session.data(chunk, now).await {
+        close(out, c.code, c.reason);
+        return None;
+    }
+    // Past the rate, slowed (not read) rather than closed. Over TCP the
+    // rate counts reads (a read holds many packets), and a read of nothing
+    // but acknowledgements of deliveries counts for nothing.
+    let charged = session.take_charged().min(1);
+    let pause = rate.charge(now, charged);
+    if !pause.is_zero() {
+        metrics.rate_limited.add(1);
+        actix_rt::time::sleep(pause).await;
+    }
+    Some(got)
 }
 
 /// When the connection must be looked at: its keep-alive deadline or its
