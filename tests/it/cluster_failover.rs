@@ -85,15 +85,7 @@ fn child_b(dir: &std::path::Path, nats: &[String], replicas: usize) -> (ChildBro
     )
     .expect("b's config is written");
     let data = dir.join("b-data");
-    let child = ChildBroker::spawn(&[
-        "serve",
-        "--config",
-        config.to_str().expect("a UTF-8 path"),
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().expect("a UTF-8 path"),
-    ]);
+    let child = ChildBroker::serve_config(&config, &data);
     let url = format!("ws://{}/ws", child.address());
     (child, url)
 }

@@ -48,6 +48,16 @@ fn until<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T
     }
 }
 
+/// The member the jobs are homed on first, and the other two.
+fn jobs_home() -> (String, Vec<&'static str>) {
+    let members: Vec<String> = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+    let home = wharf::cluster::home::rendezvous(&members, "jobs")
+        .expect("a home for the jobs")
+        .to_owned();
+    let others = MEMBERS.iter().copied().filter(|m| *m != home).collect();
+    (home, others)
+}
+
 fn in_process(nats: &str, name: &str) -> TestBroker {
     let (nats, name) = (nats.to_owned(), name.to_owned());
     let node = TestBroker::start(move |c| {
@@ -75,15 +85,7 @@ fn child(dir: &std::path::Path, nats: &str, name: &str) -> (ChildBroker, SocketA
     )
     .expect("the home's config is written");
     let data = dir.join("home-data");
-    let child = ChildBroker::spawn(&[
-        "serve",
-        "--config",
-        config.to_str().expect("a UTF-8 path"),
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().expect("a UTF-8 path"),
-    ]);
+    let child = ChildBroker::serve_config(&config, &data);
     let addr = child.address();
     (child, addr)
 }
@@ -122,11 +124,7 @@ fn succeed(addr: SocketAddr, worker: &str, id: &str, token: u64) -> (u16, Value)
 #[test]
 fn the_jobs_whose_home_is_killed_are_served_by_another_member_with_every_confirmed_job() {
     let nats = Nats::start();
-    let members: Vec<String> = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
-    let home = wharf::cluster::home::rendezvous(&members, "jobs")
-        .expect("a home for the jobs")
-        .to_owned();
-    let others: Vec<&str> = MEMBERS.iter().copied().filter(|m| *m != home).collect();
+    let (home, others) = jobs_home();
     let dir = tempfile::tempdir().expect("a directory for the home");
     let (mut h, h_addr) = child(dir.path(), &nats.url(), &home);
     let (x, y) = (
@@ -266,11 +264,7 @@ fn the_jobs_whose_home_is_killed_are_served_by_another_member_with_every_confirm
 #[test]
 fn turning_failover_on_keeps_the_jobs_and_a_stopping_home_hands_them_over() {
     let nats = Nats::start();
-    let members: Vec<String> = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
-    let home = wharf::cluster::home::rendezvous(&members, "jobs")
-        .expect("a home for the jobs")
-        .to_owned();
-    let others: Vec<&str> = MEMBERS.iter().copied().filter(|m| *m != home).collect();
+    let (home, others) = jobs_home();
     let data = tempfile::tempdir().expect("the home's store");
     let before = TestBroker::start_in(data.path(), |_| {});
     let ids: Vec<String> = (0..5)

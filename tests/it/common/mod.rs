@@ -417,6 +417,20 @@ impl ChildBroker {
         ChildBroker::spawn(&["serve", "--bind", "127.0.0.1:0", "--data-dir", data])
     }
 
+    /// `wharf serve --config CONFIG` on an ephemeral loopback port with
+    /// its store in `data`.
+    pub fn serve_config(config: &std::path::Path, data: &std::path::Path) -> ChildBroker {
+        ChildBroker::spawn(&[
+            "serve",
+            "--config",
+            config.to_str().expect("a UTF-8 path"),
+            "--bind",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().expect("a UTF-8 path"),
+        ])
+    }
+
     /// Waits for the "listening on ADDR" log line and returns ADDR.
     pub fn address(&self) -> std::net::SocketAddr {
         let deadline = Instant::now() + Duration::from_secs(20);
