@@ -43,9 +43,7 @@ use super::home::JOBS_HOME_KEY;
 use super::journal::Journal;
 use super::js::{self, PublishError};
 use super::takeover::{JOBS_JOURNAL, claim_error, take_over, take_over_jobs};
-
 use crate::broker::BrokerError;
-
 use crate::store::replica::JOBS_ID;
 
 /// Most leases read back in one look.

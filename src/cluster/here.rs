@@ -1,8 +1,8 @@
 //! Calls for a queue (or the jobs) whose home is this node by the
 //! failover's routing, but whose lease this node does not hold yet
 //! (`failover.rs`): each takes the lease and the queue over first, then
-//! runs here through the broker, which now finds the queue local. And this node's consumers of
-//! queues whose home moved follow them.
+//! runs here through the broker, which now finds the queue local. And
+//! this node's consumers of queues whose home moved follow them.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -24,7 +24,11 @@ pub(super) const JOBS_JOURNAL: &str = "$jobs";
 pub(super) fn claim_error(key: &str, why: impl std::fmt::Display) -> BrokerError {
     BrokerError::Remote {
         code: ErrorCode::Overloaded,
-        message: format!("queue {key:?} has no home right now: {why}"),
+        message: if key == JOBS_HOME_KEY {
+            format!("the jobs have no home right now: {why}")
+        } else {
+            format!("queue {key:?} has no home right now: {why}")
+        },
     }
 }
 
