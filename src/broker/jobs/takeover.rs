@@ -49,12 +49,15 @@ impl Jobs {
     pub async fn install(&self, stored: Vec<StoredJob>) -> Result<usize, JobError> {
         let jobs = read_records(&stored);
         if let Some(w) = &self.writer {
-            let mut writes = Vec::with_capacity(1 + stored.len());
+            // The records that read, as they were given.
+            let kept: std::collections::HashSet<[u8; 16]> =
+                jobs.iter().map(|j| j.id.into_bytes()).collect();
+            let mut writes = Vec::with_capacity(1 + kept.len());
             writes.push(records::delete_all());
             writes.extend(
                 stored
                     .into_iter()
-                    .filter(|(id, _)| jobs.iter().any(|j| j.id.as_bytes() == id))
+                    .filter(|(id, _)| kept.contains(id))
                     .map(|(id, record)| records::put(&id, record)),
             );
             w.submit(writes)
