@@ -6,8 +6,8 @@
 
 use super::queues::dead_letter_name;
 use super::{BrokerError, Queues, Subscription};
+use crate::store::Write;
 use crate::store::queues::{self as records, DELIVERIES_TREE, MESSAGES_TREE, StoredMessage};
-use crate::store::{CommitError, Write};
 
 impl Queues<'_> {
     /// The dead-letter queue `name`'s messages go to, if any (its own
@@ -73,18 +73,9 @@ impl Queues<'_> {
         };
         let mut out = Vec::new();
         for tree in [MESSAGES_TREE, DELIVERIES_TREE] {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            w.read(
-                tree,
-                records::queue_range(id),
-                usize::MAX,
-                Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            )?;
-            let pairs = rx
+            let pairs = w
+                .read_later(tree, records::queue_range(id), usize::MAX)?
                 .await
-                .map_err(|_| BrokerError::Store(CommitError("the store writer stopped".into())))?
                 .map_err(BrokerError::Store)?;
             out.extend(
                 pairs

@@ -161,6 +161,33 @@ impl WriterHandle {
             reply,
         })
     }
+
+    /// [`WriterHandle::read`], its answer as a future (the writer
+    /// stopping before it answers is a [`CommitError`]): for a caller
+    /// that waits for the pairs in a task.
+    ///
+    /// # Errors
+    /// As [`WriterHandle::submit`].
+    pub fn read_later(
+        &self,
+        tree: &'static str,
+        range: (Vec<u8>, Vec<u8>),
+        limit: usize,
+    ) -> Result<impl Future<Output = ReadResult> + use<>, SubmitError> {
+        let (tx, rx) = oneshot::channel();
+        self.read(
+            tree,
+            range,
+            limit,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )?;
+        Ok(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(CommitError("the store writer stopped".into())))
+        })
+    }
 }
 
 impl std::fmt::Debug for WriterHandle {

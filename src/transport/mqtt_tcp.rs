@@ -77,7 +77,7 @@ where
 /// writer (after what is queued, bounded by [`DRAIN_TIMEOUT`]). An
 /// `async` block, not an `async fn`: the future of an `async fn` keeps
 /// each argument twice (as it was passed and as the local it is moved
-/// to), which for the session alone is ~600 B per connection.
+/// to), which for the session alone is ~400 B per connection.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
 fn run<R>(
     mut session: MqttSession,

@@ -5,7 +5,6 @@
 //! another node serves them. The jobs do not know who asks.
 
 use super::{JobError, JobRecord, Jobs, now_ms};
-use crate::store::CommitError;
 use crate::store::jobs::{self as records, JOBS_TREE, StoredJob};
 
 impl Jobs {
@@ -18,19 +17,10 @@ impl Jobs {
         let Some(w) = &self.writer else {
             return Ok(Vec::new());
         };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        w.read(
-            JOBS_TREE,
-            records::all(),
-            usize::MAX,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        )
-        .map_err(|_| JobError::StoreBusy)?;
-        let pairs = rx
-            .await
-            .map_err(|_| CommitError("the store writer stopped".into()))??;
+        let pairs = w
+            .read_later(JOBS_TREE, records::all(), usize::MAX)
+            .map_err(|_| JobError::StoreBusy)?
+            .await?;
         Ok(pairs
             .into_iter()
             .filter_map(|(k, v)| Some((<[u8; 16]>::try_from(k.as_slice()).ok()?, v)))
