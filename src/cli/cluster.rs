@@ -119,6 +119,8 @@ fn status_text(s: &Value) -> String {
         "refused",
         "lost",
         "duplicates",
+        "resent",
+        "repeats",
         "invalid",
     ];
     let counted: Vec<String> = counters

@@ -350,6 +350,9 @@ struct Link {
     grace: Duration,
     /// What the other nodes were told of the filters.
     told: super::interest::Told,
+    /// What this node had from each other node (a copy sent again after
+    /// NATS was lost is dropped).
+    seen: super::resend::Seen,
 }
 
 /// A filter whose retained messages are being read: the subscribes
@@ -636,6 +639,7 @@ async fn serve(
         syncing: HashMap::new(),
         grace: release_grace(shared.confirm),
         told: Default::default(),
+        seen: Default::default(),
     };
     let mut tick = tokio::time::interval(HELLO_EVERY);
     let hello_of = |ask: bool, told: &super::interest::Told| {
@@ -759,7 +763,14 @@ async fn serve(
                         let Some(broker) = broker.upgrade() else {
                             break;
                         };
-                        let (headers, flags, _node) = wire::decode(msg.headers.as_ref());
+                        let wire::Decoded { headers, flags, node, seq, .. } =
+                            wire::decode(msg.headers.as_ref());
+                        if let (Some(node), Some(seq)) = (&node, seq)
+                            && !link.seen.fresh(node, seq.epoch, seq.seq)
+                        {
+                            c.repeats.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
                         if flags.retain {
                             for s in link.syncing.values_mut() {
                                 if routing::matches(&s.filter, &topic) {

@@ -40,6 +40,7 @@ mod link;
 mod peers;
 mod pump;
 mod remote;
+mod resend;
 mod serve;
 mod takeover;
 mod tell;
@@ -71,6 +72,8 @@ struct Counters {
     failed: AtomicU64,
     received: AtomicU64,
     duplicates: AtomicU64,
+    resent: AtomicU64,
+    repeats: AtomicU64,
     invalid: AtomicU64,
     refused: AtomicU64,
 }
@@ -78,10 +81,40 @@ struct Counters {
 /// A publish on its way to NATS.
 struct Outbound {
     subject: String,
-    headers: Option<async_nats::HeaderMap>,
     payload: Bytes,
-    /// Where the answer goes, for a call.
-    reply: Option<String>,
+    what: What,
+}
+
+/// What a publish on its way to NATS is, which says how the pump sends
+/// it.
+enum What {
+    /// A topic publish (its Wharf headers and flags): the pump numbers it,
+    /// writes its NATS headers, and keeps it to send again should NATS be
+    /// lost with it in flight (`resend.rs`).
+    Topic(Headers, wire::Flags),
+    /// A retained bucket write: kept and sent again the same way (a write
+    /// repeated in order leaves the bucket as it was).
+    Retained(Option<async_nats::HeaderMap>),
+    /// Sent once: a call (with where its answer goes), a delivery to a
+    /// consumer, an announcement.
+    Once {
+        headers: Option<async_nats::HeaderMap>,
+        reply: Option<String>,
+    },
+}
+
+impl Outbound {
+    /// A publish sent once.
+    fn once(subject: String, payload: Bytes, reply: Option<String>) -> Outbound {
+        Outbound {
+            subject,
+            payload,
+            what: What::Once {
+                headers: None,
+                reply,
+            },
+        }
+    }
 }
 
 /// A retained bucket entry read back: the topic, and its message (or
@@ -300,9 +333,8 @@ impl Cluster {
         if s.interest.wants(topic) {
             let msg = Outbound {
                 subject: subject::topic_subject(&s.prefix, topic),
-                headers: Some(wire::encode(&s.node, headers, flags)),
                 payload: payload.clone(),
-                reply: None,
+                what: What::Topic(headers.clone(), flags),
             };
             if s.outbound.try_send(msg).is_err() {
                 s.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -323,16 +355,14 @@ impl Cluster {
             del.insert("KV-Operation", "DEL");
             Outbound {
                 subject,
-                headers: Some(del),
                 payload: Bytes::new(),
-                reply: None,
+                what: What::Retained(Some(del)),
             }
         } else {
             Outbound {
                 subject,
-                headers: None,
                 payload: wire::retained_value(payload, headers, flags).into(),
-                reply: None,
+                what: What::Retained(None),
             }
         };
         if s.outbound.try_send(put).is_err() {
@@ -360,12 +390,11 @@ impl Cluster {
             clean,
             at_ms: crate::broker::now_ms(),
         };
-        let msg = Outbound {
-            subject: format!("{}.sys.connect", s.prefix),
-            headers: None,
-            payload: serde_json::to_vec(&body).unwrap_or_default().into(),
-            reply: None,
-        };
+        let msg = Outbound::once(
+            format!("{}.sys.connect", s.prefix),
+            serde_json::to_vec(&body).unwrap_or_default().into(),
+            None,
+        );
         if s.outbound.try_send(msg).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -543,6 +572,8 @@ impl Cluster {
             failed: c.failed.load(Ordering::Relaxed),
             received: c.received.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),
+            resent: c.resent.load(Ordering::Relaxed),
+            repeats: c.repeats.load(Ordering::Relaxed),
             invalid: c.invalid.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             lost: s.lost.load(Ordering::Relaxed),
@@ -630,6 +661,13 @@ pub struct ClusterStatus {
     pub received: u64,
     /// Copies of a message heard by a second overlapping filter, ignored.
     pub duplicates: u64,
+    /// Publishes sent again after a reconnect to NATS: those sent within
+    /// two seconds before it was lost, which a dying server may have
+    /// taken with it.
+    pub resent: u64,
+    /// Copies of a message from another node that this node already had
+    /// (sent again after NATS was lost), ignored.
+    pub repeats: u64,
     /// Messages whose subject names no topic, ignored.
     pub invalid: u64,
     /// Messages from other nodes this node's topics refused (overloaded).

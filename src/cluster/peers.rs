@@ -262,13 +262,13 @@ pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
     }
 }
 
-/// Called by the publish pump when NATS is away: waits until it is back
-/// and each node heard within [`LOST_AFTER`] before has said hello since
-/// (so its subscriptions are in place again), at most [`RESUME_WAIT`]
-/// after the return. Core NATS keeps nothing for a node that is not
-/// subscribed: sending what was held before the others listen again
-/// would lose it for them.
-pub(super) async fn hold_until_heard(shared: &Shared, online: &mut watch::Receiver<bool>) {
+/// Called by the publish pump when NATS is away (lost at `lost`): waits
+/// until it is back and the nodes listen again ([`until_listening`]).
+pub(super) async fn hold_until_heard(
+    shared: &Shared,
+    online: &mut watch::Receiver<bool>,
+    lost: Instant,
+) {
     let alive = shared.up();
     tracing::warn!(
         "cluster: NATS is away; publishes for other nodes are held (up to [cluster] buffer) \
@@ -284,13 +284,25 @@ pub(super) async fn hold_until_heard(shared: &Shared, online: &mut watch::Receiv
             Err(_) => {}
         }
     }
+    until_listening(shared, &alive, lost).await;
+}
+
+/// Called by the publish pump when NATS is back after it was lost at
+/// `lost`: waits until each of the `alive` nodes (those heard within
+/// [`LOST_AFTER`] before) has said hello since (so its subscriptions are
+/// in place again: a node can only be heard once this one is back, and
+/// its client subscribes again before it says anything), at most
+/// [`RESUME_WAIT`]. Core NATS keeps nothing for a node that is not
+/// subscribed: sending what was held before the others listen again
+/// would lose it for them.
+pub(super) async fn until_listening(shared: &Shared, alive: &[String], lost: Instant) {
     let back = Instant::now();
     loop {
         let missing: Vec<String> = {
             let peers = shared.peers.lock();
             alive
                 .iter()
-                .filter(|n| peers.get(*n).is_none_or(|seen| *seen < back))
+                .filter(|n| peers.get(*n).is_none_or(|seen| *seen <= lost))
                 .cloned()
                 .collect()
         };

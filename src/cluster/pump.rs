@@ -1,12 +1,47 @@
 //! The link's publish pump: what the broker hands over for NATS, sent in
-//! order, held while NATS is away.
+//! order, held while NATS is away, and what was in flight when NATS was
+//! lost sent again once it is back (`resend.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
+use async_nats::Subject;
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Outbound, Shared};
+use super::resend::Sent;
+use super::{Outbound, Shared, What, wire};
+
+/// A publish kept to send again: a topic publish (numbered) or a
+/// retained bucket write.
+enum Again {
+    Topic {
+        subject: Subject,
+        payload: Bytes,
+        headers: crate::protocol::frame::Headers,
+        flags: wire::Flags,
+        seq: u64,
+    },
+    Retained {
+        subject: Subject,
+        payload: Bytes,
+        headers: Option<async_nats::HeaderMap>,
+    },
+}
+
+/// The pump's state besides the buffer.
+struct Pump {
+    shared: Arc<Shared>,
+    sent: Sent<Again>,
+    /// `{epoch:x}.` of this process, as `Wharf-Seq` starts.
+    epoch: String,
+    /// The client's connects when the pump last sent: a change is a
+    /// reconnect.
+    connects: u64,
+    /// When the pump saw NATS go, since it last sent.
+    lost: Option<Instant>,
+}
 
 /// Sends forwarded publishes to NATS in the order they were handed over,
 /// until `finish`: then the buffer closes and what is in it is still
@@ -16,12 +51,39 @@ pub(super) async fn pump(
     mut rx: mpsc::Receiver<Outbound>,
     mut finish: oneshot::Receiver<()>,
 ) {
-    let c = &shared.counters;
     let mut online = shared.online.clone();
+    let stats = shared.client.statistics();
+    // The process's instance is a v7 UUID: its last 16 hex digits are
+    // random.
+    let epoch = shared
+        .instance
+        .get(shared.instance.len().saturating_sub(16)..)
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or_default();
+    let mut p = Pump {
+        shared: shared.clone(),
+        sent: Sent::default(),
+        epoch: wire::epoch_prefix(epoch),
+        connects: stats.connects.load(Ordering::Relaxed),
+        lost: None,
+    };
     let mut finished = false;
     loop {
         let m = tokio::select! {
             biased;
+            // Ahead of the buffer: when NATS went is when what was in
+            // flight was lost.
+            Ok(()) = online.changed(), if !finished => {
+                let up = *online.borrow_and_update();
+                if !up {
+                    p.lost.get_or_insert_with(Instant::now);
+                } else if p.reconnected(&stats) {
+                    let since = p.lost.unwrap_or_else(Instant::now);
+                    super::peers::until_listening(&shared, &shared.up(), since).await;
+                    p.send_again().await;
+                }
+                continue;
+            }
             m = rx.recv() => m,
             _ = &mut finish, if !finished => {
                 finished = true;
@@ -34,20 +96,100 @@ pub(super) async fn pump(
         };
         // NATS away: hold this message (and the buffer behind it) until it
         // is back and the other nodes listen again.
+        let mut held = false;
         if !finished && !super::connected(&shared.client) {
-            super::peers::hold_until_heard(&shared, &mut online).await;
+            let since = *p.lost.get_or_insert_with(Instant::now);
+            super::peers::hold_until_heard(&shared, &mut online, since).await;
+            held = true;
         }
-        let client = &shared.client;
-        let sent = match (m.headers, m.reply) {
-            (Some(h), None) => client.publish_with_headers(m.subject, h, m.payload).await,
-            (None, None) => client.publish(m.subject, m.payload).await,
-            (Some(h), Some(r)) => {
-                client
-                    .publish_with_reply_and_headers(m.subject, r, h, m.payload)
-                    .await
+        if p.reconnected(&stats) {
+            if !held && !finished {
+                let since = p.lost.unwrap_or_else(Instant::now);
+                super::peers::until_listening(&shared, &shared.up(), since).await;
             }
-            (None, Some(r)) => client.publish_with_reply(m.subject, r, m.payload).await,
+            p.send_again().await;
+        }
+        p.send(m).await;
+    }
+}
+
+impl Pump {
+    /// Whether the client connected again since the pump last looked (a
+    /// first connect is not a reconnect).
+    fn reconnected(&mut self, stats: &async_nats::Statistics) -> bool {
+        let now = stats.connects.load(Ordering::Relaxed);
+        let was = std::mem::replace(&mut self.connects, now);
+        now != was && was > 0
+    }
+
+    fn keep(&mut self, size: usize, again: Again) {
+        let now = Instant::now();
+        self.sent.keep(now, size, again);
+        // NATS up since: what was sent before the last KEEP_FOR reached
+        // it. (With NATS lost, what was in flight then is kept.)
+        if self.lost.is_none() {
+            self.sent.forget_before(now);
+        }
+    }
+
+    async fn send(&mut self, m: Outbound) {
+        let client = &self.shared.client;
+        let Outbound {
+            subject,
+            payload,
+            what,
+        } = m;
+        let sent = match what {
+            What::Topic(headers, flags) => {
+                let seq = self.sent.number();
+                let mut map = wire::encode(&self.shared.node, &headers, flags);
+                wire::number(&mut map, &self.epoch, seq, false);
+                let subject = Subject::from(subject);
+                let size = payload.len();
+                let r = client
+                    .publish_with_headers(subject.clone(), map, payload.clone())
+                    .await;
+                let again = Again::Topic {
+                    subject,
+                    payload,
+                    headers,
+                    flags,
+                    seq,
+                };
+                self.keep(size, again);
+                r
+            }
+            What::Retained(headers) => {
+                let subject = Subject::from(subject);
+                let size = payload.len();
+                let r = match &headers {
+                    Some(h) => {
+                        client
+                            .publish_with_headers(subject.clone(), h.clone(), payload.clone())
+                            .await
+                    }
+                    None => client.publish(subject.clone(), payload.clone()).await,
+                };
+                let again = Again::Retained {
+                    subject,
+                    payload,
+                    headers,
+                };
+                self.keep(size, again);
+                r
+            }
+            What::Once { headers, reply } => match (headers, reply) {
+                (Some(h), None) => client.publish_with_headers(subject, h, payload).await,
+                (None, None) => client.publish(subject, payload).await,
+                (Some(h), Some(r)) => {
+                    client
+                        .publish_with_reply_and_headers(subject, r, h, payload)
+                        .await
+                }
+                (None, Some(r)) => client.publish_with_reply(subject, r, payload).await,
+            },
         };
+        let c = &self.shared.counters;
         match sent {
             Ok(()) => c.forwarded.fetch_add(1, Ordering::Relaxed),
             Err(e) => {
@@ -55,5 +197,55 @@ pub(super) async fn pump(
                 c.failed.fetch_add(1, Ordering::Relaxed)
             }
         };
+    }
+
+    /// Sends again, in their order, the topic publishes and retained
+    /// writes sent shortly before NATS was lost: a dying server may have
+    /// taken them with it (receivers drop the copies they had).
+    async fn send_again(&mut self) {
+        let lost = self.lost.take().unwrap_or_else(Instant::now);
+        let client = &self.shared.client;
+        let mut n = 0u64;
+        for k in self.sent.since(lost) {
+            let r = match &k.item {
+                Again::Topic {
+                    subject,
+                    payload,
+                    headers,
+                    flags,
+                    seq,
+                } => {
+                    let mut map = wire::encode(&self.shared.node, headers, *flags);
+                    wire::number(&mut map, &self.epoch, *seq, true);
+                    client
+                        .publish_with_headers(subject.clone(), map, payload.clone())
+                        .await
+                }
+                Again::Retained {
+                    subject,
+                    payload,
+                    headers: Some(h),
+                } => {
+                    client
+                        .publish_with_headers(subject.clone(), h.clone(), payload.clone())
+                        .await
+                }
+                Again::Retained {
+                    subject,
+                    payload,
+                    headers: None,
+                } => client.publish(subject.clone(), payload.clone()).await,
+            };
+            if r.is_ok() {
+                n += 1;
+            }
+        }
+        self.shared.counters.resent.fetch_add(n, Ordering::Relaxed);
+        if n > 0 {
+            tracing::info!(
+                resent = n,
+                "cluster: NATS is back; what was sent just before it was lost is sent again"
+            );
+        }
     }
 }

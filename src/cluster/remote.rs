@@ -172,12 +172,7 @@ impl Sink for RemoteSink {
             deliveries: m.deliveries,
             not_before_ms: m.not_before_ms,
         };
-        let out = Outbound {
-            subject: self.subject.clone(),
-            headers: None,
-            payload: frame(&head, &m.payload),
-            reply: None,
-        };
+        let out = Outbound::once(self.subject.clone(), frame(&head, &m.payload), None);
         match shared.outbound.try_send(out) {
             Ok(()) => DeliveryOutcome::Queued,
             // The queue keeps it and tries again once the consumer acks.
@@ -343,12 +338,11 @@ impl Cluster {
             rx,
             shared: Arc::downgrade(s),
         };
-        let out = Outbound {
-            subject: format!("{}.home.{home}", s.prefix),
-            headers: None,
-            payload: frame(call, payload),
-            reply: Some(format!("{}.reply.{}.{id}", s.prefix, s.node)),
-        };
+        let out = Outbound::once(
+            format!("{}.home.{home}", s.prefix),
+            frame(call, payload),
+            Some(format!("{}.reply.{}.{id}", s.prefix, s.node)),
+        );
         if s.outbound.try_send(out).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
             return Err(CallError::BufferFull);
@@ -360,12 +354,11 @@ impl Cluster {
     /// bounded publish buffer: dropped and counted when it is full).
     pub(super) fn tell(&self, home: &str, call: &Call, payload: &[u8]) {
         let s = &self.shared;
-        let out = Outbound {
-            subject: format!("{}.home.{home}", s.prefix),
-            headers: None,
-            payload: frame(call, payload),
-            reply: None,
-        };
+        let out = Outbound::once(
+            format!("{}.home.{home}", s.prefix),
+            frame(call, payload),
+            None,
+        );
         if s.outbound.try_send(out).is_err() {
             s.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }

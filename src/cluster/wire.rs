@@ -4,13 +4,16 @@
 //! cluster's traffic (`nats sub 'wharf.t.>'`) or publish into it. The
 //! message's flags are headers of their own, written only when they are
 //! not the default: `Wharf-Retain: 1`, `Wharf-Priority: high`,
-//! `Wharf-Qos: 1`; `Wharf-Node` names the node it was published on. A
+//! `Wharf-Qos: 1`; `Wharf-Node` names the node it was published on, and
+//! `Wharf-Seq` numbers it among its process's publishes (`resend.rs`;
+//! `Wharf-Resent: 1` marks a copy sent again after NATS was lost). A
 //! Wharf header travels under its own name when NATS can carry it (a name
 //! of printable ASCII without `:` that does not start with `Wharf-`, a
 //! value without CR or LF); any other is one `Wharf-H` header holding
 //! `name=value`, each side percent-escaped. The codec does no I/O.
 
 use async_nats::HeaderMap;
+use async_nats::header::HeaderName;
 
 use crate::protocol::frame::{Headers, Priority};
 
@@ -24,6 +27,42 @@ pub const QOS: &str = "Wharf-Qos";
 pub const NODE: &str = "Wharf-Node";
 /// A Wharf header NATS cannot carry under its own name.
 pub const ESCAPED: &str = "Wharf-H";
+/// `{epoch}.{seq}`: the sending process (a random 64-bit number, hex)
+/// and the message's number among its publishes (decimal).
+pub const SEQ: &str = "Wharf-Seq";
+/// Marks a copy sent again after NATS was lost (`1`).
+pub const RESENT: &str = "Wharf-Resent";
+
+const NODE_NAME: HeaderName = HeaderName::from_static(NODE);
+const RETAIN_NAME: HeaderName = HeaderName::from_static(RETAIN);
+const PRIORITY_NAME: HeaderName = HeaderName::from_static(PRIORITY);
+const QOS_NAME: HeaderName = HeaderName::from_static(QOS);
+const SEQ_NAME: HeaderName = HeaderName::from_static(SEQ);
+const RESENT_NAME: HeaderName = HeaderName::from_static(RESENT);
+
+/// Where a message stands among its sending process's publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seq {
+    /// The process (random per process).
+    pub epoch: u64,
+    /// Its number, from 1.
+    pub seq: u64,
+}
+
+/// A received message's headers as Wharf reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decoded {
+    /// Its Wharf headers.
+    pub headers: Headers,
+    /// Its flags.
+    pub flags: Flags,
+    /// The node it was published on.
+    pub node: Option<String>,
+    /// Its number, when a node numbered it.
+    pub seq: Option<Seq>,
+    /// Sent again after NATS was lost.
+    pub resent: bool,
+}
 
 /// What a message's flags are, besides its headers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,15 +114,15 @@ fn unescape(s: &str) -> Option<String> {
 /// The NATS headers of a message published on `node`.
 pub fn encode(node: &str, headers: &Headers, flags: Flags) -> HeaderMap {
     let mut map = HeaderMap::new();
-    map.insert(NODE, node);
+    map.insert(NODE_NAME, node);
     if flags.retain {
-        map.insert(RETAIN, "1");
+        map.insert(RETAIN_NAME, "1");
     }
     if flags.priority == Priority::High {
-        map.insert(PRIORITY, "high");
+        map.insert(PRIORITY_NAME, "high");
     }
     if flags.qos > 0 {
-        map.insert(QOS, flags.qos.to_string());
+        map.insert(QOS_NAME, flags.qos.to_string());
     }
     for (name, value) in headers {
         if carried_as_is(name, value) {
@@ -99,16 +138,47 @@ pub fn encode(node: &str, headers: &Headers, flags: Flags) -> HeaderMap {
     map
 }
 
-/// A received message's Wharf headers, flags and origin node. Headers
-/// from other NATS clients are taken as they are (the last value of a
-/// repeated name); `Wharf-` headers that do not parse are left out.
-pub fn decode(map: Option<&HeaderMap>) -> (Headers, Flags, Option<String>) {
-    let mut headers = Headers::new();
-    let mut flags = Flags::default();
-    let mut node = None;
+/// Numbers a message: `epoch` is the sending process's, written in hex
+/// once (`{epoch:x}.`); `resent` marks a copy sent again.
+pub fn number(map: &mut HeaderMap, epoch: &str, seq: u64, resent: bool) {
+    use std::fmt::Write;
+    let mut v = String::with_capacity(epoch.len() + 20);
+    v.push_str(epoch);
+    let _ = write!(v, "{seq}");
+    map.insert(SEQ_NAME, v);
+    if resent {
+        map.insert(RESENT_NAME, "1");
+    }
+}
+
+/// `{epoch:x}.`, as [`number`] takes it.
+pub fn epoch_prefix(epoch: u64) -> String {
+    format!("{epoch:x}.")
+}
+
+fn parse_seq(v: &str) -> Option<Seq> {
+    let (epoch, seq) = v.split_once('.')?;
+    Some(Seq {
+        epoch: u64::from_str_radix(epoch, 16).ok()?,
+        seq: seq.parse().ok()?,
+    })
+}
+
+/// A received message's Wharf headers, flags, origin node and number.
+/// Headers from other NATS clients are taken as they are (the last value
+/// of a repeated name); `Wharf-` headers that do not parse are left out.
+pub fn decode(map: Option<&HeaderMap>) -> Decoded {
+    let mut d = Decoded::default();
     let Some(map) = map else {
-        return (headers, flags, node);
+        return d;
     };
+    let Decoded {
+        headers,
+        flags,
+        node,
+        seq,
+        resent,
+    } = &mut d;
     for (name, values) in map.iter() {
         let Ok(name) = std::str::from_utf8(name.as_ref()) else {
             continue;
@@ -122,7 +192,9 @@ pub fn decode(map: Option<&HeaderMap>) -> (Headers, Flags, Option<String>) {
                 }
             }
             QOS => flags.qos = last.parse::<u8>().unwrap_or(0).min(2),
-            NODE => node = Some(last.to_owned()),
+            NODE => *node = Some(last.to_owned()),
+            SEQ => *seq = parse_seq(last),
+            RESENT => *resent = last == "1",
             ESCAPED => {
                 for v in values {
                     if let Some((n, v)) = v.as_str().split_once('=')
@@ -138,7 +210,7 @@ pub fn decode(map: Option<&HeaderMap>) -> (Headers, Flags, Option<String>) {
             }
         }
     }
-    (headers, flags, node)
+    d
 }
 
 /// The first byte of a retained bucket value Wharf wrote (version 1).
@@ -193,17 +265,23 @@ mod tests {
             retain in any::<bool>(),
             high in any::<bool>(),
             qos in 0u8..3,
+            epoch in any::<u64>(),
+            seq in any::<u64>(),
+            resent in any::<bool>(),
         ) {
             let flags = Flags {
                 retain,
                 priority: if high { Priority::High } else { Priority::Normal },
                 qos,
             };
-            let map = encode("node-a", &headers, flags);
-            let (h, f, node) = decode(Some(&map));
-            prop_assert_eq!(h, headers);
-            prop_assert_eq!(f, flags);
-            prop_assert_eq!(node.as_deref(), Some("node-a"));
+            let mut map = encode("node-a", &headers, flags);
+            number(&mut map, &epoch_prefix(epoch), seq, resent);
+            let d = decode(Some(&map));
+            prop_assert_eq!(d.headers, headers);
+            prop_assert_eq!(d.flags, flags);
+            prop_assert_eq!(d.node.as_deref(), Some("node-a"));
+            prop_assert_eq!(d.seq, Some(Seq { epoch, seq }));
+            prop_assert_eq!(d.resent, resent);
         }
     }
 
@@ -220,9 +298,9 @@ mod tests {
         assert!(map.get("with:colon").is_none());
         assert!(map.get(RETAIN).is_none(), "a user header is not a flag");
         assert_eq!(map.get_all(ESCAPED).count(), 3);
-        let (h, f, _) = decode(Some(&map));
-        assert_eq!(h, headers);
-        assert!(!f.retain);
+        let d = decode(Some(&map));
+        assert_eq!(d.headers, headers);
+        assert!(!d.flags.retain);
     }
 
     #[test]
@@ -242,13 +320,15 @@ mod tests {
 
     #[test]
     fn messages_from_other_clients() {
-        assert_eq!(decode(None), (Headers::new(), Flags::default(), None));
+        assert_eq!(decode(None), Decoded::default());
         let mut map = HeaderMap::new();
         map.insert("k", "v");
         map.insert(QOS, "7");
         map.insert("Wharf-Unknown", "x");
-        let (h, f, _) = decode(Some(&map));
-        assert_eq!(h, Headers::from([("k".to_owned(), "v".to_owned())]));
-        assert_eq!(f.qos, 2);
+        map.insert(SEQ, "not-a-number");
+        let d = decode(Some(&map));
+        assert_eq!(d.headers, Headers::from([("k".to_owned(), "v".to_owned())]));
+        assert_eq!(d.flags.qos, 2);
+        assert_eq!(d.seq, None, "a number that does not parse is none");
     }
 }

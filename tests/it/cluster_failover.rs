@@ -10,6 +10,7 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::{ChildBroker, LONG, TestBroker, block_on, eventually};
 use wharf::client::{Client, ClientOptions};
 
@@ -323,64 +324,6 @@ fn a_home_that_stops_hands_its_queues_over_at_once_with_what_it_held() {
         );
     });
     drop((a, c));
-}
-
-/// A TCP proxy between a node and NATS that the test can cut (every
-/// connection closed, new ones refused) and heal.
-struct Proxy {
-    port: u16,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
-}
-
-impl Proxy {
-    fn start(to: u16) -> Proxy {
-        use std::sync::atomic::Ordering;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (cut2, open2) = (cut.clone(), open.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(client) = conn else { continue };
-                if cut2.load(Ordering::Acquire) {
-                    drop(client);
-                    continue;
-                }
-                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
-                    continue;
-                };
-                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                };
-                let mut held = open2.lock().unwrap();
-                held.push(client.try_clone().unwrap());
-                held.push(server.try_clone().unwrap());
-                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(server, client);
-            }
-        });
-        Proxy { port, cut, open }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, std::sync::atomic::Ordering::Release);
-        for s in self.open.lock().unwrap().drain(..) {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    fn heal(&self) {
-        self.cut.store(false, std::sync::atomic::Ordering::Release);
-    }
 }
 
 /// The home's link to NATS is cut while clients on it and on the other

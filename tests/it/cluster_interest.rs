@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::cluster::{Nats, client, drain, node, status};
+use crate::common::proxy::Proxy;
 use crate::common::{LONG, TestBroker, block_on, eventually};
 
 /// Past `b`'s warm-up, with every node's filters known there.
@@ -287,6 +288,82 @@ fn publishes_at_400_a_second_across_a_nats_kill_all_reach_the_other_node_in_orde
             (s["dropped"].as_u64(), s["failed"].as_u64()),
             (Some(0), Some(0)),
             "{s}"
+        );
+    });
+}
+
+/// What node a wrote to NATS just before NATS died is not lost: a proxy
+/// between a and NATS swallows what a sends (as a server killed with its
+/// socket full takes it), then cuts a off. Once a is back on NATS, b gets
+/// every message, in order, once: those swallowed are sent again, and
+/// the copies b already had are dropped.
+#[test]
+fn what_a_dying_nats_swallowed_is_sent_again_and_had_once() {
+    let nats = Nats::start();
+    let port: u16 = nats.url().rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = Proxy::start(port);
+    let (a, b) = (node(&proxy.url(), "a"), node(&nats.url(), "b"));
+    block_on(async {
+        let (ca, cb) = (client(&a).await, client(&b).await);
+        let mut on_b = cb.subscribe("swallow/#").await.unwrap();
+        settled(&a).await;
+        settled(&b).await;
+        assert!(
+            crate::cluster::until_heard(&ca, "swallow/probe", &mut on_b).await,
+            "b hears a"
+        );
+        drain(&mut on_b, Duration::from_millis(100)).await;
+        let mut want = Vec::new();
+        for i in 0..10 {
+            let m = format!("before{i}");
+            ca.publish("swallow/n", m.clone()).await.unwrap();
+            want.push(m);
+        }
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let m = on_b.recv_timeout(LONG).await.expect("b hears a before");
+            got.push(String::from_utf8_lossy(&m.payload).into_owned());
+        }
+        proxy.swallow();
+        for i in 0..50 {
+            let m = format!("swallowed{i}-");
+            ca.publish("swallow/n", m.clone()).await.unwrap();
+            want.push(m);
+        }
+        assert!(
+            eventually(LONG, || proxy.swallowed(b"swallowed49-")).await,
+            "a wrote them all to its connection"
+        );
+        let connects = status(&a)["connects"].as_u64().unwrap();
+        proxy.cut();
+        proxy.heal();
+        assert!(
+            eventually(LONG, || {
+                let s = status(&a);
+                s["state"] == "connected" && s["connects"].as_u64() > Some(connects)
+            })
+            .await,
+            "a is back on NATS: {}",
+            status(&a)
+        );
+        for i in 0..10 {
+            let m = format!("after{i}");
+            ca.publish("swallow/n", m.clone()).await.unwrap();
+            want.push(m);
+        }
+        while got.len() < want.len() {
+            match on_b.recv_timeout(LONG).await {
+                Some(m) => got.push(String::from_utf8_lossy(&m.payload).into_owned()),
+                None => break,
+            }
+        }
+        got.extend(drain(&mut on_b, Duration::from_millis(300)).await);
+        assert_eq!(got, want, "b got {} of {}", got.len(), want.len());
+        let (sa, sb) = (status(&a), status(&b));
+        assert!(sa["resent"].as_u64() >= Some(50), "{sa}");
+        assert!(
+            sb["repeats"].as_u64() >= Some(10),
+            "b dropped what it had: {sb}"
         );
     });
 }

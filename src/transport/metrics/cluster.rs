@@ -32,15 +32,18 @@ pub(super) fn cluster(e: &mut DescriptorEncoder<'_>, c: &crate::cluster::Cluster
         e,
         "wharf_cluster_messages",
         "Publishes that crossed the cluster: forwarded to NATS, not_wanted (no other node listens, \
-         not sent), dropped (buffer full), failed (NATS refused), received from other nodes, \
-         refused here, lost (this node fell behind).",
+         not sent), dropped (buffer full), failed (NATS refused), resent (sent again after NATS \
+         was lost), received from other nodes, repeats (copies already had, ignored), refused \
+         here, lost (this node fell behind).",
         "outcome",
         &[
             ("forwarded", c.forwarded),
             ("not_wanted", c.not_wanted),
             ("dropped", c.dropped),
             ("failed", c.failed),
+            ("resent", c.resent),
             ("received", c.received),
+            ("repeats", c.repeats),
             ("refused", c.refused),
             ("lost", c.lost),
         ],

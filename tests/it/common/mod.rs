@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod raw_mqtt;
 
 use std::future::Future;
