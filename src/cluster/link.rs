@@ -763,10 +763,10 @@ async fn serve(
                         let Some(broker) = broker.upgrade() else {
                             break;
                         };
-                        let wire::Decoded { headers, flags, node, seq, .. } =
+                        let wire::Decoded { headers, flags, seq, .. } =
                             wire::decode(msg.headers.as_ref());
-                        if let (Some(node), Some(seq)) = (&node, seq)
-                            && !link.seen.fresh(node, seq.epoch, seq.seq)
+                        if let Some(seq) = seq
+                            && !link.seen.fresh(seq.epoch, seq.seq)
                         {
                             c.repeats.fetch_add(1, Ordering::Relaxed);
                             continue;

@@ -88,10 +88,12 @@ struct Outbound {
 /// What a publish on its way to NATS is, which says how the pump sends
 /// it.
 enum What {
-    /// A topic publish (its Wharf headers and flags): the pump numbers it,
-    /// writes its NATS headers, and keeps it to send again should NATS be
-    /// lost with it in flight (`resend.rs`).
-    Topic(Headers, wire::Flags),
+    /// A topic publish: its NATS headers (written on the publishing
+    /// thread), and its Wharf headers and flags, from which the pump
+    /// writes them again should it send it again. The pump numbers it and
+    /// keeps it to send again should NATS be lost with it in flight
+    /// (`resend.rs`).
+    Topic(async_nats::HeaderMap, Headers, wire::Flags),
     /// A retained bucket write: kept and sent again the same way (a write
     /// repeated in order leaves the bucket as it was).
     Retained(Option<async_nats::HeaderMap>),
@@ -334,7 +336,11 @@ impl Cluster {
             let msg = Outbound {
                 subject: subject::topic_subject(&s.prefix, topic),
                 payload: payload.clone(),
-                what: What::Topic(headers.clone(), flags),
+                what: What::Topic(
+                    wire::encode(&s.node, headers, flags),
+                    headers.clone(),
+                    flags,
+                ),
             };
             if s.outbound.try_send(msg).is_err() {
                 s.counters.dropped.fetch_add(1, Ordering::Relaxed);

@@ -17,8 +17,9 @@ use super::{Outbound, Shared, What, wire};
 /// retained bucket write.
 enum Again {
     Topic {
-        subject: Subject,
-        payload: Bytes,
+        /// The subject then the payload, copied into the pump's arena.
+        both: Bytes,
+        subject_len: usize,
         headers: crate::protocol::frame::Headers,
         flags: wire::Flags,
         seq: u64,
@@ -29,6 +30,9 @@ enum Again {
         headers: Option<async_nats::HeaderMap>,
     },
 }
+
+/// Most publishes taken from the buffer at once.
+const BATCH: usize = 64;
 
 /// The pump's state besides the buffer.
 struct Pump {
@@ -41,7 +45,14 @@ struct Pump {
     connects: u64,
     /// When the pump saw NATS go, since it last sent.
     lost: Option<Instant>,
+    /// Where the subjects and payloads kept are copied: one allocation
+    /// per [`ARENA`] bytes rather than per publish, and the publisher's
+    /// read buffer is not pinned by a payload kept.
+    arena: bytes::BytesMut,
 }
+
+/// The size of an arena chunk.
+const ARENA: usize = 256 * 1024;
 
 /// Sends forwarded publishes to NATS in the order they were handed over,
 /// until `finish`: then the buffer closes and what is in it is still
@@ -52,6 +63,15 @@ pub(super) async fn pump(
     mut finish: oneshot::Receiver<()>,
 ) {
     let mut online = shared.online.clone();
+    // Whether NATS is up, watched by a future kept across messages (made
+    // again only when it fires: not once per message).
+    let watched = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let changed = rx.changed().await.is_ok();
+        let up = *rx.borrow_and_update();
+        (changed, up, rx)
+    };
+    let mut change = Box::pin(watched(shared.online.clone()));
+    let mut watching = true;
     let stats = shared.client.statistics();
     // The process's instance is a v7 UUID: its last 16 hex digits are
     // random.
@@ -66,15 +86,23 @@ pub(super) async fn pump(
         epoch: wire::epoch_prefix(epoch),
         connects: stats.connects.load(Ordering::Relaxed),
         lost: None,
+        arena: bytes::BytesMut::new(),
     };
     let mut finished = false;
+    // Taken from the buffer a batch at a time: one wake-up for many.
+    let mut batch = Vec::with_capacity(BATCH);
     loop {
-        let m = tokio::select! {
+        let n = tokio::select! {
             biased;
             // Ahead of the buffer: when NATS went is when what was in
             // flight was lost.
-            Ok(()) = online.changed(), if !finished => {
-                let up = *online.borrow_and_update();
+            (changed, up, rx) = &mut change, if !finished && watching => {
+                if !changed {
+                    // The client is gone: nothing more to watch.
+                    watching = false;
+                    continue;
+                }
+                change = Box::pin(watched(rx));
                 if !up {
                     p.lost.get_or_insert_with(Instant::now);
                 } else if p.reconnected(&stats) {
@@ -84,33 +112,46 @@ pub(super) async fn pump(
                 }
                 continue;
             }
-            m = rx.recv() => m,
+            n = rx.recv_many(&mut batch, BATCH) => n,
             _ = &mut finish, if !finished => {
                 finished = true;
                 rx.close();
-                rx.recv().await
+                rx.recv_many(&mut batch, BATCH).await
             }
         };
-        let Some(m) = m else {
+        if n == 0 {
             break;
-        };
-        // NATS away: hold this message (and the buffer behind it) until it
-        // is back and the other nodes listen again.
-        let mut held = false;
-        if !finished && !super::connected(&shared.client) {
-            let since = *p.lost.get_or_insert_with(Instant::now);
-            super::peers::hold_until_heard(&shared, &mut online, since).await;
-            held = true;
         }
-        if p.reconnected(&stats) {
-            if !held && !finished {
-                let since = p.lost.unwrap_or_else(Instant::now);
-                super::peers::until_listening(&shared, &shared.up(), since).await;
+        for m in batch.drain(..) {
+            // NATS away: hold this message (and the buffer behind it)
+            // until it is back and the other nodes listen again.
+            let mut held = false;
+            if !finished && !super::connected(&shared.client) {
+                let since = *p.lost.get_or_insert_with(Instant::now);
+                super::peers::hold_until_heard(&shared, &mut online, since).await;
+                held = true;
             }
-            p.send_again().await;
+            if p.reconnected(&stats) {
+                if !held && !finished {
+                    let since = p.lost.unwrap_or_else(Instant::now);
+                    super::peers::until_listening(&shared, &shared.up(), since).await;
+                }
+                p.send_again().await;
+            }
+            p.send(m).await;
         }
-        p.send(m).await;
     }
+}
+
+/// `subject` then `payload`, copied into `arena`.
+fn stash(arena: &mut bytes::BytesMut, subject: &str, payload: &[u8]) -> Bytes {
+    let need = subject.len() + payload.len();
+    if arena.capacity() - arena.len() < need {
+        *arena = bytes::BytesMut::with_capacity(ARENA.max(need));
+    }
+    arena.extend_from_slice(subject.as_bytes());
+    arena.extend_from_slice(payload);
+    arena.split().freeze()
 }
 
 impl Pump {
@@ -140,18 +181,15 @@ impl Pump {
             what,
         } = m;
         let sent = match what {
-            What::Topic(headers, flags) => {
+            What::Topic(mut map, headers, flags) => {
                 let seq = self.sent.number();
-                let mut map = wire::encode(&self.shared.node, &headers, flags);
                 wire::number(&mut map, &self.epoch, seq, false);
-                let subject = Subject::from(subject);
-                let size = payload.len();
-                let r = client
-                    .publish_with_headers(subject.clone(), map, payload.clone())
-                    .await;
+                let (size, subject_len) = (payload.len(), subject.len());
+                let both = stash(&mut self.arena, &subject, &payload);
+                let r = client.publish_with_headers(subject, map, payload).await;
                 let again = Again::Topic {
-                    subject,
-                    payload,
+                    both,
+                    subject_len,
                     headers,
                     flags,
                     seq,
@@ -209,16 +247,19 @@ impl Pump {
         for k in self.sent.since(lost) {
             let r = match &k.item {
                 Again::Topic {
-                    subject,
-                    payload,
+                    both,
+                    subject_len,
                     headers,
                     flags,
                     seq,
                 } => {
                     let mut map = wire::encode(&self.shared.node, headers, *flags);
                     wire::number(&mut map, &self.epoch, *seq, true);
+                    let Ok(subject) = Subject::from_utf8(both.slice(..*subject_len)) else {
+                        continue;
+                    };
                     client
-                        .publish_with_headers(subject.clone(), map, payload.clone())
+                        .publish_with_headers(subject, map, both.slice(*subject_len..))
                         .await
                 }
                 Again::Retained {

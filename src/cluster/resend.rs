@@ -10,7 +10,7 @@
 //! the last [`KEEP_COUNT`] it sent (at most [`KEEP_BYTES`] of payload),
 //! and after a reconnect it sends again those it sent within
 //! [`KEEP_FOR`] before it lost NATS. A receiver remembers, per origin
-//! node, the highest number it had and which of the [`SEEN_WINDOW`]
+//! process, the highest number it had and which of the [`SEEN_WINDOW`]
 //! before it: a copy it had is dropped, one it never had is published.
 //! NATS keeps one connection's messages in order for a subscriber, so
 //! only the messages sent again can come below the highest number.
@@ -29,8 +29,8 @@ pub(super) const KEEP_FOR: Duration = Duration::from_secs(2);
 /// How many numbers below the highest a receiver tells had from not
 /// (as many as are kept, so every copy sent again is told apart).
 pub(super) const SEEN_WINDOW: u64 = KEEP_COUNT as u64;
-/// Most origin nodes a receiver remembers (anything that may publish on
-/// NATS can claim any node name); past it, it starts over.
+/// Most origin processes a receiver remembers (anything that may
+/// publish on NATS can number its messages); past it, it starts over.
 const MAX_ORIGINS: usize = 1024;
 
 const WORDS: usize = (SEEN_WINDOW / 64) as usize;
@@ -113,7 +113,6 @@ impl<T> Sent<T> {
 
 /// One origin process's numbers as a receiver has them.
 struct Origin {
-    epoch: u64,
     last: u64,
     /// Bit `n % SEEN_WINDOW`: whether number `n` (within the window below
     /// `last`) was had.
@@ -121,9 +120,8 @@ struct Origin {
 }
 
 impl Origin {
-    fn new(epoch: u64, seq: u64) -> Origin {
+    fn new(seq: u64) -> Origin {
         let mut o = Origin {
-            epoch,
             last: seq,
             bits: Box::new([0; WORDS]),
         };
@@ -152,29 +150,25 @@ impl Origin {
     }
 }
 
-/// What a receiver had from each origin node, to drop a copy sent again.
+/// What a receiver had from each origin process, to drop a copy sent
+/// again.
 #[derive(Default)]
 pub(super) struct Seen {
-    origins: HashMap<String, Origin>,
+    origins: HashMap<u64, Origin, foldhash::fast::RandomState>,
 }
 
 impl Seen {
-    /// Whether message `seq` of `node`'s process `epoch` is new here (and
-    /// notes it). A process not known yet (or a node's new process)
-    /// starts over: what it sends is new.
-    pub fn fresh(&mut self, node: &str, epoch: u64, seq: u64) -> bool {
-        let Some(o) = self.origins.get_mut(node) else {
+    /// Whether message `seq` of the process `epoch` is new here (and
+    /// notes it). A process not known yet starts over: what it sends is
+    /// new.
+    pub fn fresh(&mut self, epoch: u64, seq: u64) -> bool {
+        let Some(o) = self.origins.get_mut(&epoch) else {
             if self.origins.len() >= MAX_ORIGINS {
                 self.origins.clear();
             }
-            self.origins
-                .insert(node.to_owned(), Origin::new(epoch, seq));
+            self.origins.insert(epoch, Origin::new(seq));
             return true;
         };
-        if o.epoch != epoch {
-            *o = Origin::new(epoch, seq);
-            return true;
-        }
         if seq > o.last {
             if seq - o.last >= SEEN_WINDOW {
                 o.bits.fill(0);
@@ -233,38 +227,37 @@ mod tests {
         // 1..=10 arrive except 7 (lost with NATS), and 11, 12 were in the
         // client's buffer and come first after the reconnect.
         for n in (1..=10).filter(|n| *n != 7) {
-            assert!(seen.fresh("a", 5, n));
+            assert!(seen.fresh(5, n));
         }
-        assert!(seen.fresh("a", 5, 11));
-        assert!(seen.fresh("a", 5, 12));
+        assert!(seen.fresh(5, 11));
+        assert!(seen.fresh(5, 12));
         // Then what a sent within KEEP_FOR is sent again: only 7 is new.
-        let again: Vec<u64> = (3..=12).filter(|n| seen.fresh("a", 5, *n)).collect();
+        let again: Vec<u64> = (3..=12).filter(|n| seen.fresh(5, *n)).collect();
         assert_eq!(again, [7]);
-        assert!(!seen.fresh("a", 5, 7), "taken once");
-        // Numbers another node's process sent are its own.
-        assert!(seen.fresh("b", 9, 7));
-        // A new process of a starts over.
-        assert!(seen.fresh("a", 6, 1));
-        assert!(!seen.fresh("a", 6, 1));
+        assert!(!seen.fresh(5, 7), "taken once");
+        // Numbers another process sent are its own.
+        assert!(seen.fresh(9, 7));
+        assert!(seen.fresh(6, 1));
+        assert!(!seen.fresh(6, 1));
     }
 
     #[test]
     fn the_window_slides_and_what_fell_out_of_it_is_dropped() {
         let mut seen = Seen::default();
-        assert!(seen.fresh("a", 1, 1));
+        assert!(seen.fresh(1, 1));
         // A jump past the whole window: nothing below it is known had.
-        assert!(seen.fresh("a", 1, 1 + SEEN_WINDOW * 3));
+        assert!(seen.fresh(1, 1 + SEEN_WINDOW * 3));
         let top = 1 + SEEN_WINDOW * 3;
-        assert!(seen.fresh("a", 1, top - 5), "within the window, not had");
+        assert!(seen.fresh(1, top - 5), "within the window, not had");
         // The oldest number the window still tells: it shares its slot
         // with top + 2.
-        assert!(seen.fresh("a", 1, top - SEEN_WINDOW + 2));
-        assert!(!seen.fresh("a", 1, top - SEEN_WINDOW), "too old to tell");
+        assert!(seen.fresh(1, top - SEEN_WINDOW + 2));
+        assert!(!seen.fresh(1, top - SEEN_WINDOW), "too old to tell");
         // A small step clears the slots it passes (they held numbers a
         // window older).
-        assert!(seen.fresh("a", 1, top + 3));
-        assert!(seen.fresh("a", 1, top + 1));
-        assert!(seen.fresh("a", 1, top + 2));
-        assert!(!seen.fresh("a", 1, top + 2));
+        assert!(seen.fresh(1, top + 3));
+        assert!(seen.fresh(1, top + 1));
+        assert!(seen.fresh(1, top + 2));
+        assert!(!seen.fresh(1, top + 2));
     }
 }

@@ -56,8 +56,9 @@ pub struct Decoded {
     pub headers: Headers,
     /// Its flags.
     pub flags: Flags,
-    /// The node it was published on.
-    pub node: Option<String>,
+    /// Whether a node published it (`Wharf-Node`: a message from another
+    /// NATS client has none).
+    pub from_node: bool,
     /// Its number, when a node numbered it.
     pub seq: Option<Seq>,
     /// Sent again after NATS was lost.
@@ -164,7 +165,7 @@ fn parse_seq(v: &str) -> Option<Seq> {
     })
 }
 
-/// A received message's Wharf headers, flags, origin node and number.
+/// A received message's Wharf headers, flags and number.
 /// Headers from other NATS clients are taken as they are (the last value
 /// of a repeated name); `Wharf-` headers that do not parse are left out.
 pub fn decode(map: Option<&HeaderMap>) -> Decoded {
@@ -175,7 +176,7 @@ pub fn decode(map: Option<&HeaderMap>) -> Decoded {
     let Decoded {
         headers,
         flags,
-        node,
+        from_node,
         seq,
         resent,
     } = &mut d;
@@ -192,7 +193,7 @@ pub fn decode(map: Option<&HeaderMap>) -> Decoded {
                 }
             }
             QOS => flags.qos = last.parse::<u8>().unwrap_or(0).min(2),
-            NODE => *node = Some(last.to_owned()),
+            NODE => *from_node = true,
             SEQ => *seq = parse_seq(last),
             RESENT => *resent = last == "1",
             ESCAPED => {
@@ -279,7 +280,8 @@ mod tests {
             let d = decode(Some(&map));
             prop_assert_eq!(d.headers, headers);
             prop_assert_eq!(d.flags, flags);
-            prop_assert_eq!(d.node.as_deref(), Some("node-a"));
+            prop_assert!(d.from_node);
+            prop_assert_eq!(map.get(NODE).map(|v| v.as_str()), Some("node-a"));
             prop_assert_eq!(d.seq, Some(Seq { epoch, seq }));
             prop_assert_eq!(d.resent, resent);
         }

@@ -193,7 +193,10 @@ fn cluster_status(url: &str) -> serde_json::Value {
     let mut response = String::new();
     let asked = std::net::TcpStream::connect(addr).and_then(|mut s| {
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(b"GET /admin/cluster HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
+        // The broker answers only to the host names it serves.
+        let ask =
+            format!("GET /admin/cluster HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(ask.as_bytes())?;
         s.read_to_string(&mut response)
     });
     if asked.is_err() {
@@ -207,33 +210,35 @@ fn cluster_status(url: &str) -> serde_json::Value {
 
 /// Says in `row` what the nodes at `urls` dropped (their buffer for NATS
 /// full) and lost (they fell behind what came from NATS) during it.
-fn with_losses(mut row: Row, urls: &[String], before: &[(u64, u64)]) -> Row {
-    for (url, (dropped, lost)) in urls.iter().zip(before) {
-        let s = cluster_status(url);
-        let (d, l) = (
-            s["dropped"].as_u64().unwrap_or(0).saturating_sub(*dropped),
-            s["lost"].as_u64().unwrap_or(0).saturating_sub(*lost),
-        );
-        if d + l > 0 {
-            let node = s["node"].as_str().unwrap_or("?");
-            row.result
-                .push_str(&format!(", node {node} dropped {d} and lost {l}"));
+fn with_losses(mut row: Row, urls: &[String], before: &[[u64; 4]]) -> Row {
+    for (url, was) in urls.iter().zip(before) {
+        let now = counts(&cluster_status(url));
+        if std::env::var_os("DEBUG_STATUS").is_some() {
+            eprintln!("{}", cluster_status(url));
+        }
+        let [d, l, r, p] = std::array::from_fn(|i| now[i].saturating_sub(was[i]));
+        if d + l + r + p > 0 {
+            let node = cluster_status(url)["node"]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned();
+            row.result.push_str(&format!(
+                ", node {node} dropped {d}, lost {l}, resent {r}, ignored {p} repeats"
+            ));
         }
     }
     row
 }
 
-/// (dropped, lost) of each node at `urls`.
-fn losses(urls: &[String]) -> Vec<(u64, u64)> {
-    urls.iter()
-        .map(|u| {
-            let s = cluster_status(u);
-            (
-                s["dropped"].as_u64().unwrap_or(0),
-                s["lost"].as_u64().unwrap_or(0),
-            )
-        })
-        .collect()
+/// What a node's status counts of messages that did not cross once:
+/// dropped, lost, resent, repeats.
+fn counts(s: &serde_json::Value) -> [u64; 4] {
+    ["dropped", "lost", "resent", "repeats"].map(|k| s[k].as_u64().unwrap_or(0))
+}
+
+/// [`counts`] of each node at `urls`.
+fn losses(urls: &[String]) -> Vec<[u64; 4]> {
+    urls.iter().map(|u| counts(&cluster_status(u))).collect()
 }
 
 /// Waits, at most 15 s, until every node at `urls` says it sends NATS
