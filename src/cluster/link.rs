@@ -350,8 +350,7 @@ struct Link {
     grace: Duration,
     /// What the other nodes were told of the filters.
     told: super::interest::Told,
-    /// What this node had from each other node (a copy sent again after
-    /// NATS was lost is dropped).
+    /// What this node had from each other process (`resend.rs`).
     seen: super::resend::Seen,
 }
 
@@ -763,11 +762,8 @@ async fn serve(
                         let Some(broker) = broker.upgrade() else {
                             break;
                         };
-                        let wire::Decoded { headers, flags, seq, .. } =
-                            wire::decode(msg.headers.as_ref());
-                        if let Some(seq) = seq
-                            && !link.seen.fresh(seq.epoch, seq.seq)
-                        {
+                        let wire::Decoded { headers, flags, seq, .. } = wire::decode(msg.headers.as_ref());
+                        if seq.is_some_and(|s| !link.seen.fresh(s.epoch, s.seq)) {
                             c.repeats.fetch_add(1, Ordering::Relaxed);
                             continue;
                         }
