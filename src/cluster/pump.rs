@@ -184,7 +184,8 @@ impl Pump {
             What::Topic(mut map, headers, flags) => {
                 let seq = self.sent.number();
                 wire::number(&mut map, &self.epoch, seq, false);
-                let (size, subject_len) = (payload.len(), subject.len());
+                let subject_len = subject.len();
+                let size = subject_len + payload.len();
                 let both = stash(&mut self.arena, &subject, &payload);
                 let r = client.publish_with_headers(subject, map, payload).await;
                 let again = Again::Topic {
@@ -198,8 +199,8 @@ impl Pump {
                 r
             }
             What::Retained(headers) => {
+                let size = subject.len() + payload.len();
                 let subject = Subject::from(subject);
-                let size = payload.len();
                 let r = match &headers {
                     Some(h) => {
                         client

@@ -7,7 +7,7 @@
 //! had not written yet: messages a node sent but nobody received, which
 //! no counter can see. So every topic publish a node sends carries its
 //! process's epoch and a sequence number (`Wharf-Seq`), the node keeps
-//! the last [`KEEP_COUNT`] it sent (at most [`KEEP_BYTES`] of payload),
+//! the last [`KEEP_COUNT`] it sent (at most [`KEEP_BYTES`]),
 //! and after a reconnect it sends again those it sent within
 //! [`KEEP_FOR`] before it lost NATS. A receiver remembers, per origin
 //! process, the highest number it had and which of the [`SEEN_WINDOW`]
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// Most publishes kept to send again.
 pub(super) const KEEP_COUNT: usize = 8192;
-/// Most payload bytes kept to send again.
+/// Most bytes (subjects and payloads) kept to send again.
 pub(super) const KEEP_BYTES: usize = 4 << 20;
 /// How long before NATS was lost a publish is still sent again: long
 /// enough for anything written to a dying connection, short enough that
@@ -40,7 +40,7 @@ const WORDS: usize = (SEEN_WINDOW / 64) as usize;
 pub(super) struct Kept<T> {
     /// When it was sent.
     pub at: Instant,
-    /// Its payload's size.
+    /// The bytes it holds (subject and payload).
     pub size: usize,
     /// What to send again.
     pub item: T,
@@ -76,9 +76,13 @@ impl<T> Sent<T> {
         self.kept.push_back(Kept { at, size, item });
         self.bytes += size;
         while self.kept.len() > KEEP_COUNT || (self.bytes > KEEP_BYTES && self.kept.len() > 1) {
-            if let Some(old) = self.kept.pop_front() {
-                self.bytes -= old.size;
-            }
+            self.drop_oldest();
+        }
+    }
+
+    fn drop_oldest(&mut self) {
+        if let Some(old) = self.kept.pop_front() {
+            self.bytes -= old.size;
         }
     }
 
@@ -89,9 +93,7 @@ impl<T> Sent<T> {
             return;
         };
         while self.kept.front().is_some_and(|k| k.at < from) {
-            if let Some(old) = self.kept.pop_front() {
-                self.bytes -= old.size;
-            }
+            self.drop_oldest();
         }
     }
 
@@ -239,6 +241,21 @@ mod tests {
         assert!(seen.fresh(9, 7));
         assert!(seen.fresh(6, 1));
         assert!(!seen.fresh(6, 1));
+    }
+
+    #[test]
+    fn numbers_at_the_ends_of_the_range_neither_overflow_nor_grow_the_state() {
+        let mut seen = Seen::default();
+        assert!(seen.fresh(1, 0));
+        assert!(seen.fresh(1, u64::MAX));
+        assert!(!seen.fresh(1, u64::MAX));
+        assert!(!seen.fresh(1, 0), "far below the window");
+        assert!(seen.fresh(1, u64::MAX - 1), "within it, not had");
+        // Every epoch a sender makes up costs one origin, up to the bound.
+        for epoch in 0..(MAX_ORIGINS as u64 * 3) {
+            assert!(seen.fresh(epoch + 10, 1));
+        }
+        assert!(seen.origins.len() <= MAX_ORIGINS);
     }
 
     #[test]

@@ -557,17 +557,23 @@ fn an_mqtt_client_that_connects_on_another_node_takes_its_session_over() {
     assert!(new.until_pong().is_empty());
 }
 
-const MEMBERS: [&str; 3] = ["a", "b", "c"];
+/// The members of the clusters whose queues and jobs have homes.
+pub(crate) const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+/// Makes `c` node `name` of a cluster on `nats` with [`MEMBERS`].
+pub(crate) fn as_member(c: &mut wharf::Config, nats: String, name: String) {
+    c.cluster.nats = vec![nats];
+    c.cluster.node = name;
+    c.cluster.connect_timeout_ms = 2_000;
+    c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+}
 
 /// A node of a cluster whose queues and jobs have homes: `orders` lives
 /// on `b`, everything else by rendezvous over a, b and c.
 fn homing_node(nats: &str, name: &str) -> TestBroker {
     let (nats, name) = (nats.to_owned(), name.to_owned());
     let node = TestBroker::start(move |c| {
-        c.cluster.nats = vec![nats];
-        c.cluster.node = name;
-        c.cluster.connect_timeout_ms = 2_000;
-        c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+        as_member(c, nats, name);
         c.queues.push(wharf::config::QueueDecl {
             name: "orders".into(),
             home: Some("b".into()),
@@ -810,10 +816,7 @@ fn a_consumer_whose_home_restarts_is_attached_again() {
     let tune = |name: &'static str| {
         let url = nats.url();
         move |c: &mut wharf::Config| {
-            c.cluster.nats = vec![url];
-            c.cluster.node = name.into();
-            c.cluster.connect_timeout_ms = 2_000;
-            c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+            as_member(c, url, name.into());
             c.queues.push(wharf::config::QueueDecl {
                 name: "orders".into(),
                 home: Some("b".into()),

@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use common::{ChildBroker, LONG, TestBroker};
 use serde_json::{Value, json};
 
-use crate::cluster::{Nats, status};
-
-const MEMBERS: [&str; 3] = ["a", "b", "c"];
+use crate::cluster::{MEMBERS, Nats, as_member, status};
 /// Jobs enqueued before the home dies.
 const N: usize = 30;
 /// Of them, finished before it dies.
@@ -61,10 +59,7 @@ fn jobs_home() -> (String, Vec<&'static str>) {
 fn in_process(nats: &str, name: &str) -> TestBroker {
     let (nats, name) = (nats.to_owned(), name.to_owned());
     let node = TestBroker::start(move |c| {
-        c.cluster.nats = vec![nats];
-        c.cluster.node = name;
-        c.cluster.connect_timeout_ms = 2_000;
-        c.cluster.members = MEMBERS.iter().map(|m| (*m).to_owned()).collect();
+        as_member(c, nats, name);
         c.cluster.failover = true;
         c.cluster.lease_ms = LEASE_MS;
     });
