@@ -701,10 +701,28 @@ impl Data {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Debug, PartialEq, Default)]
 pub(crate) struct Leaf {
     pub(crate) keys: Vec<IVec>,
     pub(crate) values: Vec<IVec>,
+}
+
+// Wharf: a leaf is cloned to apply one update to the copy
+// (`PageCache::link`), so the copy gets room for one more pair: cloned
+// to its exact length, an insert reallocated and copied both vectors
+// again (~6% of the store writer's time appending a queue's messages).
+impl Clone for Leaf {
+    fn clone(&self) -> Leaf {
+        fn with_room(v: &[IVec]) -> Vec<IVec> {
+            let mut out = Vec::with_capacity(v.len() + 1);
+            out.extend_from_slice(v);
+            out
+        }
+        Leaf {
+            keys: with_room(&self.keys),
+            values: with_room(&self.values),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]
