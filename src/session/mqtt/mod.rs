@@ -441,7 +441,7 @@ impl MqttSession {
                 Ok(())
             }
             Packet::PubRel(a) => {
-                let known = conn.awaiting_rel.remove(&a.pid);
+                let known = conn.released(a.pid);
                 let comp = Packet::pubcomp(a.pid);
                 if known || !v5 {
                     self.sink.push(&comp);
@@ -614,7 +614,7 @@ impl MqttSession {
             return reason::UNSPECIFIED_ERROR;
         };
         // Retain handling 1: retained messages only for a new subscription.
-        let existed = conn.subs.contains(&filter) || conn.durable.contains_key(&filter);
+        let existed = conn.subs.contains(&filter) || conn.rare().durable.contains_key(&filter);
         let opts = MqttSubOptions {
             skip_retained: opts.skip_retained || (o.retain_handling == 1 && existed),
             ..opts
@@ -671,19 +671,21 @@ impl MqttSession {
         };
         let client = conn.durable_client.clone();
         let id = durable_id(&filter, opts);
-        let existing = conn.durable.get(&filter).map(|(_, c)| c.clone());
+        let existing = conn.rare().durable.get(&filter).map(|(_, c)| c.clone());
         let entry = match existing {
             // Subscribing again (clients do after each reconnect) keeps
             // what was kept.
             Some(consumer) if *consumer.id == *id => None,
             _ => {
-                if conn.durable.len() >= self.cfg.max_subscriptions {
+                if conn.rare().durable.len() >= self.cfg.max_subscriptions {
                     return reason::QUOTA_EXCEEDED;
                 }
                 // Other options for the same filter are another
                 // subscription id: the old one goes.
                 if let Some(c) = self.connected.as_mut() {
-                    if let Some((queue, old)) = c.durable.remove(&filter) {
+                    if let Some((queue, old)) =
+                        c.rare_if_used().and_then(|r| r.durable.remove(&filter))
+                    {
                         old.cancel();
                         let _ = self
                             .broker
@@ -712,7 +714,11 @@ impl MqttSession {
         };
         let consumer = match &entry {
             Some((_, c)) => c.clone(),
-            None => match self.connected.as_ref().and_then(|c| c.durable.get(&filter)) {
+            None => match self
+                .connected
+                .as_ref()
+                .and_then(|c| c.rare().durable.get(&filter))
+            {
                 Some((_, c)) => c.clone(),
                 None => return reason::UNSPECIFIED_ERROR,
             },
@@ -727,7 +733,7 @@ impl MqttSession {
             }
         }
         if let (Some(entry), Some(c)) = (entry, self.connected.as_mut()) {
-            c.durable.insert(filter, entry);
+            c.rare_mut().durable.insert(filter, entry);
         }
         opts.qos
     }
@@ -736,7 +742,7 @@ impl MqttSession {
     /// (after a SUBSCRIBE, an UNSUBSCRIBE or a resumed session).
     fn report_counts(&self) {
         if let Some(c) = &self.connected {
-            let n = c.subs.len() + c.durable.len() + c.shared.len();
+            let n = c.subs.len() + c.rare().durable.len() + c.rare().shared.len();
             self.sessions.set_counts(self.id, n, 0);
         }
     }
@@ -755,7 +761,7 @@ impl MqttSession {
             sub.cancel();
             let _ = self.broker.unsubscribe(self.sink.id, &sub.id, filter).await;
         }
-        if let Some((_, consumer)) = conn.durable.remove(filter) {
+        if let Some((_, consumer)) = conn.rare_if_used().and_then(|r| r.durable.remove(filter)) {
             existed = true;
             consumer.cancel();
             let client = conn.durable_client.clone();

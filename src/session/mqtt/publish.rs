@@ -74,13 +74,13 @@ impl MqttSession {
             let pid = p.pid.unwrap_or(0);
             let fresh = match self.connected.as_mut() {
                 Some(c) => {
-                    if c.awaiting_rel.len() >= usize::from(u16::MAX) {
+                    if c.rare().awaiting_rel.len() >= usize::from(u16::MAX) {
                         return Err(violation_v5(
                             reason::RECEIVE_MAXIMUM_EXCEEDED,
                             "too many QoS 2 publishes awaiting PUBREL",
                         ));
                     }
-                    c.awaiting_rel.insert(pid)
+                    c.rare_mut().awaiting_rel.insert(pid)
                 }
                 None => false,
             };
@@ -94,7 +94,7 @@ impl MqttSession {
                     }
                     Err(refused) => {
                         if let Some(c) = self.connected.as_mut() {
-                            c.awaiting_rel.remove(&pid);
+                            c.released(pid);
                         }
                         // 3.1.1: no acknowledgement, the client sends it
                         // again; MQTT 5 says why.
@@ -168,7 +168,7 @@ impl MqttSession {
             return Ok(());
         };
         if p.topic.is_empty() {
-            match conn.aliases_in.get(&alias) {
+            match conn.rare().aliases_in.get(&alias) {
                 Some(t) => p.topic.clone_from(t),
                 None => {
                     return Err(violation_v5(
@@ -178,7 +178,7 @@ impl MqttSession {
                 }
             }
         } else {
-            conn.aliases_in.insert(alias, p.topic.clone());
+            conn.rare_mut().aliases_in.insert(alias, p.topic.clone());
         }
         Ok(())
     }

@@ -55,7 +55,7 @@ impl MqttSession {
         let (group, filter) = (group.to_owned(), filter.to_owned());
         self.leave_shared(&full).await;
         match &self.connected {
-            Some(c) if c.shared.len() < self.cfg.max_subscriptions => {}
+            Some(c) if c.rare().shared.len() < self.cfg.max_subscriptions => {}
             _ => return reason::QUOTA_EXCEEDED,
         }
         let member = Subscription::new(
@@ -75,7 +75,7 @@ impl MqttSession {
             return reason::UNSPECIFIED_ERROR;
         }
         if let Some(c) = self.connected.as_mut() {
-            c.shared.insert(full, member);
+            c.rare_mut().shared.insert(full, member);
         }
         opts.qos
     }
@@ -83,7 +83,11 @@ impl MqttSession {
     /// Leaves the shared subscription `full` names; false if not a
     /// member.
     pub(super) async fn leave_shared(&mut self, full: &str) -> bool {
-        let Some(member) = self.connected.as_mut().and_then(|c| c.shared.remove(full)) else {
+        let Some(member) = self
+            .connected
+            .as_mut()
+            .and_then(|c| c.rare_if_used()?.shared.remove(full))
+        else {
             return false;
         };
         leave(&self.broker, self.sink.id, full, member).await;
