@@ -56,6 +56,8 @@ struct Registry {
 /// the common case's slot is 32 B, not 48.
 enum Ids {
     One(Uuid),
+    // The extra allocation is for the rare case only, on purpose.
+    #[allow(clippy::box_collection)]
     Many(Box<HashSet<Uuid, foldhash::fast::RandomState>>),
 }
 
