@@ -33,6 +33,30 @@ fn count(b: &TestBroker, key: &str) -> u64 {
     status(b)[key].as_u64().unwrap_or_default()
 }
 
+/// Clients of `a` and `b`, `b`'s subscribed to `{prefix}/#`, once both
+/// nodes are past their warm-up and a publish on `a` reaches `b` (what
+/// that took is drained).
+async fn b_hears_a(
+    a: &TestBroker,
+    b: &TestBroker,
+    prefix: &str,
+) -> (
+    wharf::client::Client,
+    wharf::client::Client,
+    wharf::client::Subscription,
+) {
+    let (ca, cb) = (client(a).await, client(b).await);
+    let mut on_b = cb.subscribe(&format!("{prefix}/#")).await.unwrap();
+    settled(a).await;
+    settled(b).await;
+    assert!(
+        crate::cluster::until_heard(&ca, &format!("{prefix}/probe"), &mut on_b).await,
+        "b hears a"
+    );
+    drain(&mut on_b, Duration::from_millis(100)).await;
+    (ca, cb, on_b)
+}
+
 #[test]
 fn past_its_warm_up_a_node_sends_only_what_another_node_wants() {
     let nats = Nats::start();
@@ -239,15 +263,7 @@ fn publishes_at_400_a_second_across_a_nats_kill_all_reach_the_other_node_in_orde
     let mut nats = Nats::start();
     let (a, b) = (node(&nats.url(), "a"), node(&nats.url(), "b"));
     block_on(async {
-        let (ca, cb) = (client(&a).await, client(&b).await);
-        let mut on_b = cb.subscribe("steady/#").await.unwrap();
-        settled(&a).await;
-        settled(&b).await;
-        assert!(
-            crate::cluster::until_heard(&ca, "steady/probe", &mut on_b).await,
-            "b hears a"
-        );
-        drain(&mut on_b, Duration::from_millis(100)).await;
+        let (ca, _cb, mut on_b) = b_hears_a(&a, &b, "steady").await;
         let sent = std::rc::Rc::new(std::cell::Cell::new(0usize));
         let publisher = {
             let sent = sent.clone();
@@ -304,15 +320,7 @@ fn what_a_dying_nats_swallowed_is_sent_again_and_had_once() {
     let proxy = Proxy::start(port);
     let (a, b) = (node(&proxy.url(), "a"), node(&nats.url(), "b"));
     block_on(async {
-        let (ca, cb) = (client(&a).await, client(&b).await);
-        let mut on_b = cb.subscribe("swallow/#").await.unwrap();
-        settled(&a).await;
-        settled(&b).await;
-        assert!(
-            crate::cluster::until_heard(&ca, "swallow/probe", &mut on_b).await,
-            "b hears a"
-        );
-        drain(&mut on_b, Duration::from_millis(100)).await;
+        let (ca, _cb, mut on_b) = b_hears_a(&a, &b, "swallow").await;
         let mut want = Vec::new();
         for i in 0..10 {
             let m = format!("before{i}");
