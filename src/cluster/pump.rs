@@ -143,6 +143,19 @@ pub(super) async fn pump(
     }
 }
 
+/// Publishes `payload` on `subject`, with `headers` if any.
+async fn publish(
+    client: &async_nats::Client,
+    subject: Subject,
+    headers: Option<async_nats::HeaderMap>,
+    payload: Bytes,
+) -> Result<(), async_nats::PublishError> {
+    match headers {
+        Some(h) => client.publish_with_headers(subject, h, payload).await,
+        None => client.publish(subject, payload).await,
+    }
+}
+
 /// `subject` then `payload`, copied into `arena`.
 fn stash(arena: &mut bytes::BytesMut, subject: &str, payload: &[u8]) -> Bytes {
     let need = subject.len() + payload.len();
@@ -201,14 +214,7 @@ impl Pump {
             What::Retained(headers) => {
                 let size = subject.len() + payload.len();
                 let subject = Subject::from(subject);
-                let r = match &headers {
-                    Some(h) => {
-                        client
-                            .publish_with_headers(subject.clone(), h.clone(), payload.clone())
-                            .await
-                    }
-                    None => client.publish(subject.clone(), payload.clone()).await,
-                };
+                let r = publish(client, subject.clone(), headers.clone(), payload.clone()).await;
                 let again = Again::Retained {
                     subject,
                     payload,
@@ -218,8 +224,7 @@ impl Pump {
                 r
             }
             What::Once { headers, reply } => match (headers, reply) {
-                (Some(h), None) => client.publish_with_headers(subject, h, payload).await,
-                (None, None) => client.publish(subject, payload).await,
+                (h, None) => publish(client, subject.into(), h, payload).await,
                 (Some(h), Some(r)) => {
                     client
                         .publish_with_reply_and_headers(subject, r, h, payload)
@@ -266,17 +271,8 @@ impl Pump {
                 Again::Retained {
                     subject,
                     payload,
-                    headers: Some(h),
-                } => {
-                    client
-                        .publish_with_headers(subject.clone(), h.clone(), payload.clone())
-                        .await
-                }
-                Again::Retained {
-                    subject,
-                    payload,
-                    headers: None,
-                } => client.publish(subject.clone(), payload.clone()).await,
+                    headers,
+                } => publish(client, subject.clone(), headers.clone(), payload.clone()).await,
             };
             if r.is_ok() {
                 n += 1;
