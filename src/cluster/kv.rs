@@ -146,6 +146,18 @@ pub(super) fn retained_bucket(prefix: &str) -> String {
     format!("{}_retained", prefix.replace('.', "_"))
 }
 
+/// What [`ensure_bucket`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bucket {
+    /// The bucket exists: retained messages are written to it.
+    Ready,
+    /// NATS said no (no JetStream, most likely): asking again on its own
+    /// would only repeat the warning.
+    Refused,
+    /// No answer in time: worth asking again.
+    Unanswered,
+}
+
 /// Finds or creates the retained bucket and from then on writes retained
 /// messages to it. Without JetStream on the NATS server, retained
 /// messages stay with each node (said each time it is tried).
@@ -153,23 +165,23 @@ pub(super) async fn ensure_bucket(
     client: &async_nats::Client,
     bucket: &str,
     shared: &Shared,
-) -> bool {
+) -> Bucket {
     if shared.retained.get().is_some() {
-        return true;
+        return Bucket::Ready;
     }
     match tokio::time::timeout(shared.confirm, ensure(client, bucket)).await {
         Ok(Ok(())) => {
             let _ = shared.retained.set(format!("$KV.{bucket}."));
-            true
+            Bucket::Ready
         }
+        Ok(Err(NatsError::Timeout)) | Err(_) => Bucket::Unanswered,
         Ok(Err(e)) => {
             tracing::warn!(
                 bucket,
                 "cluster: no retained bucket ({e}); retained messages stay with each node \
                  until NATS has JetStream (nats-server -js)"
             );
-            false
+            Bucket::Refused
         }
-        Err(_) => false,
     }
 }

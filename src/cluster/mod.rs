@@ -573,6 +573,7 @@ impl Cluster {
             forwarded: c.forwarded.load(Ordering::Relaxed),
             not_wanted: s.interest.not_wanted.get(),
             forwarding_all,
+            retained_shared: s.retained.get().is_some(),
             peer_filters,
             dropped: c.dropped.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
@@ -655,6 +656,10 @@ pub struct ClusterStatus {
     /// seconds after connecting, and while some node's filters are not
     /// known here (`peer_filters`).
     pub forwarding_all: bool,
+    /// Whether retained messages published here are written to the
+    /// retained bucket (JetStream), for every node to read; until then
+    /// they stay on this node.
+    pub retained_shared: bool,
     /// How many filters each other node listens to, as known here
     /// (`null`: not known yet, or a node older than interest-based
     /// forwarding).

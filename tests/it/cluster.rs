@@ -488,6 +488,15 @@ fn retained_messages_are_shared_through_jetstream() {
     );
     block_on(async {
         let (ca, cb, cc) = (client(&a).await, client(&b).await, client(&c).await);
+        // Each node writes retained messages to the bucket once it has
+        // found it (before that they stay on the node).
+        for n in [&a, &b, &c] {
+            assert!(
+                eventually(LONG, || status(n)["retained_shared"] == true).await,
+                "{}",
+                status(n)
+            );
+        }
         // Nobody subscribes anywhere yet.
         ca.publish_retained("state/door", "open").await.unwrap();
         assert!(
