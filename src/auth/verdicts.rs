@@ -13,7 +13,9 @@ const MAX_TOPICS: usize = 1024;
 /// Publish verdicts by topic.
 #[derive(Debug, Default)]
 pub struct PublishVerdicts {
-    by_topic: HashMap<Box<str>, bool, foldhash::fast::RandomState>,
+    /// Made at the first verdict: a session whose principal may publish
+    /// anywhere (or that never publishes) holds 8 B, not a table's 40.
+    by_topic: Option<Box<HashMap<Box<str>, bool, foldhash::fast::RandomState>>>,
 }
 
 impl PublishVerdicts {
@@ -24,19 +26,20 @@ impl PublishVerdicts {
             // grants say.
             return !topic.starts_with(crate::routing::PRESENCE_PREFIX);
         }
-        if let Some(ok) = self.by_topic.get(topic) {
+        let by_topic = self.by_topic.get_or_insert_default();
+        if let Some(ok) = by_topic.get(topic) {
             return *ok;
         }
         let ok = p.may(Right::Publish(topic));
-        if self.by_topic.len() >= MAX_TOPICS {
-            self.by_topic.clear();
+        if by_topic.len() >= MAX_TOPICS {
+            by_topic.clear();
         }
-        self.by_topic.insert(topic.into(), ok);
+        by_topic.insert(topic.into(), ok);
         ok
     }
 
     /// Forgets every verdict (the principal changed).
     pub fn clear(&mut self) {
-        self.by_topic.clear();
+        self.by_topic = None;
     }
 }

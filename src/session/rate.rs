@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 /// Refills `rate` tokens per second up to `burst`; each frame takes one.
 #[derive(Debug)]
 pub struct RateLimiter {
-    rate: f64,
-    burst: f64,
+    /// Tokens a second, and the most the bucket holds: whole numbers,
+    /// kept as such (8 B less in every connection's state than as `f64`).
+    rate: u32,
+    burst: u32,
     tokens: f64,
     last: Instant,
     /// Frames refused in a row; reset by an accepted frame.
@@ -34,11 +36,11 @@ pub enum Verdict {
 impl RateLimiter {
     /// A full bucket.
     pub fn new(rate_per_s: u32, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
+        let burst = burst.max(1);
         RateLimiter {
-            rate: f64::from(rate_per_s.max(1)),
+            rate: rate_per_s.max(1),
             burst,
-            tokens: burst,
+            tokens: f64::from(burst),
             last: Instant::now(),
             refused_run: 0,
         }
@@ -53,12 +55,13 @@ impl RateLimiter {
     pub fn charge(&mut self, now: Instant, n: u32) -> Duration {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = self.last.max(now);
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst) - f64::from(n);
+        self.tokens = (self.tokens + elapsed * f64::from(self.rate)).min(f64::from(self.burst))
+            - f64::from(n);
         if self.tokens >= 0.0 {
             return Duration::ZERO;
         }
-        let pause = (-self.tokens / self.rate).min(1.0);
-        self.tokens += pause * self.rate;
+        let pause = (-self.tokens / f64::from(self.rate)).min(1.0);
+        self.tokens += pause * f64::from(self.rate);
         let pause = Duration::from_secs_f64(pause);
         self.last += pause;
         pause
@@ -68,14 +71,14 @@ impl RateLimiter {
     pub fn check(&mut self, now: Instant) -> Verdict {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.tokens = (self.tokens + elapsed * f64::from(self.rate)).min(f64::from(self.burst));
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             self.refused_run = 0;
             Verdict::Allow
         } else {
             self.refused_run = self.refused_run.saturating_add(1);
-            if f64::from(self.refused_run) > self.burst.min(1000.0) {
+            if f64::from(self.refused_run) > f64::from(self.burst).min(1000.0) {
                 Verdict::Close
             } else {
                 Verdict::Refuse

@@ -81,7 +81,10 @@ pub(crate) type Run = Box<dyn FnOnce(Box<dyn Io>, BytesMut) -> LocalBoxFuture<'s
 /// loop) has finished, since then the connection is over.
 pub(crate) struct ByteSource<R> {
     rd: R,
-    first: Option<Bytes>,
+    /// Bytes read before this source took over (a WebSocket upgrade's
+    /// first frames), boxed: most connections have none, and the 24 B
+    /// saved are in every idle connection's state.
+    first: Option<Box<Bytes>>,
     writer: Option<actix_rt::task::JoinHandle<()>>,
 }
 
@@ -91,7 +94,7 @@ impl<R: AsyncRead + Unpin> ByteSource<R> {
     pub(crate) fn new(rd: R, first: Bytes, writer: Option<actix_rt::task::JoinHandle<()>>) -> Self {
         ByteSource {
             rd,
-            first: (!first.is_empty()).then_some(first),
+            first: (!first.is_empty()).then(|| Box::new(first)),
             writer,
         }
     }

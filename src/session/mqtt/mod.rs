@@ -299,6 +299,12 @@ impl MqttSession {
         &self.sink.out
     }
 
+    /// The broker's metrics, for the transport's counts: reached through
+    /// the session rather than held by every connection's loop.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        self.broker.metrics()
+    }
+
     /// How long the connection may stay silent: one and a half times the
     /// keep-alive the client asked for (the session's idle timeout with a
     /// keep-alive of 0; its hello timeout before CONNECT).
