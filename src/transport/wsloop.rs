@@ -375,9 +375,13 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
         let mut ping_at = last_heard + ping_interval;
         let mut idle_at = last_heard + Duration::from_secs(365 * 24 * 3600);
         let mut linger_at: Option<Instant> = None;
-        let mut armed = ping_at.min(idle_at);
-        let timer = actix_rt::time::sleep_until(armed.into());
-        tokio::pin!(timer);
+        // Armed at the earliest deadline: its own deadline is the one
+        // armed (no copy of it beside it in every connection's state).
+        let mut timer = std::pin::pin!(actix_rt::time::sleep_until(ping_at.min(idle_at).into()));
+        // Which of a read and a handler's event is looked at first,
+        // alternately: neither starves the other (as `select!`'s random
+        // order, whose state is bigger).
+        let mut read_first = true;
         let mut reader = Reader {
             now: last_heard,
             handler,
@@ -401,17 +405,38 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
             }
             // The deadline moves earlier when a handler's timeout shrinks (an
             // MQTT CONNECT's keep-alive): re-arm then, never on mere traffic.
-            let due = reader.deadline(last_heard);
-            if due < idle_at {
-                idle_at = due;
+            {
+                let due = reader.deadline(last_heard);
+                if due < idle_at {
+                    idle_at = due;
+                }
+                let next = earliest(ping_at, idle_at, linger_at);
+                if next < timer.deadline().into_std() {
+                    timer.as_mut().reset(next.into());
+                }
             }
-            let next = earliest(ping_at, idle_at, linger_at);
-            if next < armed {
-                armed = next;
-                timer.as_mut().reset(armed.into());
-            }
-            tokio::select! {
-                read = poll_fn(|cx| source.poll_append(&mut buf, cx)) => match read {
+            read_first = !read_first;
+            // The timer first, so that a client that never stops sending
+            // is still held to its deadlines.
+            let woke = poll_fn(|cx| {
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Timer);
+                }
+                if !read_first && reader.handler.poll_event(cx).is_ready() {
+                    return Poll::Ready(Woke::Event);
+                }
+                if let Poll::Ready(read) = source.poll_append(&mut buf, cx) {
+                    return Poll::Ready(Woke::Read(read));
+                }
+                if read_first && reader.handler.poll_event(cx).is_ready() {
+                    return Poll::Ready(Woke::Event);
+                }
+                Poll::Pending
+            });
+            // Matched as it comes, not bound: nothing of the wait stays in
+            // the loop's state while what woke it is handled.
+            match woke.await {
+                Woke::Read(read) => match read {
                     Some(n) => {
                         crate::tidy::traffic();
                         reader.handler.received(n);
@@ -424,16 +449,16 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
                     }
                     None => break 'conn,
                 },
-                () = poll_fn(|cx| reader.handler.poll_event(cx)) => {
+                Woke::Event => {
                     // Boxed for the reason given in Reader::burst.
                     if let Flow::Stop = Box::pin(reader.handler.event()).await {
                         break 'conn;
                     }
                 }
-                _ = &mut timer => {
+                Woke::Timer => {
                     // Whatever was due by the deadline the timer fired at is
                     // due (the wall clock may lag a paused test clock).
-                    let now = Instant::now().max(armed);
+                    let now = Instant::now().max(timer.deadline().into_std());
                     if linger_at.is_some_and(|at| now >= at) {
                         linger_at = None;
                         if buf.is_empty() {
@@ -443,13 +468,16 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
                         }
                     }
                     if now >= ping_at {
-                        let _ = reader.handler.outbound().push(Priority::High, OutFrame::ping());
+                        let _ = reader
+                            .handler
+                            .outbound()
+                            .push(Priority::High, OutFrame::ping());
                         ping_at += ping_interval;
-                    if ping_at <= now {
-                        // Late (a stalled worker): one ping, not the
-                        // missed ones in a row.
-                        ping_at = now + ping_interval;
-                    }
+                        if ping_at <= now {
+                            // Late (a stalled worker): one ping, not the
+                            // missed ones in a row.
+                            ping_at = now + ping_interval;
+                        }
                     }
                     if now >= idle_at {
                         if reader.handler.expires_at().is_some_and(|at| now >= at) {
@@ -464,8 +492,9 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
                         }
                         idle_at = reader.deadline(last_heard);
                     }
-                    armed = earliest(ping_at, idle_at, linger_at);
-                    timer.as_mut().reset(armed.into());
+                    timer
+                        .as_mut()
+                        .reset(earliest(ping_at, idle_at, linger_at).into());
                 }
             }
         }
@@ -493,6 +522,16 @@ pub(crate) fn read_loop<H: Handler, S: ByteFeed>(
             });
         }
     }
+}
+
+/// What woke a connection's read loop.
+enum Woke {
+    /// Bytes were appended to the buffer (how many), or the stream ended.
+    Read(Option<usize>),
+    /// The handler has an event ([`Handler::poll_event`]).
+    Event,
+    /// The timer's deadline came.
+    Timer,
 }
 
 /// The earliest of a connection's deadlines.
