@@ -166,33 +166,12 @@ struct State {
     /// own (one locked instruction less per delivery).
     queued: u64,
     dropped: u64,
+    close: Option<CloseRequest>,
     finished: bool,
     waker: Option<Waker>,
-    /// The close and what goes with it, made when first needed: most
-    /// connections, most of their lives, hold none of it (56 B of every
-    /// idle connection's queue, which then fits a smaller allocation).
-    ending: Option<Box<Ending>>,
-}
-
-/// A queue's close and what goes with it ([`State::ending`]).
-#[derive(Default)]
-struct Ending {
-    close: Option<CloseRequest>,
     /// Who waits for the writer to finish (a draining close's timer).
     finish_waker: Option<Waker>,
     farewell: Option<Farewell>,
-}
-
-impl State {
-    /// The close asked for, if any.
-    fn close(&self) -> Option<&CloseRequest> {
-        self.ending.as_ref()?.close.as_ref()
-    }
-
-    /// The ending, made if there is none yet.
-    fn ending(&mut self) -> &mut Ending {
-        self.ending.get_or_insert_with(Box::default)
-    }
 }
 
 /// Counters of one session's outbound side.
@@ -267,7 +246,7 @@ impl Outbound {
     fn push_inner(&self, lane: Priority, frame: OutFrame, if_room: bool) -> Result<(), PushError> {
         let size = frame.size();
         let mut st = self.state.lock();
-        if st.close().is_some() || st.finished {
+        if st.close.is_some() || st.finished {
             return Err(PushError::Closed);
         }
         if if_room && st.bytes + size > self.limit {
@@ -294,7 +273,7 @@ impl Outbound {
                     }
                 }
                 SlowConsumer::Disconnect => {
-                    st.ending().close = Some(CloseRequest {
+                    st.close = Some(CloseRequest {
                         code: 1008,
                         reason: format!(
                             "slow consumer: more than {} bytes waiting to be read",
@@ -346,8 +325,8 @@ impl Outbound {
     /// at once. The first request wins; later ones are ignored.
     pub fn close(&self, request: CloseRequest) {
         let mut st = self.state.lock();
-        if st.close().is_none() && !st.finished {
-            st.ending().close = Some(request);
+        if st.close.is_none() && !st.finished {
+            st.close = Some(request);
         }
         let waker = st.waker.take();
         drop(st);
@@ -361,10 +340,10 @@ impl Outbound {
     pub fn abort(&self, code: u16, reason: &str) {
         let mut st = self.state.lock();
         let finished = st.finished;
-        match st.ending.as_mut().and_then(|e| e.close.as_mut()) {
+        match st.close.as_mut() {
             Some(c) => c.drain = false,
             None if !finished => {
-                st.ending().close = Some(CloseRequest {
+                st.close = Some(CloseRequest {
                     code,
                     reason: reason.to_owned(),
                     drain: false,
@@ -393,7 +372,7 @@ impl Outbound {
         if st.finished {
             return Poll::Ready(());
         }
-        st.ending().finish_waker = Some(cx.waker().clone());
+        st.finish_waker = Some(cx.waker().clone());
         Poll::Pending
     }
 
@@ -406,14 +385,15 @@ impl Outbound {
     pub fn close_reason(&self) -> Option<(u16, String)> {
         self.state
             .lock()
-            .close()
+            .close
+            .as_ref()
             .map(|c| (c.code, c.reason.clone()))
     }
 
     /// Whether a close was requested or done.
     pub fn is_closing(&self) -> bool {
         let st = self.state.lock();
-        st.close().is_some() || st.finished
+        st.close.is_some() || st.finished
     }
 
     /// Writes frames without WebSocket framing, for a protocol carried on
@@ -427,10 +407,7 @@ impl Outbound {
     /// packets (MQTT 5) learns of closes made by the registry, the
     /// keep-alive timer or the slow-consumer policy.
     pub fn set_farewell(&self, farewell: Option<Farewell>) {
-        let mut st = self.state.lock();
-        if farewell.is_some() || st.ending.is_some() {
-            st.ending().farewell = farewell;
-        }
+        self.state.lock().farewell = farewell;
     }
 
     /// Stops `dropped` notices: for protocols that have none (MQTT).
@@ -468,7 +445,7 @@ impl Outbound {
         st.normal.clear();
         st.bytes = 0;
         st.high_bytes = 0;
-        let waker = st.ending.as_mut().and_then(|e| e.finish_waker.take());
+        let waker = st.finish_waker.take();
         drop(st);
         if let Some(w) = waker {
             w.wake();
@@ -502,7 +479,7 @@ impl Outbound {
         if st.finished {
             return Poll::Ready(true);
         }
-        let aborting = st.close().is_some_and(|c| !c.drain);
+        let aborting = st.close.as_ref().is_some_and(|c| !c.drain);
         if aborting {
             st.high.clear();
             st.normal.clear();
@@ -543,30 +520,22 @@ impl Outbound {
             crate::tidy::traffic();
             return Poll::Ready(false);
         }
-        let closed = match st.ending.as_deref_mut() {
-            Some(Ending {
-                close: Some(close),
-                finish_waker,
-                farewell,
-            }) => {
-                if let Some(f) = farewell.take() {
-                    let bytes = f(close.code, &close.reason);
-                    write_frame(
-                        buf,
-                        &OutFrame::data(Format::Bincode, Bytes::new(), bytes),
-                        raw,
-                    );
-                }
-                if !raw {
-                    wsframe::write_close(buf, close.code, &close.reason);
-                }
-                Some(finish_waker.take())
+        if st.close.is_some() {
+            if let (Some(f), Some(close)) = (st.farewell.take(), &st.close) {
+                let bytes = f(close.code, &close.reason);
+                write_frame(
+                    buf,
+                    &OutFrame::data(Format::Bincode, Bytes::new(), bytes),
+                    raw,
+                );
             }
-            _ => None,
-        };
-        if let Some(waker) = closed {
+        }
+        if let Some(close) = &st.close {
+            if !raw {
+                wsframe::write_close(buf, close.code, &close.reason);
+            }
             st.finished = true;
-            if let Some(w) = waker {
+            if let Some(w) = st.finish_waker.take() {
                 w.wake();
             }
             return Poll::Ready(true);
