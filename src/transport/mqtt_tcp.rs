@@ -236,3 +236,22 @@ fn close(out: &Outbound, code: u16, reason: String) {
         drain: true,
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it.
+    fn output_size<A, B, C, D, T>(_: fn(A, B, C, D) -> T) -> usize {
+        std::mem::size_of::<T>()
+    }
+
+    /// Every idle MQTT/TCP connection holds its loop's future in one
+    /// allocation: at 512 B or less it is in mimalloc's 512 B class, one
+    /// byte more and it is in the 640 B one.
+    #[test]
+    fn an_mqtt_tcp_connection_s_loop_fits_a_512_byte_block() {
+        let size = output_size(run::<tokio::io::ReadHalf<tokio::net::TcpStream>>);
+        assert!(size <= 512, "the connection's future is {size} B");
+    }
+}

@@ -227,3 +227,25 @@ impl Handler for Native {
         tracing::debug!(session = %id, "websocket session ended");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::raw::{ByteSource, Io};
+
+    /// The size of what `f` returns, without calling it.
+    fn output_size<A, B, C, D, T>(_: fn(A, B, C, D) -> T) -> usize {
+        std::mem::size_of::<T>()
+    }
+
+    /// Every idle handed-over native WebSocket holds its read loop's
+    /// future in a task of its own: at 408 B or less the task is 512 B
+    /// (tokio's cells are 128-aligned), one byte more and it is 640.
+    #[test]
+    fn a_handed_over_websocket_s_read_loop_fits_a_512_byte_task() {
+        let size = output_size(
+            super::super::wsloop::read_loop::<Native, ByteSource<tokio::io::ReadHalf<Box<dyn Io>>>>,
+        );
+        assert!(size <= 408, "the read loop's future is {size} B");
+    }
+}
