@@ -14,7 +14,9 @@ const MAX_TOPICS: usize = 1024;
 #[derive(Debug, Default)]
 pub struct PublishVerdicts {
     /// Made at the first verdict: a session whose principal may publish
-    /// anywhere (or that never publishes) holds 8 B, not a table's 40.
+    /// anywhere (or that never publishes) holds 8 B, not a table's 40
+    /// (so boxed on purpose).
+    #[allow(clippy::box_collection)]
     by_topic: Option<Box<HashMap<Box<str>, bool, foldhash::fast::RandomState>>>,
 }
 

@@ -158,6 +158,29 @@ pub(super) enum Bucket {
     Unanswered,
 }
 
+/// Whether the retained bucket is known, asking NATS for it first if it
+/// is not and the link is up.
+pub(super) async fn has_bucket(client: &async_nats::Client, bucket: &str, shared: &Shared) -> bool {
+    shared.retained.get().is_some()
+        || (super::connected(client)
+            && ensure_bucket(client, bucket, shared).await == Bucket::Ready)
+}
+
+/// Asks for the retained bucket again (the link's tick, connected) while
+/// it is not known: until then retained messages published on this node
+/// stay on it. Not once NATS has said no (no JetStream): `last` is what
+/// the previous ask found.
+pub(super) async fn ask_again(
+    client: &async_nats::Client,
+    bucket: &str,
+    shared: &Shared,
+    last: &mut Option<Bucket>,
+) {
+    if *last != Some(Bucket::Refused) && shared.retained.get().is_none() {
+        *last = Some(ensure_bucket(client, bucket, shared).await);
+    }
+}
+
 /// Finds or creates the retained bucket and from then on writes retained
 /// messages to it. Without JetStream on the NATS server, retained
 /// messages stay with each node (said each time it is tried).

@@ -654,8 +654,7 @@ async fn serve(
     // The first hello asks the others to say hello (and their filters'
     // versions) at once.
     let mut first = true;
-    // What the last ask for the retained bucket found, if the loop asked.
-    let mut bucket_asked: Option<kv::Bucket> = None;
+    let mut bucket_asked = None;
     let mut online = shared.online.clone();
     let c = &shared.counters;
     loop {
@@ -664,10 +663,7 @@ async fn serve(
                     _ = &mut stop => break,
                     cmd = control.recv() => match cmd {
                         Some(Control::Want { filter, reply }) => {
-                            let has_bucket = shared.retained.get().is_some()
-                                || (super::connected(&client)
-                                    && kv::ensure_bucket(&client, &bucket, shared).await
-                                        == kv::Bucket::Ready);
+                            let has_bucket = kv::has_bucket(&client, &bucket, shared).await;
                             let mut reply = Some(reply);
                             match link.want(&client, filter, &mut reply, has_bucket).await {
                                 Wanted::Now(answer) => {
@@ -755,14 +751,7 @@ async fn serve(
                         if super::connected(&client) {
                             let _ = client.publish(hello_subject.clone(), hello_of(first, &link.told)).await;
                             first = false;
-                            // Until the bucket is known, retained messages
-                            // published here stay here: keep asking (not
-                            // once NATS has said it has no JetStream).
-                            if bucket_asked != Some(kv::Bucket::Refused)
-                                && shared.retained.get().is_none()
-                            {
-                                bucket_asked = Some(kv::ensure_bucket(&client, &bucket, shared).await);
-                            }
+                            kv::ask_again(&client, &bucket, shared, &mut bucket_asked).await;
                         }
                         super::peers::tidy(shared);
                     }
