@@ -388,3 +388,10 @@ async fn list_sessions(
 pub async fn not_found(req: actix_web::HttpRequest) -> ApiError {
     error::not_found(req).await
 }
+
+/// The size of what `f` returns, without calling it: how the tests hold
+/// a connection's loop to the allocation class it was sized for.
+#[cfg(test)]
+pub(crate) fn output_size<A, B, C, D, T>(_: fn(A, B, C, D) -> T) -> usize {
+    std::mem::size_of::<T>()
+}

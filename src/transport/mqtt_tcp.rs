@@ -240,11 +240,7 @@ fn close(out: &Outbound, code: u16, reason: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The size of what `f` returns, without calling it.
-    fn output_size<A, B, C, D, T>(_: fn(A, B, C, D) -> T) -> usize {
-        std::mem::size_of::<T>()
-    }
+    use crate::transport::output_size;
 
     /// Every idle MQTT/TCP connection holds its loop's future in one
     /// allocation: at 512 B or less it is in mimalloc's 512 B class, one

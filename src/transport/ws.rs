@@ -231,12 +231,8 @@ impl Handler for Native {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::output_size;
     use crate::transport::raw::{ByteSource, Io};
-
-    /// The size of what `f` returns, without calling it.
-    fn output_size<A, B, C, D, T>(_: fn(A, B, C, D) -> T) -> usize {
-        std::mem::size_of::<T>()
-    }
 
     /// Every idle handed-over native WebSocket holds its read loop's
     /// future in a task of its own: at 408 B or less the task is 512 B
