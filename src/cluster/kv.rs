@@ -4,9 +4,10 @@
 //! plain requests rather than the client's typed JetStream API, whose
 //! replies do not parse from every server version (2.9's among them).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::json;
 
 use super::js::api;
@@ -166,18 +167,43 @@ pub(super) async fn has_bucket(client: &async_nats::Client, bucket: &str, shared
             && ensure_bucket(client, bucket, shared).await == Bucket::Ready)
 }
 
-/// Asks for the retained bucket again (the link's tick, connected) while
-/// it is not known: until then retained messages published on this node
-/// stay on it. Not once NATS has said no (no JetStream): `last` is what
-/// the previous ask found.
-pub(super) async fn ask_again(
-    client: &async_nats::Client,
-    bucket: &str,
-    shared: &Shared,
-    last: &mut Option<Bucket>,
-) {
-    if *last != Some(Bucket::Refused) && shared.retained.get().is_none() {
-        *last = Some(ensure_bucket(client, bucket, shared).await);
+/// Asks for the retained bucket again, on the link's tick, while it is
+/// not known: until then retained messages published on this node stay
+/// on it. Each ask runs in a task of its own (it may wait up to
+/// `connect_timeout_ms` for JetStream), so the link's loop never waits on
+/// it; one ask at a time, and none once NATS has said no (no JetStream).
+#[derive(Default)]
+pub(super) struct AskAgain {
+    asking: Option<tokio::task::JoinHandle<Bucket>>,
+    refused: bool,
+}
+
+impl AskAgain {
+    /// Starts an ask unless one runs, the bucket is known, or NATS said no.
+    pub(super) fn tick(&mut self, client: &async_nats::Client, bucket: &str, shared: &Arc<Shared>) {
+        if let Some(asking) = &self.asking {
+            if !asking.is_finished() {
+                return;
+            }
+            if let Some(Ok(found)) = self.asking.take().and_then(FutureExt::now_or_never) {
+                self.refused = found == Bucket::Refused;
+            }
+        }
+        if self.refused || shared.retained.get().is_some() {
+            return;
+        }
+        let (client, bucket, shared) = (client.clone(), bucket.to_owned(), shared.clone());
+        self.asking = Some(tokio::spawn(async move {
+            ensure_bucket(&client, &bucket, &shared).await
+        }));
+    }
+}
+
+impl Drop for AskAgain {
+    fn drop(&mut self) {
+        if let Some(asking) = &self.asking {
+            asking.abort();
+        }
     }
 }
 

@@ -654,7 +654,7 @@ async fn serve(
     // The first hello asks the others to say hello (and their filters'
     // versions) at once.
     let mut first = true;
-    let mut bucket_asked = None;
+    let mut ask_again = kv::AskAgain::default();
     let mut online = shared.online.clone();
     let c = &shared.counters;
     loop {
@@ -751,7 +751,7 @@ async fn serve(
                         if super::connected(&client) {
                             let _ = client.publish(hello_subject.clone(), hello_of(first, &link.told)).await;
                             first = false;
-                            kv::ask_again(&client, &bucket, shared, &mut bucket_asked).await;
+                            ask_again.tick(&client, &bucket, shared);
                         }
                         super::peers::tidy(shared);
                     }
