@@ -135,6 +135,10 @@ pub struct Metrics {
     pub retained: std::sync::atomic::AtomicI64,
     /// Topic history messages handed to the store (`[[history]]`).
     pub history_written: Counter,
+    /// Connection writers running now (a gauge, kept by
+    /// `OutboundStream`): one per WebSocket, and one per MQTT/TCP
+    /// connection that is not quiet (a quiet one retires its writer).
+    pub writers: std::sync::atomic::AtomicI64,
 }
 
 impl Metrics {

@@ -168,6 +168,9 @@ struct State {
     dropped: u64,
     close: Option<CloseRequest>,
     finished: bool,
+    /// The writer is asked to end at its next idle moment
+    /// ([`Outbound::retire_writer`]).
+    retire: bool,
     waker: Option<Waker>,
     /// Who waits for the writer to finish (a draining close's timer).
     finish_waker: Option<Waker>,
@@ -470,14 +473,22 @@ impl Outbound {
         frames
     }
 
-    /// Fills `buf` with up to a quantum of frames. `Ready(true)` when the
-    /// close frame was written (the stream then ends), `Pending` with the
-    /// waker registered when there is nothing to write.
-    fn drain_into(&self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<bool> {
+    /// Fills `buf` with up to a quantum of frames. `Ready(Laid)` when
+    /// frames were laid, `Ready(Finished)` when the close frame was written
+    /// (the stream then ends), `Ready(Retired)` when nothing is queued and
+    /// the writer was asked to retire (only if `may_retire`: nothing laid
+    /// yet that it must write), `Pending` with the waker registered when
+    /// there is nothing to write.
+    fn drain_into(
+        &self,
+        buf: &mut BytesMut,
+        may_retire: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Drained> {
         let raw = self.raw.load(Ordering::Relaxed);
         let mut st = self.state.lock();
         if st.finished {
-            return Poll::Ready(true);
+            return Poll::Ready(Drained::Finished);
         }
         let aborting = st.close.as_ref().is_some_and(|c| !c.drain);
         if aborting {
@@ -518,7 +529,7 @@ impl Outbound {
         }
         if written > 0 {
             crate::tidy::traffic();
-            return Poll::Ready(false);
+            return Poll::Ready(Drained::Laid);
         }
         if st.close.is_some() {
             if let (Some(f), Some(close)) = (st.farewell.take(), &st.close) {
@@ -538,7 +549,7 @@ impl Outbound {
             if let Some(w) = st.finish_waker.take() {
                 w.wake();
             }
-            return Poll::Ready(true);
+            return Poll::Ready(Drained::Finished);
         }
         // Both lanes are empty. A lane's first room (four slots of 72 B)
         // goes too, so that a connection that only ever had a few frames
@@ -552,9 +563,63 @@ impl Outbound {
         if (1..=FIRST_ROOM).contains(&st.high.capacity()) {
             st.high = VecDeque::new();
         }
+        if may_retire && st.retire {
+            // Decided under the lock with both lanes empty: a push after
+            // it finds no writer's waker and wakes whoever waits in
+            // `poll_wanted` instead.
+            st.retire = false;
+            st.waker = None;
+            return Poll::Ready(Drained::Retired);
+        }
         st.waker = Some(cx.waker().clone());
         Poll::Pending
     }
+
+    /// Asks the writer to end at its next idle moment (both lanes empty,
+    /// no close asked for), handing its socket back to the connection's
+    /// read loop, which then waits for frames with [`Outbound::poll_wanted`]
+    /// and starts a writer again when they come: an idle connection holds
+    /// no writer task. Wakes a writer that waits, so that it retires now.
+    pub fn retire_writer(&self) {
+        let mut st = self.state.lock();
+        st.retire = true;
+        let waker = st.waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// For a connection whose writer retired: `Ready` when there is
+    /// something for a writer to do (frames queued, a close asked for, the
+    /// queue finished), `Pending` with the waker registered, in the
+    /// writer's place, otherwise.
+    pub fn poll_wanted(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.state.lock();
+        if !st.high.is_empty()
+            || !st.normal.is_empty()
+            || st.close.is_some()
+            || st.finished
+            || st.dropped_unreported > 0
+        {
+            return Poll::Ready(());
+        }
+        if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            st.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// What one [`Outbound::drain_into`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drained {
+    /// Laid frames into the buffer.
+    Laid,
+    /// Laid the close (or the queue was already finished): the stream ends.
+    Finished,
+    /// Nothing queued, and the writer was asked to retire.
+    Retired,
 }
 
 /// Lays one frame into the write buffer: as a WebSocket frame, or (raw)
@@ -655,6 +720,10 @@ pub struct OutboundStream {
     out: Arc<Outbound>,
     buf: BytesMut,
     done: bool,
+    /// Ended at a retirement ([`Outbound::retire_writer`]): the queue
+    /// lives on for the next writer, so dropping this stream does not
+    /// finish it.
+    retired: bool,
     /// Where written bytes are counted, if anywhere.
     metrics: Option<Arc<crate::metrics::Metrics>>,
 }
@@ -667,12 +736,16 @@ impl OutboundStream {
             // Grown on first write: an idle connection holds no write buffer.
             buf: BytesMut::new(),
             done: false,
+            retired: false,
             metrics: None,
         }
     }
 
-    /// Counts the bytes it writes in `metrics` (`wharf_sent_bytes`).
+    /// Counts the bytes it writes in `metrics` (`wharf_sent_bytes`), and
+    /// itself among the writers running (`wharf_connection_writers`)
+    /// until it is dropped.
     pub fn counted(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        metrics.writers.fetch_add(1, Ordering::Relaxed);
         self.metrics = Some(metrics);
         self
     }
@@ -703,21 +776,22 @@ impl OutboundStream {
             return Poll::Ready(false);
         }
         let start = buf.len();
-        let mut polled = self.out.drain_into(buf, cx);
-        while let Poll::Ready(false) = polled {
+        let mut polled = self.out.drain_into(buf, start == 0, cx);
+        while let Poll::Ready(Drained::Laid) = polled {
             if buf.len() - start >= batch {
                 break;
             }
-            polled = self.out.drain_into(buf, cx);
+            polled = self.out.drain_into(buf, false, cx);
             if polled.is_pending() {
-                polled = Poll::Ready(false);
+                polled = Poll::Ready(Drained::Laid);
                 break;
             }
         }
         match polled {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(finished) => {
-                self.done = finished;
+            Poll::Ready(drained) => {
+                self.done = drained != Drained::Laid;
+                self.retired = drained == Drained::Retired;
                 let laid = buf.len() - start;
                 if let (Some(m), 1..) = (&self.metrics, laid) {
                     m.bytes_out.add(laid as u64);
@@ -725,6 +799,12 @@ impl OutboundStream {
                 Poll::Ready(laid > 0)
             }
         }
+    }
+
+    /// Whether it ended because its writer was asked to retire rather
+    /// than because the connection is over.
+    pub fn is_retired(&self) -> bool {
+        self.retired
     }
 }
 
@@ -749,8 +829,14 @@ impl futures_core::Stream for OutboundStream {
 
 impl Drop for OutboundStream {
     fn drop(&mut self) {
-        // The connection is gone: stop accepting frames for it.
-        self.out.mark_finished();
+        // The connection is gone: stop accepting frames for it (unless
+        // this writer only retired, and the connection lives on).
+        if !self.retired {
+            self.out.mark_finished();
+        }
+        if let Some(m) = &self.metrics {
+            m.writers.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -823,13 +909,19 @@ mod tests {
         });
         assert!(out.poll_finished(&mut cx).is_pending());
         let mut buf = BytesMut::new();
-        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(false));
+        assert_eq!(
+            out.drain_into(&mut buf, true, &mut cx),
+            Poll::Ready(Drained::Laid)
+        );
         assert!(
             out.poll_finished(&mut cx).is_pending(),
             "a frame is not the end"
         );
         let before = woken();
-        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(true));
+        assert_eq!(
+            out.drain_into(&mut buf, true, &mut cx),
+            Poll::Ready(Drained::Finished)
+        );
         assert!(woken() > before, "the close frame wakes the timer");
         assert!(out.poll_finished(&mut cx).is_ready());
         // The connection dropped before anything was written.
@@ -857,9 +949,12 @@ mod tests {
         out.push(Priority::High, frame(10)).unwrap();
         out.push(Priority::Normal, frame(10)).unwrap();
         let mut buf = BytesMut::new();
-        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(false));
+        assert_eq!(
+            out.drain_into(&mut buf, true, &mut cx),
+            Poll::Ready(Drained::Laid)
+        );
         assert!(rooms(&out).0 > 0 && rooms(&out).1 > 0);
-        assert!(out.drain_into(&mut buf, &mut cx).is_pending());
+        assert!(out.drain_into(&mut buf, true, &mut cx).is_pending());
         assert_eq!(
             rooms(&out),
             (0, 0),
@@ -868,9 +963,64 @@ mod tests {
         for _ in 0..20 {
             out.push(Priority::Normal, frame(10)).unwrap();
         }
-        assert_eq!(out.drain_into(&mut buf, &mut cx), Poll::Ready(false));
-        assert!(out.drain_into(&mut buf, &mut cx).is_pending());
+        assert_eq!(
+            out.drain_into(&mut buf, true, &mut cx),
+            Poll::Ready(Drained::Laid)
+        );
+        assert!(out.drain_into(&mut buf, true, &mut cx).is_pending());
         assert!(rooms(&out).1 > FIRST_ROOM, "a lane that grew is kept");
+    }
+
+    /// A writer asked to retire finishes what is queued first, then
+    /// retires at its first idle moment, and the frames that come after
+    /// wake whoever waits in its place.
+    #[test]
+    fn a_retiring_writer_ends_only_when_nothing_is_queued() {
+        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let woken = || wakes.0.load(Ordering::SeqCst);
+        let out = Outbound::new(1000, SlowConsumer::DropOldest, 8, Format::Json);
+        let mut buf = BytesMut::new();
+        assert!(out.drain_into(&mut buf, true, &mut cx).is_pending());
+        out.push(Priority::Normal, frame(10)).unwrap();
+        let before = woken();
+        out.retire_writer();
+        assert_eq!(
+            out.drain_into(&mut buf, true, &mut cx),
+            Poll::Ready(Drained::Laid),
+            "what is queued is written first"
+        );
+        assert!(
+            out.drain_into(&mut buf, false, &mut cx).is_pending(),
+            "not while a batch is being laid"
+        );
+        assert_eq!(
+            out.drain_into(&mut buf, true, &mut cx),
+            Poll::Ready(Drained::Retired)
+        );
+        assert!(!out.is_closing(), "the connection lives on");
+        assert!(out.poll_wanted(&mut cx).is_pending());
+        assert_eq!(woken(), before);
+        out.push(Priority::Normal, frame(10)).unwrap();
+        assert!(
+            woken() > before,
+            "a frame wakes the one waiting in its place"
+        );
+        assert!(out.poll_wanted(&mut cx).is_ready());
+        // The next writer runs as usual, and is not retired again unasked.
+        assert_eq!(
+            out.drain_into(&mut buf, true, &mut cx),
+            Poll::Ready(Drained::Laid)
+        );
+        assert!(out.drain_into(&mut buf, true, &mut cx).is_pending());
+        // A close is wanted too.
+        out.close(CloseRequest {
+            code: 1000,
+            reason: String::new(),
+            drain: true,
+        });
+        assert!(out.poll_wanted(&mut cx).is_ready());
     }
 
     #[test]

@@ -43,6 +43,7 @@ struct Snapshot {
     wildcard_subscriptions: u64,
     subscriptions: u64,
     retained: i64,
+    writers: i64,
     /// (topics with history, messages they keep, messages written).
     history: (u64, u64, u64),
     queues: Vec<QueueInfo>,
@@ -121,6 +122,7 @@ async fn gather(app: &AppState) -> Snapshot {
         s.subscriptions += u64::from(info.subscriptions);
     }
     s.retained = m.retained.load(std::sync::atomic::Ordering::Relaxed);
+    s.writers = m.writers.load(std::sync::atomic::Ordering::Relaxed);
     let (topics, kept) = app.broker.history().summary().await;
     s.history = (topics as u64, kept as u64, m.history_written.get());
     let stats = app.broker.stats();
@@ -344,6 +346,12 @@ impl Collector for WharfCollector {
             "wharf_retained_messages",
             "Retained messages held.",
             s.retained,
+        )?;
+        gauge(
+            e,
+            "wharf_connection_writers",
+            "Connection writers running: one per WebSocket, one per MQTT/TCP connection not quiet for a second.",
+            s.writers,
         )?;
         gauge(
             e,

@@ -392,6 +392,22 @@ pub async fn not_found(req: actix_web::HttpRequest) -> ApiError {
 /// The size of what `f` returns, without calling it: how the tests hold
 /// a connection's loop to the allocation class it was sized for.
 #[cfg(test)]
-pub(crate) fn output_size<A, B, C, D, T>(_: fn(A, B, C, D) -> T) -> usize {
-    std::mem::size_of::<T>()
+pub(crate) fn output_size<F: Returns>(_: F) -> usize {
+    std::mem::size_of::<F::Output>()
+}
+
+/// A function's return type, for [`output_size`].
+#[cfg(test)]
+pub(crate) trait Returns {
+    type Output;
+}
+
+#[cfg(test)]
+impl<A, B, T> Returns for fn(A, B) -> T {
+    type Output = T;
+}
+
+#[cfg(test)]
+impl<A, B, C, D, T> Returns for fn(A, B, C, D) -> T {
+    type Output = T;
 }

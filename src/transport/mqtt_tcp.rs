@@ -9,13 +9,14 @@
 use std::future::{Future, poll_fn};
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_util::future::LocalBoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Sleep;
 
 use super::AppState;
 use super::raw::{ByteSource, write_loop};
@@ -64,23 +65,85 @@ where
     .with_auth(app.auth.clone(), None, peer)
     .holding(unproven)
     .with_flow(crate::session::mqtt::Flow::of(&app.config.mqtt));
-    let metrics = app.broker.metrics().clone();
-    metrics.connections.add(Protocol::MqttTcp, 1);
+    app.broker.metrics().connections.add(Protocol::MqttTcp, 1);
     let (rd, wr) = tokio::io::split(stream);
-    let writer = actix_rt::spawn(write_loop(out, wr, metrics));
     let rate = RateLimiter::new(cfg.rate_per_s, cfg.rate_burst);
     // Reads hold no buffer between them: an idle connection costs none.
-    let source = ByteSource::new(rd, Bytes::new(), None);
-    Some(Box::pin(run(session, source, writer, rate)))
+    let source = ByteSource::bare(rd);
+    // No writer yet: the loop starts one when the CONNACK is queued.
+    let conn = Conn {
+        session,
+        source,
+        writer: Writer::Idle(wr),
+    };
+    Some(Box::pin(run(conn, rate)))
 }
 
 /// What a connection's loop woke for.
 enum Woke {
-    /// Its deadline (keep-alive or credential expiry) came.
+    /// Its deadline (keep-alive, credential expiry, or the writer's
+    /// linger) came.
     Timer,
+    /// Frames were queued while no writer ran.
+    Wanted,
     /// A read ended: bytes, the end of the stream, or an error.
     Read(Option<std::io::Result<Bytes>>),
 }
+
+/// The connection's writer. It runs while there is traffic and retires
+/// once the connection has been quiet for [`WRITER_LINGER`]: the task
+/// and its state (~256 B) are not held by an idle connection, and the
+/// first frame queued after the quiet starts a new one.
+enum Writer<W> {
+    /// Writing, or waiting for frames.
+    Running(actix_rt::task::JoinHandle<Option<W>>),
+    /// Asked to retire at its next idle moment.
+    Retiring(actix_rt::task::JoinHandle<Option<W>>),
+    /// Retired: the write half, until frames come.
+    Idle(W),
+    /// Ended with the connection (its close written, or a write failed).
+    Gone,
+}
+
+/// What a connection's loop waits on, together: the wait borrows it
+/// once (a closure that borrowed each part would keep a pointer to each
+/// in the loop's state, in every idle connection).
+struct Conn<R, W> {
+    session: MqttSession,
+    source: ByteSource<R, ()>,
+    writer: Writer<W>,
+}
+
+impl<R: AsyncRead + Unpin, W> Conn<R, W> {
+    /// What comes first: the timer (so that a client that never stops
+    /// sending is still held to its credential's expiry), frames for a
+    /// retired writer, or a read.
+    fn poll_wait(&mut self, timer: Pin<&mut Sleep>, cx: &mut Context<'_>) -> Poll<Woke> {
+        if timer.poll(cx).is_ready() {
+            return Poll::Ready(Woke::Timer);
+        }
+        if let Writer::Retiring(h) = &mut self.writer {
+            if let Poll::Ready(done) = Pin::new(h).poll(cx) {
+                self.writer = match done {
+                    Ok(Some(wr)) => Writer::Idle(wr),
+                    _ => Writer::Gone,
+                };
+            }
+        }
+        if matches!(self.writer, Writer::Idle(_))
+            && self.session.outbound().poll_wanted(cx).is_ready()
+        {
+            return Poll::Ready(Woke::Wanted);
+        }
+        Pin::new(&mut self.source).poll_next(cx).map(Woke::Read)
+    }
+}
+
+/// How long a writer runs after it starts before it is asked to retire
+/// (it retires when next it finds nothing queued). Busy connections start
+/// one again at the next frame: a task spawned per connection per
+/// second at most.
+const WRITER_LINGER: Duration = Duration::from_secs(1);
 
 /// Reads the connection until it ends, then ends the session and the
 /// writer (after what is queued, bounded by [`DRAIN_TIMEOUT`]). An
@@ -92,73 +155,85 @@ enum Woke {
 /// one it keeps, and the wait is a `poll_fn` rather than a `select!`,
 /// whose state is bigger): it sits in an allocation of 512 B.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
-fn run<R>(
-    mut session: MqttSession,
-    mut source: ByteSource<R>,
-    writer: actix_rt::task::JoinHandle<()>,
-    mut rate: RateLimiter,
-) -> impl Future<Output = ()>
+fn run<R, W>(mut conn: Conn<R, W>, mut rate: RateLimiter) -> impl Future<Output = ()>
 where
     R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + 'static,
 {
     async move {
         // The loop's locals in a block of their own, so that what the
         // close holds afterwards shares their room in the future.
         {
-            // One timer, armed at the earlier of the keep-alive deadline and the
-            // credential's expiry, moved only when that comes earlier (as in the
-            // WebSocket read loop): traffic costs no timer work.
-            let mut timer = std::pin::pin!(actix_rt::time::sleep_until(deadline(&session).into()));
+            // One timer, armed at the earliest of the keep-alive deadline,
+            // the credential's expiry and the writer's linger, moved only
+            // when that comes earlier (as in the WebSocket read loop):
+            // traffic costs no timer work.
+            let mut timer =
+                std::pin::pin!(actix_rt::time::sleep_until(deadline(&conn.session).into()));
             let mut unyielded: u32 = 0;
             loop {
-                if session.outbound().is_closing() {
+                if conn.session.outbound().is_closing() {
                     break;
                 }
                 {
-                    let next = deadline(&session);
+                    let next = deadline(&conn.session);
                     if next < timer.deadline().into_std() {
                         timer.as_mut().reset(next.into());
                     }
                 }
                 // The wait only says what came: a read is handled after it,
                 // so that nothing of the wait lives on in the loop's state
-                // while the read's handling waits. The timer first, so that a
-                // client that never stops sending is still held to its
-                // credential's expiry.
-                let woke = poll_fn(|cx| {
-                    if timer.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Woke::Timer);
-                    }
-                    Pin::new(&mut source).poll_next(cx).map(Woke::Read)
-                });
+                // while the read's handling waits.
+                let woke = poll_fn(|cx| conn.poll_wait(timer.as_mut(), cx));
                 // Matched as it comes, not bound: a binding the chunk is moved
                 // out of would stay in the loop's state.
                 let chunk = match woke.await {
                     Woke::Read(None | Some(Err(_))) => break,
                     Woke::Read(Some(Ok(chunk))) => chunk,
+                    Woke::Wanted => {
+                        if let Writer::Idle(wr) = std::mem::replace(&mut conn.writer, Writer::Gone)
+                        {
+                            conn.writer = Writer::Running(spawn_writer(&conn.session, wr));
+                            let linger = Instant::now() + WRITER_LINGER;
+                            if linger < timer.deadline().into_std() {
+                                timer.as_mut().reset(linger.into());
+                            }
+                        }
+                        continue;
+                    }
                     Woke::Timer => {
                         let now = Instant::now();
-                        if session.expires_at().is_some_and(|at| now >= at) {
+                        if conn.session.expires_at().is_some_and(|at| now >= at) {
                             close(
-                                session.outbound(),
+                                conn.session.outbound(),
                                 crate::session::CLOSE_EXPIRED,
                                 "credentials expired".into(),
                             );
                             break;
                         }
-                        if now >= session.idle_deadline() {
-                            session.idle_closed();
-                            close(session.outbound(), 1001, close_reason::KEEP_ALIVE.into());
+                        if now >= conn.session.idle_deadline() {
+                            conn.session.idle_closed();
+                            close(
+                                conn.session.outbound(),
+                                1001,
+                                close_reason::KEEP_ALIVE.into(),
+                            );
                             break;
                         }
-                        timer.as_mut().reset(deadline(&session).into());
+                        if let Writer::Running(h) =
+                            std::mem::replace(&mut conn.writer, Writer::Gone)
+                        {
+                            conn.session.outbound().retire_writer();
+                            conn.writer = Writer::Retiring(h);
+                        }
+                        timer.as_mut().reset(deadline(&conn.session).into());
                         continue;
                     }
                 };
                 // Boxed: held inline, the session's future (and the read's
                 // locals) would be part of every connection's state, idle or
                 // not.
-                let handled = Box::pin(on_read(&mut session, &mut rate, chunk));
+                let handled = Box::pin(on_read(&mut conn.session, &mut rate, chunk));
                 let Some(got) = handled.await else { break };
                 // Let the writers this traffic woke run before more is read (as
                 // the WebSocket read loop's bursts do).
@@ -169,23 +244,65 @@ where
                 }
             }
         }
-        let out = session.outbound().clone();
+        let out = conn.session.outbound().clone();
         out.close(CloseRequest {
             code: 1000,
             reason: String::new(),
             drain: true,
         });
-        Box::pin(session.end()).await;
-        // A client that stopped reading must not hold the connection.
-        let abort = writer.abort_handle();
+        let metrics = conn.session.metrics().clone();
+        Box::pin(conn.session.end()).await;
         // Boxed, as the pause above.
-        if Box::pin(actix_rt::time::timeout(DRAIN_TIMEOUT, writer))
-            .await
-            .is_err()
-        {
-            out.abort(1001, "close drain timed out");
-            abort.abort();
-        }
+        Box::pin(drain(conn.writer, out, metrics)).await;
+    }
+}
+
+/// Starts a writer for the connection's outbound queue on `wr`.
+fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
+    session: &MqttSession,
+    wr: W,
+) -> actix_rt::task::JoinHandle<Option<W>> {
+    let metrics = session.metrics().clone();
+    actix_rt::spawn(write_loop(session.outbound().clone(), wr, metrics))
+}
+
+/// Writes what is queued and the close once the connection ends, through
+/// the writer if one runs (or retires), a new one if it had retired:
+/// within [`DRAIN_TIMEOUT`], since a client that stopped reading must not
+/// hold the connection.
+async fn drain<W: AsyncWrite + Unpin + 'static>(
+    mut writer: Writer<W>,
+    out: std::sync::Arc<Outbound>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+) {
+    let until = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    loop {
+        writer = match writer {
+            Writer::Running(h) | Writer::Retiring(h) => {
+                let abort = h.abort_handle();
+                match tokio::time::timeout_at(until, h).await {
+                    Err(_) => {
+                        out.abort(1001, "close drain timed out");
+                        abort.abort();
+                        return;
+                    }
+                    // Retired before the close was asked for: the close
+                    // still needs a writer.
+                    Ok(Ok(Some(wr))) => Writer::Idle(wr),
+                    Ok(_) => return,
+                }
+            }
+            Writer::Idle(wr) => {
+                if tokio::time::timeout_at(until, write_loop(out.clone(), wr, metrics.clone()))
+                    .await
+                    .is_err()
+                {
+                    out.abort(1001, "close drain timed out");
+                }
+                return;
+            }
+            Writer::Gone => return,
+        };
     }
 }
 
@@ -247,7 +364,10 @@ mod tests {
     /// byte more and it is in the 640 B one.
     #[test]
     fn an_mqtt_tcp_connection_s_loop_fits_a_512_byte_block() {
-        let size = output_size(run::<tokio::io::ReadHalf<tokio::net::TcpStream>>);
+        type Rd = tokio::io::ReadHalf<tokio::net::TcpStream>;
+        type Wr = tokio::io::WriteHalf<tokio::net::TcpStream>;
+        let run: fn(_, _) -> _ = run::<Rd, Wr>;
+        let size = output_size(run);
         assert!(size <= 512, "the connection's future is {size} B");
     }
 }

@@ -56,6 +56,10 @@ thread_local! {
     static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_CHUNK].into_boxed_slice());
 }
 
+/// A WebSocket connection's writer task, which a [`ByteSource`] watches:
+/// the connection is over once it ends.
+pub(crate) type Writer = actix_rt::task::JoinHandle<Option<tokio::io::WriteHalf<Box<dyn Io>>>>;
+
 /// A byte stream a connection runs on: TCP, or TLS over it.
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Unpin> Io for T {}
@@ -77,28 +81,82 @@ pub(crate) type Run = Box<dyn FnOnce(Box<dyn Io>, BytesMut) -> LocalBoxFuture<'s
 
 /// The connection's reads as a stream of chunks, each exactly as long as
 /// what arrived: no buffer is held between reads. Ends when the peer
-/// closes, on a read error, or once `writer` (the connection's write
-/// loop) has finished, since then the connection is over.
-pub(crate) struct ByteSource<R> {
+/// closes, on a read error, or once what is around the socket says the
+/// connection is over ([`Around`]: a handed-over WebSocket's writer has
+/// finished).
+pub(crate) struct ByteSource<R, A = Upgraded> {
     rd: R,
+    around: A,
+}
+
+/// What a [`ByteSource`] reads besides its socket: nothing for MQTT over
+/// TCP (`()`, so that its connections hold no room for it), the first
+/// bytes and the writer for a handed-over WebSocket ([`Upgraded`]).
+pub(crate) trait Around: Unpin {
+    /// Bytes to hand out before the socket is read, once.
+    fn take_first(&mut self) -> Option<Box<Bytes>>;
+    /// Whether the connection is over though the socket is not.
+    fn poll_over(&mut self, cx: &mut Context<'_>) -> bool;
+}
+
+impl Around for () {
+    fn take_first(&mut self) -> Option<Box<Bytes>> {
+        None
+    }
+
+    fn poll_over(&mut self, _: &mut Context<'_>) -> bool {
+        false
+    }
+}
+
+/// Around a handed-over WebSocket's socket: what the client sent after
+/// its request head, and the connection's writer, whose end ends it.
+pub(crate) struct Upgraded {
     /// Bytes read before this source took over (a WebSocket upgrade's
     /// first frames), boxed: most connections have none, and the 24 B
     /// saved are in every idle connection's state.
     first: Option<Box<Bytes>>,
-    writer: Option<actix_rt::task::JoinHandle<()>>,
+    writer: Option<Writer>,
+}
+
+impl Around for Upgraded {
+    fn take_first(&mut self) -> Option<Box<Bytes>> {
+        self.first.take()
+    }
+
+    fn poll_over(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(writer) = self.writer.as_mut() {
+            if Pin::new(writer).poll(cx).is_ready() {
+                self.writer = None;
+                return true;
+            }
+        }
+        false
+    }
 }
 
 impl<R: AsyncRead + Unpin> ByteSource<R> {
     /// Reads `rd`, starting with `first` (bytes already read), until the
     /// peer or `writer` ends.
-    pub(crate) fn new(rd: R, first: Bytes, writer: Option<actix_rt::task::JoinHandle<()>>) -> Self {
+    pub(crate) fn new(rd: R, first: Bytes, writer: Option<Writer>) -> Self {
         ByteSource {
             rd,
-            first: (!first.is_empty()).then(|| Box::new(first)),
-            writer,
+            around: Upgraded {
+                first: (!first.is_empty()).then(|| Box::new(first)),
+                writer,
+            },
         }
     }
+}
 
+impl<R: AsyncRead + Unpin> ByteSource<R, ()> {
+    /// Reads `rd` until the peer ends.
+    pub(crate) fn bare(rd: R) -> Self {
+        ByteSource { rd, around: () }
+    }
+}
+
+impl<R: AsyncRead + Unpin, A: Around> ByteSource<R, A> {
     /// Reads what has arrived and hands it to `take` as one slice; `None`
     /// once the connection is over. Reads until the socket has nothing
     /// more (or the scratch buffer is full): a client that writes each
@@ -109,14 +167,11 @@ impl<R: AsyncRead + Unpin> ByteSource<R> {
         cx: &mut Context<'_>,
         take: impl FnOnce(&[u8]) -> T,
     ) -> Poll<Option<std::io::Result<T>>> {
-        if let Some(first) = self.first.take() {
+        if let Some(first) = self.around.take_first() {
             return Poll::Ready(Some(Ok(take(&first))));
         }
-        if let Some(writer) = self.writer.as_mut() {
-            if Pin::new(writer).poll(cx).is_ready() {
-                self.writer = None;
-                return Poll::Ready(None);
-            }
+        if self.around.poll_over(cx) {
+            return Poll::Ready(None);
         }
         SCRATCH.with_borrow_mut(|scratch| {
             let mut filled = 0;
@@ -146,7 +201,7 @@ impl<R: AsyncRead + Unpin> ByteSource<R> {
     }
 }
 
-impl<R: AsyncRead + Unpin> Stream for ByteSource<R> {
+impl<R: AsyncRead + Unpin, A: Around> Stream for ByteSource<R, A> {
     type Item = std::io::Result<Bytes>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -154,7 +209,7 @@ impl<R: AsyncRead + Unpin> Stream for ByteSource<R> {
     }
 }
 
-impl<R: AsyncRead + Unpin> super::source::ByteFeed for ByteSource<R> {
+impl<R: AsyncRead + Unpin, A: Around> super::source::ByteFeed for ByteSource<R, A> {
     fn poll_append(&mut self, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<Option<usize>> {
         match self.poll_take(cx, |data| super::source::append(buf, data)) {
             Poll::Pending => Poll::Pending,
@@ -167,12 +222,14 @@ impl<R: AsyncRead + Unpin> super::source::ByteFeed for ByteSource<R> {
 /// Writes the outbound queue to `wr` until it is finished, then shuts the
 /// write side down. One buffer, reused while frames keep coming and let
 /// go as soon as nothing is ready: a busy connection allocates nothing
-/// per write, an idle one holds no buffer.
+/// per write, an idle one holds no buffer. A writer asked to retire
+/// ([`Outbound::retire_writer`]) ends at its next idle moment and gives
+/// `wr` back, for the next writer.
 pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
     out: Arc<Outbound>,
     mut wr: W,
     metrics: Arc<crate::metrics::Metrics>,
-) {
+) -> Option<W> {
     let mut stream = OutboundStream::new(out).counted(metrics);
     let mut buf = BytesMut::new();
     loop {
@@ -188,11 +245,15 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
             break;
         }
         if wr.write_all(&buf).await.is_err() {
-            return;
+            return None;
         }
         buf.clear();
     }
+    if stream.is_retired() {
+        return Some(wr);
+    }
     let _ = wr.shutdown().await;
+    None
 }
 
 /// actix-http's upgrade service for one worker: every request with

@@ -239,9 +239,9 @@ mod tests {
     /// (tokio's cells are 128-aligned), one byte more and it is 640.
     #[test]
     fn a_handed_over_websocket_s_read_loop_fits_a_512_byte_task() {
-        let size = output_size(
-            super::super::wsloop::read_loop::<Native, ByteSource<tokio::io::ReadHalf<Box<dyn Io>>>>,
-        );
+        let read_loop: fn(_, _, _, _) -> _ =
+            super::super::wsloop::read_loop::<Native, ByteSource<tokio::io::ReadHalf<Box<dyn Io>>>>;
+        let size = output_size(read_loop);
         assert!(size <= 408, "the read loop's future is {size} B");
     }
 }

@@ -120,6 +120,46 @@ fn keep_alive_closes_a_silent_client_and_publishes_its_will() {
     }
 }
 
+/// A connection quiet for a second retires its writer task (an idle
+/// connection holds none), and whatever is queued for it afterwards (a
+/// delivery, a PINGRESP, the DISCONNECT of a takeover) starts one again.
+#[test]
+fn a_quiet_connection_s_writer_retires_and_comes_back_for_what_it_is_sent() {
+    let b = TestBroker::start_tcp(|_| {});
+    let addr = b.mqtt_addr.unwrap();
+    let writers = || common::metric(&b, "wharf_connection_writers");
+    let all_retired = || common::wait_until(Duration::from_secs(10), || writers() == 0.0);
+    let (mut quiet, _) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
+    quiet.send(&Packet::subscribe(1, vec![("quiet/t".into(), 1)]));
+    assert!(matches!(quiet.recv(), Some(Packet::SubAck(_))));
+    assert!(writers() >= 1.0, "a connection just served has its writer");
+    assert!(all_retired(), "{} writers still run", writers());
+    // A delivery.
+    let (mut loud, _) = Raw::connect(addr, hello("loud"));
+    loud.send(&publish("quiet/t", b"wake", 1, Some(1)));
+    assert_eq!(loud.recv(), Some(Packet::puback(1)));
+    match quiet.recv() {
+        Some(Packet::Publish(p)) => {
+            assert_eq!(&p.payload[..], b"wake");
+            quiet.send(&Packet::puback(p.pid.unwrap()));
+        }
+        other => panic!("expected the delivery, got {other:?}"),
+    }
+    // An answer of its own.
+    assert!(all_retired(), "{} writers still run", writers());
+    quiet.send(&Packet::PingReq);
+    assert_eq!(quiet.recv(), Some(Packet::PingResp));
+    // A close asked for by another connection: the session taken over.
+    assert!(all_retired(), "{} writers still run", writers());
+    let (_again, code) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
+    assert_eq!(code, 0);
+    match quiet.recv() {
+        Some(Packet::Disconnect(d)) => assert_eq!(d.reason, 0x8E, "session taken over"),
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+    assert_eq!(quiet.recv(), None, "closed after DISCONNECT");
+}
+
 #[test]
 fn a_protocol_violation_closes_only_that_connection() {
     let b = TestBroker::start_tcp(|_| {});

@@ -85,21 +85,9 @@ fn pubacks(r: &mut Raw, n: usize) -> Vec<u16> {
     ids
 }
 
-fn metric(b: &TestBroker, series: &str) -> f64 {
-    let (status, text) = common::http(b.addr, "GET", "/metrics", "");
-    assert_eq!(status, 200, "{text}");
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (name, v) = l.rsplit_once(' ')?;
-            (name == series).then(|| v.parse().ok())?
-        })
-        .unwrap_or_else(|| panic!("no {series} in {text}"))
-}
-
 /// Deliveries dropped by the slow-consumer policy so far.
 fn dropped(b: &TestBroker) -> f64 {
-    metric(
+    common::metric(
         b,
         r#"wharf_deliveries_dropped_total{reason="slow_consumer"}"#,
     )
@@ -128,8 +116,10 @@ fn a_subscriber_behind_holds_its_publisher_back_and_loses_nothing() {
 
     assert_eq!(take(&mut sub, 20, false), expected(0..20));
     assert!(
-        common::wait_until(WAIT, || metric(&b, "wharf_mqtt_publishes_held_total")
-            >= 1.0),
+        common::wait_until(WAIT, || common::metric(
+            &b,
+            "wharf_mqtt_publishes_held_total"
+        ) >= 1.0),
         "the publisher was never held"
     );
     // Held: the 20 in flight are all it has, and 19 PUBACKs all the
@@ -147,7 +137,10 @@ fn a_subscriber_behind_holds_its_publisher_back_and_loses_nothing() {
     }
     assert_eq!(take(&mut sub, 80, true), expected(20..100));
     assert_eq!(pubacks(&mut publ, 81), (20..=100).collect::<Vec<u16>>());
-    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+    assert_eq!(
+        common::metric(&b, "wharf_mqtt_subscribers_expelled_total"),
+        0.0
+    );
     assert_eq!(dropped(&b), 0.0);
 }
 
@@ -175,7 +168,10 @@ fn a_subscriber_that_never_acknowledges_is_disconnected_after_the_hold_timeout()
             Some(other) => panic!("unexpected {other:?}"),
         }
     }
-    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 1.0);
+    assert_eq!(
+        common::metric(&b, "wharf_mqtt_subscribers_expelled_total"),
+        1.0
+    );
 }
 
 /// `slow_subscriber = "drop"`: the publisher is never held; deliveries
@@ -202,7 +198,7 @@ fn the_drop_policy_never_holds_a_publisher_and_counts_what_it_drops() {
         .collect();
     assert_eq!(payloads, expected(0..5));
     assert_eq!(dropped(&b), 15.0);
-    assert_eq!(metric(&b, "wharf_mqtt_publishes_held_total"), 0.0);
+    assert_eq!(common::metric(&b, "wharf_mqtt_publishes_held_total"), 0.0);
 }
 
 /// Two clients each subscribed to the other's topic publish to each other
@@ -250,7 +246,10 @@ fn two_clients_publishing_to_each_other_do_not_hold_each_other_for_good() {
         };
         tokio::join!(run("a", a, "cycle/to-c"), run("c", c, "cycle/to-a"));
     });
-    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+    assert_eq!(
+        common::metric(&b, "wharf_mqtt_subscribers_expelled_total"),
+        0.0
+    );
 }
 
 /// At full speed with the default configuration (and its default
@@ -308,7 +307,10 @@ fn at_full_speed_with_the_defaults_nothing_is_lost_and_nobody_closed() {
             });
         }
     }
-    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+    assert_eq!(
+        common::metric(&b, "wharf_mqtt_subscribers_expelled_total"),
+        0.0
+    );
     assert_eq!(dropped(&b), 0.0);
 }
 
@@ -329,8 +331,10 @@ fn an_mqtt5_subscribers_receive_maximum_counts_toward_the_hold() {
     }
     std::io::Write::write_all(&mut publ.stream, &batch).unwrap();
     assert!(
-        common::wait_until(WAIT, || metric(&b, "wharf_mqtt_publishes_held_total")
-            >= 1.0),
+        common::wait_until(WAIT, || common::metric(
+            &b,
+            "wharf_mqtt_publishes_held_total"
+        ) >= 1.0),
         "the publisher was never held"
     );
     assert_eq!(pubacks(&mut publ, 509), (1..=509).collect::<Vec<u16>>());
@@ -412,5 +416,8 @@ fn queue_deliveries_in_flight_do_not_hold_topic_publishers() {
     // are acknowledged as they come), never for the queue's 20.
     assert_eq!(take(&mut sub, 20, true), expected(0..20));
     assert_eq!(pubacks(&mut publ, 20).len(), 20);
-    assert_eq!(metric(&b, "wharf_mqtt_subscribers_expelled_total"), 0.0);
+    assert_eq!(
+        common::metric(&b, "wharf_mqtt_subscribers_expelled_total"),
+        0.0
+    );
 }

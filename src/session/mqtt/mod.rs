@@ -301,7 +301,7 @@ impl MqttSession {
 
     /// The broker's metrics, for the transport's counts: reached through
     /// the session rather than held by every connection's loop.
-    pub fn metrics(&self) -> &crate::metrics::Metrics {
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
         self.broker.metrics()
     }
 

@@ -101,6 +101,20 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) ->
 
 /// An HTTP request with `extra` header lines (each ending in `\r\n`):
 /// (status, response head, body).
+/// The value of one series (name and labels, as `/metrics` prints them)
+/// on `b`'s `/metrics`.
+pub fn metric(b: &TestBroker, series: &str) -> f64 {
+    let (status, text) = http(b.addr, "GET", "/metrics", "");
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            (name == series).then(|| v.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+}
+
 pub fn http_request(
     addr: std::net::SocketAddr,
     method: &str,
