@@ -243,7 +243,15 @@ pub async fn serve(
         .shutdown_timeout(config.server.shutdown_timeout_s)
         .disable_signals();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let mqtt_server = mqtt_server(&wharf, mqtt, mqtt_tls.map(|l| (l, tls.clone())), workers)?;
+    // MQTT connections run in tasks of their own, counted here.
+    let mqtt_handed = transport::raw::Handed::new(config.server.max_connections);
+    let mqtt_server = mqtt_server(
+        &wharf,
+        mqtt,
+        mqtt_tls.map(|l| (l, tls.clone())),
+        workers,
+        &mqtt_handed,
+    )?;
     let lean = config.server.lean_websockets;
     // WebSockets handed over leave actix-server's count: counted here.
     let handed = transport::raw::Handed::new(config.server.max_connections);
@@ -346,6 +354,9 @@ pub async fn serve(
         );
         // No new connections from here on.
         handle.pause().await;
+        if let Some(mqtt) = &mqtt_handle {
+            mqtt.pause().await;
+        }
         // Sessions get their queued messages and a 1001 close frame; the
         // graceful stop below waits for them up to the shutdown timeout.
         sessions.close_all(1001, crate::session::close_reason::SHUTDOWN, true);
@@ -354,11 +365,14 @@ pub async fn serve(
         // WebSockets handed over (lean_websockets) are not in
         // actix-server's count, whose stop would end them with its
         // workers: they are waited for here, within the same timeout.
+        // MQTT connections (in tasks of their own) likewise.
         let drain = Duration::from_secs(shutdown_timeout_s);
-        if !handed.drained(drain).await {
+        let (ws, mqtt) = tokio::join!(handed.drained(drain), mqtt_handed.drained(drain));
+        if !ws || !mqtt {
             tracing::warn!(
-                left = handed.live(),
-                "WebSocket connections still draining after the shutdown timeout; stopping them"
+                websockets = handed.live(),
+                mqtt = mqtt_handed.live(),
+                "connections still draining after the shutdown timeout; stopping them"
             );
         }
         if let Some(mqtt) = mqtt_handle {
@@ -423,11 +437,16 @@ fn tune(tcp: &actix_web::rt::net::TcpStream, write_timeout: Duration) {
 
 /// The MQTT-over-TCP and MQTT-over-TLS listeners as one actix server
 /// (its own worker threads, as many as HTTP has), if either is wanted.
+/// Each connection runs in a task of its own on the worker that accepted
+/// it, counted in `handed` (against `[server] max_connections`, and for
+/// the graceful stop): actix-server's own count holds a TLS connection
+/// only until its handshake is done.
 fn mqtt_server(
     wharf: &Wharf,
     tcp: Option<TcpListener>,
     tls: Option<(TcpListener, Option<rustls::ServerConfig>)>,
     workers: usize,
+    handed: &Arc<transport::raw::Handed>,
 ) -> Result<Option<actix_server::Server>, Error> {
     use actix_service::fn_service;
     if tcp.is_none() && tls.is_none() {
@@ -443,21 +462,15 @@ fn mqtt_server(
     if let Some(listener) = tcp {
         let addr = listener.local_addr()?;
         let state = wharf.app_state();
+        let handed = handed.clone();
         builder = builder.listen("mqtt", listener, move || {
             crate::tidy::start_on_this_worker();
-            let state = state.clone();
+            let (state, handed) = (state.clone(), handed.clone());
             fn_service(move |io: actix_rt::net::TcpStream| {
                 tune(&io, write_timeout);
                 let peer = io.peer_addr().ok().map(|a| a.ip());
-                // Set up here and boxed (see serve): the future actix-server
-                // holds for the connection is a pointer.
-                let conn = transport::mqtt_tcp::serve(io, peer, &state);
-                async move {
-                    if let Some(conn) = conn {
-                        conn.await;
-                    }
-                    Ok::<_, std::convert::Infallible>(())
-                }
+                transport::mqtt_tcp::spawn(io, peer, &state, &handed);
+                std::future::ready(Ok::<_, std::convert::Infallible>(()))
             })
         })?;
         tracing::info!(%addr, "serving MQTT over TCP at {addr}");
@@ -468,11 +481,12 @@ fn mqtt_server(
         tls.alpn_protocols.clear();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
         let state = wharf.app_state();
+        let handed = handed.clone();
         builder = builder.listen("mqtt-tls", listener, move || {
             crate::tidy::start_on_this_worker();
-            let (state, acceptor) = (state.clone(), acceptor.clone());
+            let (state, acceptor, handed) = (state.clone(), acceptor.clone(), handed.clone());
             fn_service(move |io: actix_rt::net::TcpStream| {
-                let (state, acceptor) = (state.clone(), acceptor.clone());
+                let (state, acceptor, handed) = (state.clone(), acceptor.clone(), handed.clone());
                 // Boxed: actix-server keeps the future it is given beside
                 // the one it awaits, which would hold this one twice.
                 Box::pin(async move {
@@ -485,11 +499,7 @@ fn mqtt_server(
                     )
                     .await
                     {
-                        Ok(Ok(stream)) => {
-                            if let Some(conn) = transport::mqtt_tcp::serve(stream, peer, &state) {
-                                conn.await;
-                            }
-                        }
+                        Ok(Ok(stream)) => transport::mqtt_tcp::spawn(stream, peer, &state, &handed),
                         Ok(Err(e)) => tracing::info!(?peer, "MQTT TLS handshake failed: {e}"),
                         Err(_) => tracing::info!(?peer, "MQTT TLS handshake timed out"),
                     }

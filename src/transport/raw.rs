@@ -323,11 +323,13 @@ where
 /// read past the request head, and its place in the server's count.
 type Accepted = (Run, Box<dyn Io>, BytesMut, Held);
 
-/// The connections one server has handed over and that still run. They
-/// left actix-server's count when their dispatcher ended at the 101, so
-/// the server counts them here: against `[server] max_connections` (past
-/// it an upgrade is refused with 503 `overloaded`), and for the graceful
-/// stop, which waits for them ([`Handed::drained`]).
+/// The connections one server runs in tasks of its own and that still
+/// run: WebSockets handed over (they left actix-server's count when
+/// their dispatcher ended at the 101), and MQTT connections (never in
+/// it: `mqtt_tcp::spawn`). The server counts them here: against `[server]
+/// max_connections` (past it an upgrade is refused with 503 `overloaded`,
+/// an MQTT connection closed at once), and for the graceful stop, which
+/// waits for them ([`Handed::drained`]).
 pub(crate) struct Handed {
     live: AtomicUsize,
     max: usize,
@@ -356,13 +358,18 @@ impl Handed {
     }
 
     /// A place for one more connection, if there is room.
-    fn enter(self: &Arc<Self>) -> Option<Held> {
+    pub(crate) fn enter(self: &Arc<Self>) -> Option<Held> {
         self.live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max).then_some(n + 1)
             })
             .ok()
             .map(|_| Held(self.clone()))
+    }
+
+    /// The most connections it counts.
+    pub(crate) fn max(&self) -> usize {
+        self.max
     }
 
     /// Connections handed over and still running.

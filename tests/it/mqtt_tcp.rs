@@ -160,6 +160,34 @@ fn a_quiet_connection_s_writer_retires_and_comes_back_for_what_it_is_sent() {
     assert_eq!(quiet.recv(), None, "closed after DISCONNECT");
 }
 
+/// MQTT connections run in tasks of their own, counted by the server:
+/// past `[server] max_connections` one is closed at once, the ones open
+/// are served, and once one closes there is room again.
+#[test]
+fn mqtt_connections_are_held_to_max_connections() {
+    let b = TestBroker::start_tcp(|c| c.server.max_connections = 2);
+    let addr = b.mqtt_addr.unwrap();
+    let (mut first, code) = Raw::connect(addr, hello("first"));
+    assert_eq!(code, 0);
+    let (mut second, code) = Raw::connect(addr, hello("second"));
+    assert_eq!(code, 0);
+    let mut refused = Raw::open(addr);
+    refused.send(&Packet::Connect(Box::new(hello("third"))));
+    assert_eq!(refused.recv(), None, "closed without a CONNACK");
+    second.send(&Packet::PingReq);
+    assert_eq!(second.recv(), Some(Packet::PingResp));
+    first.send(&Packet::disconnect());
+    assert_eq!(first.recv(), None);
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            let mut again = Raw::open(addr);
+            again.send(&Packet::Connect(Box::new(hello("again"))));
+            matches!(again.recv(), Some(Packet::ConnAck(_)))
+        }),
+        "room again once a connection closed"
+    );
+}
+
 #[test]
 fn a_protocol_violation_closes_only_that_connection() {
     let b = TestBroker::start_tcp(|_| {});
