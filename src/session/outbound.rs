@@ -26,6 +26,17 @@
 //! quantum was measured: 20-25% fewer deliveries/s in the 1 -> 50 fan-out,
 //! for no gain in fairness.
 //!
+//! ## A writer that retires
+//! An MQTT/TCP connection's read loop asks its writer to retire
+//! ([`Outbound::retire_writer`]) a second after starting it. The writer
+//! finishes what is queued, and at its first idle moment (both lanes
+//! empty, no close, decided under the lock) ends without finishing the
+//! queue and hands its socket back. The loop then waits in the writer's
+//! place ([`Outbound::poll_wanted`] registers the loop's waker where the
+//! writer's was), and the next push, close or drop wakes it to start a
+//! writer again. So a quiet connection holds no writer task, and a busy
+//! one pays one spawn a second.
+//!
 //! ## The bound and the policy
 //! `session.outbound_limit` bounds both lanes together. `push` applies the
 //! slow-consumer policy at the bound: `drop_oldest` evicts normal-lane

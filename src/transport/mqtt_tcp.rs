@@ -5,6 +5,11 @@
 //! the framing differs: the outbound queue writes raw bytes
 //! ([`Outbound::set_raw`]) and the reader hands whatever arrived to the
 //! session, which reassembles packets across reads.
+//!
+//! What an idle connection holds is kept small on purpose (benches/README.md,
+//! "What an idle connection holds"): each connection is one task of
+//! 512 B ([`spawn`]), holding its loop's future inline, and its writer task
+//! exists only while the connection is not quiet ([`Writer`]).
 
 use std::future::{Future, poll_fn};
 use std::net::IpAddr;
