@@ -132,6 +132,29 @@ enum Writer<W> {
     Gone,
 }
 
+impl<W: AsyncWrite + Unpin + 'static> Writer<W> {
+    /// Starts a writer if it is idle (frames came); any other state is
+    /// left as it is.
+    fn start(&mut self, session: &MqttSession) {
+        *self = match std::mem::replace(self, Writer::Gone) {
+            Writer::Idle(wr) => Writer::Running(spawn_writer(session, wr)),
+            other => other,
+        };
+    }
+
+    /// Asks a running writer to retire at its next idle moment; any other
+    /// state is left as it is.
+    fn ask_to_retire(&mut self, out: &Outbound) {
+        *self = match std::mem::replace(self, Writer::Gone) {
+            Writer::Running(h) => {
+                out.retire_writer();
+                Writer::Retiring(h)
+            }
+            other => other,
+        };
+    }
+}
+
 /// What a connection's loop waits on, together: the wait borrows it
 /// once (a closure that borrowed each part would keep a pointer to each
 /// in the loop's state, in every idle connection).
@@ -222,13 +245,10 @@ where
                     Woke::Read(None | Some(Err(_))) => break,
                     Woke::Read(Some(Ok(chunk))) => chunk,
                     Woke::Wanted => {
-                        if let Writer::Idle(wr) = std::mem::replace(&mut conn.writer, Writer::Gone)
-                        {
-                            conn.writer = Writer::Running(spawn_writer(&conn.session, wr));
-                            let linger = Instant::now() + WRITER_LINGER;
-                            if linger < timer.deadline().into_std() {
-                                timer.as_mut().reset(linger.into());
-                            }
+                        conn.writer.start(&conn.session);
+                        let linger = Instant::now() + WRITER_LINGER;
+                        if linger < timer.deadline().into_std() {
+                            timer.as_mut().reset(linger.into());
                         }
                         continue;
                     }
@@ -251,12 +271,7 @@ where
                             );
                             break;
                         }
-                        if let Writer::Running(h) =
-                            std::mem::replace(&mut conn.writer, Writer::Gone)
-                        {
-                            conn.session.outbound().retire_writer();
-                            conn.writer = Writer::Retiring(h);
-                        }
+                        conn.writer.ask_to_retire(conn.session.outbound());
                         timer.as_mut().reset(deadline(&conn.session).into());
                         continue;
                     }

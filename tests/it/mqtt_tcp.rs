@@ -149,6 +149,25 @@ fn a_quiet_connection_s_writer_retires_and_comes_back_for_what_it_is_sent() {
     assert!(all_retired(), "{} writers still run", writers());
     quiet.send(&Packet::PingReq);
     assert_eq!(quiet.recv(), Some(Packet::PingResp));
+    // The loop's timer comes while no writer runs (a client that only
+    // publishes at QoS 0 is answered nothing, and its reads move its
+    // keep-alive deadline on): the connection can still be written to.
+    let (mut talker, _) = Raw::connect(
+        addr,
+        Connect {
+            keep_alive: 2,
+            ..raw_mqtt::hello_at(5, "talker")
+        },
+    );
+    assert!(all_retired(), "{} writers still run", writers());
+    // Past the first deadline (3 s after the CONNECT): the client's own
+    // cadence, not a wait for an effect.
+    for _ in 0..8 {
+        talker.send(&publish("elsewhere", b"tick", 0, None));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    talker.send(&Packet::PingReq);
+    assert_eq!(talker.recv(), Some(Packet::PingResp));
     // A close asked for by another connection: the session taken over.
     assert!(all_retired(), "{} writers still run", writers());
     let (_again, code) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
