@@ -357,6 +357,9 @@ pub async fn serve(
         if let Some(mqtt) = &mqtt_handle {
             mqtt.pause().await;
         }
+        // A TLS handshake under way at the pause sets its connection up
+        // later: it is closed, not served past `close_all` below.
+        mqtt_handed.shut();
         // Sessions get their queued messages and a 1001 close frame; the
         // graceful stop below waits for them up to the shutdown timeout.
         sessions.close_all(1001, crate::session::close_reason::SHUTDOWN, true);

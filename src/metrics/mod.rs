@@ -137,7 +137,8 @@ pub struct Metrics {
     pub history_written: Counter,
     /// Connection writers running now (a gauge, kept by
     /// `OutboundStream`): one per WebSocket, and one per MQTT/TCP
-    /// connection that is not quiet (a quiet one retires its writer).
+    /// connection with traffic in about the last second (a quiet one
+    /// retires its writer).
     pub writers: std::sync::atomic::AtomicI64,
 }
 

@@ -350,7 +350,7 @@ impl Collector for WharfCollector {
         gauge(
             e,
             "wharf_connection_writers",
-            "Connection writers running: one per WebSocket, one per MQTT/TCP connection not quiet for a second.",
+            "Connection writers running: one per WebSocket, one per MQTT/TCP connection with traffic in about the last second.",
             s.writers,
         )?;
         gauge(

@@ -66,13 +66,14 @@
 //! then the connection closes. Apps that mount the routes in their own
 //! `HttpServer` keep the actix-web path. An idle WebSocket connection then
 //! costs about 3.0 KiB, an MQTT/TCP one about 2.2 (benches/README.md has
-//! the numbers and what each still holds). An MQTT/TCP connection runs
-//! in a task of its own too (counted by the server the same way), and its
-//! writer retires once the connection has been quiet for a second
-//! (`Outbound::retire_writer`): the loop waits for frames in its place
-//! (`Outbound::poll_wanted`) and starts a writer again when they come. It was off by
-//! default while MQTT over WebSocket 1 -> 1 ran 30% slower on it, until
-//! bursts were bounded at 64 KiB; both paths now run at the same rate.
+//! the numbers and what each still holds). It was off by default while
+//! MQTT over WebSocket 1 -> 1 ran 30% slower on it, until bursts were
+//! bounded at 64 KiB; both paths now run at the same rate. An MQTT/TCP
+//! connection runs in a task of its own too (counted by the server the
+//! same way), and its writer retires once the connection has been quiet
+//! for about a second (`Outbound::retire_writer`): the loop waits for
+//! frames in its place (`Outbound::poll_wanted`) and starts a writer
+//! again when they come, or when a read comes.
 //!
 //! ## Memory after connections close
 //! mimalloc gives freed pages back only when the owning thread next calls
@@ -408,6 +409,11 @@ pub(crate) trait Returns {
 
 #[cfg(test)]
 impl<A, B, T> Returns for fn(A, B) -> T {
+    type Output = T;
+}
+
+#[cfg(test)]
+impl<A, B, C, T> Returns for fn(A, B, C) -> T {
     type Output = T;
 }
 

@@ -38,8 +38,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves one MQTT connection on `stream` in a task of its own, counted
-/// in `handed`: past its `[server] max_connections` the connection is
-/// closed at once. In a task of its own, not in actix-server's
+/// in `handed`: past its `[server] max_connections`, or once the server
+/// is stopping, the connection is closed at once. In a task of its own, not in actix-server's
 /// connection task, so that the connection's future sits inline in one
 /// 512 B allocation (tokio's task cells are 128-aligned: a future of at
 /// most 408 B) rather than boxed beside actix-server's task (256 B more
@@ -50,11 +50,15 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let Some(held) = handed.enter() else {
-        tracing::info!(
-            ?peer,
-            max = handed.max(),
-            "closing an MQTT connection: the broker holds its [server] max_connections MQTT connections"
-        );
+        if handed.is_shut() {
+            tracing::debug!(?peer, "closing an MQTT connection: the broker is stopping");
+        } else {
+            tracing::info!(
+                ?peer,
+                max = handed.max(),
+                "closing an MQTT connection: the broker holds its [server] max_connections MQTT connections"
+            );
+        }
         return;
     };
     if let Some(conn) = serve(stream, peer, app, held) {
@@ -117,10 +121,11 @@ enum Woke {
     Read(Option<std::io::Result<Bytes>>),
 }
 
-/// The connection's writer. It runs while there is traffic and retires
-/// once the connection has been quiet for [`WRITER_LINGER`]: the task
-/// and its state (~256 B) are not held by an idle connection, and the
-/// first frame queued after the quiet starts a new one.
+/// The connection's writer. The loop starts it when frames are queued or
+/// a read comes, asks it to retire at the loop's next timer tick (at most
+/// [`WRITER_LINGER`] later), and it retires at its first moment with
+/// nothing queued: the task and its state (~256 B) are not held by a
+/// quiet connection, and the next frame or read starts a new one.
 enum Writer<W> {
     /// Writing, or waiting for frames.
     Running(actix_rt::task::JoinHandle<Option<W>>),
@@ -133,13 +138,25 @@ enum Writer<W> {
 }
 
 impl<W: AsyncWrite + Unpin + 'static> Writer<W> {
-    /// Starts a writer if it is idle (frames came); any other state is
-    /// left as it is.
-    fn start(&mut self, session: &MqttSession) {
-        *self = match std::mem::replace(self, Writer::Gone) {
-            Writer::Idle(wr) => Writer::Running(spawn_writer(session, wr)),
-            other => other,
+    /// Makes sure a writer runs: starts one if it had retired, takes back
+    /// a retirement asked for and not yet done. Before frames go out, and
+    /// before a read is handled (its handling may wait, on a held publish
+    /// or the rate, and what it or others queue meanwhile must be
+    /// written). Whether the loop should look again in [`WRITER_LINGER`]
+    /// (a writer was started or kept on).
+    fn keep(&mut self, session: &MqttSession) -> bool {
+        let (kept, writer) = match std::mem::replace(self, Writer::Gone) {
+            Writer::Idle(wr) => (true, Writer::Running(spawn_writer(session, wr))),
+            // Not yet retired (`Conn::poll_wait` saw to that, and the
+            // writer runs on this thread): it will not now.
+            Writer::Retiring(h) => {
+                session.outbound().keep_writer();
+                (true, Writer::Running(h))
+            }
+            other => (false, other),
         };
+        *self = writer;
+        kept
     }
 
     /// Asks a running writer to retire at its next idle moment; any other
@@ -176,11 +193,19 @@ impl<R: AsyncRead + Unpin, W> Conn<R, W> {
             return Poll::Ready(Woke::Timer);
         }
         if let Writer::Retiring(h) = &mut self.writer {
-            if let Poll::Ready(done) = Pin::new(h).poll(cx) {
-                self.writer = match done {
-                    Ok(Some(wr)) => Writer::Idle(wr),
-                    _ => Writer::Gone,
-                };
+            match Pin::new(&mut *h).poll(cx) {
+                Poll::Ready(done) => {
+                    self.writer = match done {
+                        Ok(Some(wr)) => Writer::Idle(wr),
+                        _ => Writer::Gone,
+                    };
+                }
+                // Ended, but tokio's budget holds its result back until the
+                // loop is polled again (it is woken for that): nothing is
+                // read meanwhile, so that a read is never handled while the
+                // writer's state is unknown.
+                Poll::Pending if h.is_finished() => return Poll::Pending,
+                Poll::Pending => {}
             }
         }
         if matches!(self.writer, Writer::Idle(_))
@@ -192,10 +217,11 @@ impl<R: AsyncRead + Unpin, W> Conn<R, W> {
     }
 }
 
-/// How long a writer runs after it starts before it is asked to retire
-/// (it retires when next it finds nothing queued). Busy connections start
-/// one again at the next frame: a task spawned per connection per
-/// second at most.
+/// Longest a writer runs after it starts (or is kept on) before it is
+/// asked to retire (it retires when next it finds nothing queued; an
+/// earlier keep-alive or expiry tick asks sooner). A busy connection
+/// starts one again at its next frame or read: about one task spawned
+/// per connection per second.
 const WRITER_LINGER: Duration = Duration::from_secs(1);
 
 /// Reads the connection until it ends, then ends the session and the
@@ -243,12 +269,15 @@ where
                 // out of would stay in the loop's state.
                 let chunk = match woke.await {
                     Woke::Read(None | Some(Err(_))) => break,
-                    Woke::Read(Some(Ok(chunk))) => chunk,
+                    Woke::Read(Some(Ok(chunk))) => {
+                        if conn.writer.keep(&conn.session) {
+                            linger(timer.as_mut());
+                        }
+                        chunk
+                    }
                     Woke::Wanted => {
-                        conn.writer.start(&conn.session);
-                        let linger = Instant::now() + WRITER_LINGER;
-                        if linger < timer.deadline().into_std() {
-                            timer.as_mut().reset(linger.into());
+                        if conn.writer.keep(&conn.session) {
+                            linger(timer.as_mut());
                         }
                         continue;
                     }
@@ -300,6 +329,15 @@ where
         Box::pin(conn.session.end()).await;
         // Boxed, as the pause above.
         Box::pin(drain(conn.writer, out, metrics)).await;
+    }
+}
+
+/// Brings the loop's timer forward to [`WRITER_LINGER`] from now, when
+/// the writer it just started or kept on is to be asked to retire.
+fn linger(timer: Pin<&mut Sleep>) {
+    let at = Instant::now() + WRITER_LINGER;
+    if at < timer.deadline().into_std() {
+        timer.reset(at.into());
     }
 }
 

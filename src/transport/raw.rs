@@ -244,7 +244,10 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
         if !laid {
             break;
         }
-        if wr.write_all(&buf).await.is_err() {
+        // Flushed too: TLS keeps what the socket would not take in its own
+        // buffer, and nothing else would push it out until the next frame
+        // (over plain TCP a flush does nothing).
+        if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() {
             return None;
         }
         buf.clear();
@@ -334,6 +337,8 @@ pub(crate) struct Handed {
     live: AtomicUsize,
     max: usize,
     idle: tokio::sync::Notify,
+    /// Set by the graceful stop ([`Handed::shut`]): no more enter.
+    shut: std::sync::atomic::AtomicBool,
 }
 
 /// One handed-over connection's place in [`Handed`], given back on drop.
@@ -354,11 +359,16 @@ impl Handed {
             live: AtomicUsize::new(0),
             max,
             idle: tokio::sync::Notify::new(),
+            shut: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// A place for one more connection, if there is room.
+    /// A place for one more connection, if there is room and the server
+    /// is not stopping.
     pub(crate) fn enter(self: &Arc<Self>) -> Option<Held> {
+        if self.is_shut() {
+            return None;
+        }
         self.live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max).then_some(n + 1)
@@ -370,6 +380,18 @@ impl Handed {
     /// The most connections it counts.
     pub(crate) fn max(&self) -> usize {
         self.max
+    }
+
+    /// Lets no more connections in: the graceful stop, for connections
+    /// that were accepted before the listener paused but are set up after
+    /// (an MQTT TLS handshake that was under way).
+    pub(crate) fn shut(&self) {
+        self.shut.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Handed::shut`] was called.
+    pub(crate) fn is_shut(&self) -> bool {
+        self.shut.load(Ordering::Acquire)
     }
 
     /// Connections handed over and still running.
@@ -486,4 +508,24 @@ where
         framed.close().await
     }
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::output_size;
+
+    /// Every busy connection (and every WebSocket) holds a writer task:
+    /// at 152 B or less its future makes a 256 B task (tokio's cells are
+    /// 128-aligned), one byte more and it is 384.
+    #[test]
+    fn a_writer_fits_a_256_byte_task() {
+        type Tcp = tokio::io::WriteHalf<tokio::net::TcpStream>;
+        type Upgraded = tokio::io::WriteHalf<Box<dyn Io>>;
+        let tcp: fn(_, _, _) -> _ = write_loop::<Tcp>;
+        let upgraded: fn(_, _, _) -> _ = write_loop::<Upgraded>;
+        for size in [output_size(tcp), output_size(upgraded)] {
+            assert!(size <= 152, "a writer's future is {size} B");
+        }
+    }
 }

@@ -33,9 +33,11 @@
 //! empty, no close, decided under the lock) ends without finishing the
 //! queue and hands its socket back. The loop then waits in the writer's
 //! place ([`Outbound::poll_wanted`] registers the loop's waker where the
-//! writer's was), and the next push, close or drop wakes it to start a
-//! writer again. So a quiet connection holds no writer task, and a busy
-//! one pays one spawn a second.
+//! writer's was), and the next push or close wakes it to start a writer
+//! again; so does the next read (`Outbound::keep_writer` takes back a
+//! retirement not yet done), since a read's handling may wait and what
+//! is queued meanwhile must go out. So a quiet connection holds no writer
+//! task, and a busy one pays about one spawn a second.
 //!
 //! ## The bound and the policy
 //! `session.outbound_limit` bounds both lanes together. `push` applies the
@@ -605,10 +607,19 @@ impl Outbound {
         }
     }
 
+    /// Takes back a retirement asked for with [`Outbound::retire_writer`]
+    /// and not yet done: the connection's loop needs its writer after
+    /// all (a read came, whose handling may wait).
+    pub fn keep_writer(&self) {
+        self.state.lock().retire = false;
+    }
+
     /// For a connection whose writer retired: `Ready` when there is
     /// something for a writer to do (frames queued, a close asked for, the
     /// queue finished), `Pending` with the waker registered, in the
-    /// writer's place, otherwise.
+    /// writer's place, otherwise: a push or a close wakes it (marking the
+    /// queue finished does not; the loop learns of that at its next
+    /// wake-up, as it always did).
     pub fn poll_wanted(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut st = self.state.lock();
         if !st.high.is_empty()

@@ -99,8 +99,6 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) ->
     (status, body)
 }
 
-/// An HTTP request with `extra` header lines (each ending in `\r\n`):
-/// (status, response head, body).
 /// The value of one series (name and labels, as `/metrics` prints them)
 /// on `b`'s `/metrics`.
 pub fn metric(b: &TestBroker, series: &str) -> f64 {
@@ -115,6 +113,8 @@ pub fn metric(b: &TestBroker, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series} in {text}"))
 }
 
+/// An HTTP request with `extra` header lines (each ending in `\r\n`):
+/// (status, response head, body).
 pub fn http_request(
     addr: std::net::SocketAddr,
     method: &str,
