@@ -77,11 +77,14 @@ def free_port():
 class Broker:
     def __init__(self, spec, n):
         # PATH, PATH+lean for [server] lean_websockets = true (the
-        # default since 2026-11-25), PATH+actix for false.
-        exe, lean = spec, None
+        # default since 2026-11-25), PATH+actix for false; PATH+nopark for
+        # [mqtt] park_after_ms = 0.
+        exe, lean, park = spec, None, ""
+        if exe.endswith("+nopark"):
+            exe, park = exe[:-len("+nopark")], "park_after_ms = 0\n"
         for suffix, value in (("+lean", True), ("+actix", False)):
-            if spec.endswith(suffix):
-                exe, lean = spec[:-len(suffix)], value
+            if exe.endswith(suffix):
+                exe, lean = exe[:-len(suffix)], value
         self.dir = tempfile.mkdtemp(prefix="wharf-conn-memory-")
         self.http, self.mqtt = free_port(), free_port()
         config = os.path.join(self.dir, "bench.toml")
@@ -92,7 +95,7 @@ class Broker:
             f.write(f"[server]\nmax_connections = {n + 1000}\n"
                     + ("" if lean is None else f"lean_websockets = {str(lean).lower()}\n")
                     + "[session]\nidle_timeout_s = 7200\nping_interval_s = 3600\n"
-                    + "[mqtt]\n")
+                    + "[mqtt]\n" + park)
         self.proc = subprocess.Popen(
             [exe, "serve", "--bind", f"127.0.0.1:{self.http}",
              "--mqtt-bind", f"127.0.0.1:{self.mqtt}", "--config", config,
@@ -190,6 +193,7 @@ def mqtt_connect(i):
 # default), one topic for all (`shared`: what a connection costs apart
 # from its topic), or nothing (`none`: the connection alone).
 SUBSCRIBE = "own"
+SETTLE = 2.0
 
 
 def topic(i):
@@ -272,7 +276,7 @@ def measure(exe, protocol, n, sources):
             s.connect(("127.0.0.1", port))
             opener(s, i, broker)
             socks.append(s)
-        time.sleep(2)
+        time.sleep(SETTLE)
         full = rss_kib(broker.proc.pid)
         for s in socks:
             s.close()
@@ -289,16 +293,22 @@ def measure(exe, protocol, n, sources):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("binaries", nargs="+",
-                    help="wharf binaries to compare; PATH+lean and PATH+actix set [server] lean_websockets to true and false")
+                    help="wharf binaries to compare; PATH+lean and PATH+actix set [server] lean_websockets to true and false, "
+                         "PATH+nopark [mqtt] park_after_ms = 0")
     ap.add_argument("--n", type=int, default=10000, help="connections per protocol")
     ap.add_argument("--sources", type=int, default=4, help="loopback source addresses")
     ap.add_argument("--protocols", default="native,mqtt-ws,mqtt-tcp")
     ap.add_argument("--subscribe", choices=["own", "shared", "none"], default="own",
                     help="each connection subscribes to a topic of its own, to one topic for all, or to none")
     ap.add_argument("--rounds", type=int, default=1, help="times each binary is measured, alternating")
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds between the last connection's subscription and the measurement "
+                         "(quiet MQTT/TCP connections are parked after [mqtt] park_after_ms, 1 s, "
+                         "and their writer's second: use 5 to see them parked)")
     args = ap.parse_args()
-    global SUBSCRIBE
+    global SUBSCRIBE, SETTLE
     SUBSCRIBE = args.subscribe
+    SETTLE = args.settle
     # This process holds N client sockets, each broker (which inherits
     # the limit) N server sockets plus its own files: a limit each.
     want = args.n + 1024

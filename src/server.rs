@@ -244,7 +244,11 @@ pub async fn serve(
         .disable_signals();
     let scheme = if tls.is_some() { "https" } else { "http" };
     // MQTT connections run in tasks of their own, counted here.
-    let mqtt_handed = transport::raw::Handed::new(config.server.max_connections);
+    let park_after = config.mqtt.park_after_ms;
+    let mqtt_handed = transport::raw::Handed::parking(
+        config.server.max_connections,
+        (park_after > 0).then(|| Duration::from_millis(park_after)),
+    );
     let mqtt_server = mqtt_server(
         &wharf,
         mqtt,

@@ -140,6 +140,10 @@ pub struct Metrics {
     /// connection with traffic in about the last second (a quiet one
     /// retires its writer).
     pub writers: std::sync::atomic::AtomicI64,
+    /// MQTT/TCP connections parked now (a gauge): quiet for `[mqtt]
+    /// park_after_ms`, held out of any task until they read, are sent
+    /// something or reach their deadline.
+    pub parked: std::sync::atomic::AtomicI64,
 }
 
 impl Metrics {

@@ -44,6 +44,7 @@ struct Snapshot {
     subscriptions: u64,
     retained: i64,
     writers: i64,
+    parked: i64,
     /// (topics with history, messages they keep, messages written).
     history: (u64, u64, u64),
     queues: Vec<QueueInfo>,
@@ -123,6 +124,7 @@ async fn gather(app: &AppState) -> Snapshot {
     }
     s.retained = m.retained.load(std::sync::atomic::Ordering::Relaxed);
     s.writers = m.writers.load(std::sync::atomic::Ordering::Relaxed);
+    s.parked = m.parked.load(std::sync::atomic::Ordering::Relaxed);
     let (topics, kept) = app.broker.history().summary().await;
     s.history = (topics as u64, kept as u64, m.history_written.get());
     let stats = app.broker.stats();
@@ -352,6 +354,12 @@ impl Collector for WharfCollector {
             "wharf_connection_writers",
             "Connection writers running: one per WebSocket, one per MQTT/TCP connection with traffic in about the last second.",
             s.writers,
+        )?;
+        gauge(
+            e,
+            "wharf_connections_parked",
+            "MQTT/TCP connections parked: quiet for [mqtt] park_after_ms, held out of any task.",
+            s.parked,
         )?;
         gauge(
             e,

@@ -127,6 +127,7 @@ mod metrics;
 mod mqtt;
 pub(crate) mod mqtt_tcp;
 mod origin;
+mod park;
 mod queues;
 pub(crate) mod raw;
 mod rules;

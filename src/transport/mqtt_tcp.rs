@@ -9,21 +9,26 @@
 //! What an idle connection holds is kept small on purpose (benches/README.md,
 //! "What an idle connection holds"): each connection is one task of
 //! 512 B ([`spawn`]), holding its loop's future inline, and its writer task
-//! exists only while the connection is not quiet ([`Writer`]).
+//! exists only while the connection is not quiet ([`Writer`]). A plain TCP
+//! connection quiet for `[mqtt] park_after_ms` leaves its task too: it is
+//! parked ([`Parked`], `park.rs`) until it reads, is sent something or
+//! reaches its deadline.
 
 use std::future::{Future, poll_fn};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_core::Stream;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::time::Sleep;
 
 use super::AppState;
+use super::park::{Lot, Parkable};
 use super::raw::{ByteSource, Handed, Held, write_loop};
 use super::wsloop::{BURST_BYTES, outbound};
 use crate::metrics::Protocol;
@@ -45,10 +50,12 @@ pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// most 408 B) rather than boxed beside actix-server's task (256 B more
 /// per connection); the server's count and its graceful stop are
 /// `handed`'s then.
-pub(crate) fn spawn<S>(stream: S, peer: Option<IpAddr>, app: &AppState, handed: &Arc<Handed>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
-{
+pub(crate) fn spawn<S: Socket>(
+    stream: S,
+    peer: Option<IpAddr>,
+    app: &AppState,
+    handed: &Arc<Handed>,
+) {
     let Some(held) = handed.enter() else {
         if handed.is_shut() {
             tracing::debug!(?peer, "closing an MQTT connection: the broker is stopping");
@@ -69,15 +76,12 @@ where
 /// Sets one MQTT connection up, here rather than in the future that runs
 /// it (`None` when it is refused at once): a future keeps its arguments
 /// for its whole life (the app's state, 120 B, and the session's config).
-fn serve<S>(
+fn serve<S: Socket>(
     stream: S,
     peer: Option<IpAddr>,
     app: &AppState,
     held: Held,
-) -> Option<impl Future<Output = ()> + 'static>
-where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
-{
+) -> Option<impl Future<Output = ()> + 'static> {
     // Counted against its address until CONNECT authenticates it; past
     // the address's share the connection is closed at once (MQTT has no
     // answer before CONNECT).
@@ -108,6 +112,34 @@ where
         _held: held,
     };
     Some(run(conn, rate))
+}
+
+/// A stream MQTT is served on: plain TCP, which can be parked, or TLS
+/// over it, which cannot (its state is rustls's, not a socket's).
+pub(crate) trait Socket: AsyncRead + AsyncWrite + Unpin + 'static {
+    /// Whether a quiet connection on it may be parked.
+    const PARKS: bool;
+    /// The socket, out of tokio's hands: to park it.
+    ///
+    /// # Errors
+    /// It cannot be taken out of tokio's epoll set (it is closed then).
+    fn into_std(self) -> std::io::Result<std::net::TcpStream>;
+}
+
+impl Socket for tokio::net::TcpStream {
+    const PARKS: bool = true;
+
+    fn into_std(self) -> std::io::Result<std::net::TcpStream> {
+        tokio::net::TcpStream::into_std(self)
+    }
+}
+
+impl Socket for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+    const PARKS: bool = false;
+
+    fn into_std(self) -> std::io::Result<std::net::TcpStream> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// What a connection's loop woke for.
@@ -175,16 +207,16 @@ impl<W: AsyncWrite + Unpin + 'static> Writer<W> {
 /// What a connection's loop waits on, together: the wait borrows it
 /// once (a closure that borrowed each part would keep a pointer to each
 /// in the loop's state, in every idle connection).
-struct Conn<R, W> {
+struct Conn<S> {
     session: MqttSession,
-    source: ByteSource<R, ()>,
-    writer: Writer<W>,
+    source: ByteSource<ReadHalf<S>, ()>,
+    writer: Writer<WriteHalf<S>>,
     /// The connection's place in the server's count, given back when the
     /// loop ends.
     _held: Held,
 }
 
-impl<R: AsyncRead + Unpin, W> Conn<R, W> {
+impl<S: Socket> Conn<S> {
     /// What comes first: the timer (so that a client that never stops
     /// sending is still held to its credential's expiry), frames for a
     /// retired writer, or a read.
@@ -215,6 +247,16 @@ impl<R: AsyncRead + Unpin, W> Conn<R, W> {
         }
         Pin::new(&mut self.source).poll_next(cx).map(Woke::Read)
     }
+
+    /// How long a quiet connection runs before it is parked, if it may
+    /// be: plain TCP, and parking not turned off.
+    fn park_after(&self) -> Option<Duration> {
+        if S::PARKS {
+            self._held.park_after()
+        } else {
+            None
+        }
+    }
 }
 
 /// Longest a writer runs after it starts (or is kept on) before it is
@@ -234,26 +276,28 @@ const WRITER_LINGER: Duration = Duration::from_secs(1);
 /// one it keeps, and the wait is a `poll_fn` rather than a `select!`,
 /// whose state is bigger): it sits in an allocation of 512 B.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
-fn run<R, W>(mut conn: Conn<R, W>, mut rate: RateLimiter) -> impl Future<Output = ()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin + 'static,
-{
+fn run<S: Socket>(mut conn: Conn<S>, mut rate: RateLimiter) -> impl Future<Output = ()> {
     async move {
         // The loop's locals in a block of their own, so that what the
-        // close holds afterwards shares their room in the future.
-        {
+        // close holds afterwards shares their room in the future. Whether
+        // the loop ended to park the connection rather than close it.
+        let park = {
             // One timer, armed at the earliest of the keep-alive deadline,
             // the credential's expiry and the writer's linger, moved only
             // when that comes earlier (as in the WebSocket read loop):
             // traffic costs no timer work.
             // Boxed (96 B): inline, it would take the loop's future past
             // 408 B, and so its task past 512.
-            let mut timer = Box::pin(actix_rt::time::sleep_until(deadline(&conn.session).into()));
+            // A quiet connection is looked at again when it may be parked.
+            let first = match conn.park_after() {
+                Some(after) => deadline(&conn.session).min(Instant::now() + after),
+                None => deadline(&conn.session),
+            };
+            let mut timer = Box::pin(actix_rt::time::sleep_until(first.into()));
             let mut unyielded: u32 = 0;
             loop {
                 if conn.session.outbound().is_closing() {
-                    break;
+                    break false;
                 }
                 {
                     let next = deadline(&conn.session);
@@ -268,7 +312,7 @@ where
                 // Matched as it comes, not bound: a binding the chunk is moved
                 // out of would stay in the loop's state.
                 let chunk = match woke.await {
-                    Woke::Read(None | Some(Err(_))) => break,
+                    Woke::Read(None | Some(Err(_))) => break false,
                     Woke::Read(Some(Ok(chunk))) => {
                         if conn.writer.keep(&conn.session) {
                             linger(timer.as_mut());
@@ -289,7 +333,7 @@ where
                                 crate::session::CLOSE_EXPIRED,
                                 "credentials expired".into(),
                             );
-                            break;
+                            break false;
                         }
                         if now >= conn.session.idle_deadline() {
                             conn.session.idle_closed();
@@ -298,10 +342,18 @@ where
                                 1001,
                                 close_reason::KEEP_ALIVE.into(),
                             );
-                            break;
+                            break false;
+                        }
+                        // Quiet since the last tick: its writer retired.
+                        if matches!(conn.writer, Writer::Idle(_)) && conn.park_after().is_some() {
+                            break true;
                         }
                         conn.writer.ask_to_retire(conn.session.outbound());
-                        timer.as_mut().reset(deadline(&conn.session).into());
+                        let next = deadline(&conn.session);
+                        let next = conn
+                            .park_after()
+                            .map_or(next, |after| next.min(now + after));
+                        timer.as_mut().reset(next.into());
                         continue;
                     }
                 };
@@ -309,7 +361,9 @@ where
                 // locals) would be part of every connection's state, idle or
                 // not.
                 let handled = Box::pin(on_read(&mut conn.session, &mut rate, chunk));
-                let Some(got) = handled.await else { break };
+                let Some(got) = handled.await else {
+                    break false;
+                };
                 // Let the writers this traffic woke run before more is read (as
                 // the WebSocket read loop's bursts do).
                 unyielded = unyielded.saturating_add(got);
@@ -318,6 +372,10 @@ where
                     actix_rt::task::yield_now().await;
                 }
             }
+        };
+        if park {
+            park_quiet(conn, rate);
+            return;
         }
         let out = conn.session.outbound().clone();
         out.close(CloseRequest {
@@ -330,6 +388,137 @@ where
         // Boxed, as the pause above.
         Box::pin(drain(conn.writer, out, metrics)).await;
     }
+}
+
+/// A quiet plain-TCP connection out of its task: its session, its rate,
+/// its place in the server's count and its socket, out of tokio's epoll
+/// set (~384 B where its task, its timer and tokio's registration of its
+/// socket were ~860 B).
+pub(crate) struct Parked {
+    session: MqttSession,
+    rate: RateLimiter,
+    held: Held,
+    socket: std::net::TcpStream,
+}
+
+thread_local! {
+    /// This worker's lot of parked connections, started at the first
+    /// park on the thread (and again if its runtime stopped since).
+    static LOT: std::cell::RefCell<Option<Lot<Parked>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Parks a quiet connection in its thread's lot (its writer has retired,
+/// and nothing is queued). Resumed at once if no lot can take it.
+fn park_quiet<S: Socket>(conn: Conn<S>, rate: RateLimiter) {
+    let Conn {
+        session,
+        source,
+        writer,
+        _held: held,
+    } = conn;
+    let wr = match writer {
+        Writer::Idle(wr) => wr,
+        // The loop parks only a connection whose writer is idle; any other
+        // goes on running.
+        writer => {
+            let conn = Conn {
+                session,
+                source,
+                writer,
+                _held: held,
+            };
+            actix_rt::spawn(run(conn, rate));
+            return;
+        }
+    };
+    let socket = match source.into_inner().unsplit(wr).into_std() {
+        Ok(socket) => socket,
+        Err(e) => {
+            tracing::info!("an MQTT connection lost its socket as it was parked: {e}");
+            return end_socketless(session, held);
+        }
+    };
+    let parked = Box::new(Parked {
+        session,
+        rate,
+        held,
+        socket,
+    });
+    parked
+        .session
+        .metrics()
+        .parked
+        .fetch_add(1, Ordering::Relaxed);
+    let refused = LOT.with_borrow_mut(|lot| {
+        if !lot.as_ref().is_some_and(Lot::is_open) {
+            *lot = Lot::start()
+                .inspect_err(|e| tracing::warn!("no lot for quiet MQTT connections: {e}"))
+                .ok();
+        }
+        match lot {
+            Some(lot) => lot.park(parked).err(),
+            None => Some(parked),
+        }
+    });
+    if let Some(parked) = refused {
+        parked.resume();
+    }
+}
+
+impl Parkable for Parked {
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.socket.as_raw_fd()
+    }
+
+    fn deadline(&self) -> Instant {
+        deadline(&self.session)
+    }
+
+    fn want(&self, waker: &std::task::Waker) -> bool {
+        let mut cx = Context::from_waker(waker);
+        self.session.outbound().poll_wanted(&mut cx).is_ready()
+    }
+
+    fn resume(self: Box<Self>) {
+        let Parked {
+            session,
+            rate,
+            held,
+            socket,
+        } = *self;
+        session.metrics().parked.fetch_sub(1, Ordering::Relaxed);
+        match tokio::net::TcpStream::from_std(socket) {
+            Ok(stream) => run_again(session, rate, held, stream),
+            Err(e) => {
+                tracing::warn!("a parked MQTT connection could not be resumed: {e}");
+                end_socketless(session, held);
+            }
+        }
+    }
+}
+
+/// Gives a connection its loop again, in a task of its own.
+fn run_again(session: MqttSession, rate: RateLimiter, held: Held, stream: tokio::net::TcpStream) {
+    let (rd, wr) = tokio::io::split(stream);
+    let conn = Conn {
+        session,
+        source: ByteSource::bare(rd),
+        writer: Writer::Idle(wr),
+        _held: held,
+    };
+    actix_rt::spawn(run(conn, rate));
+}
+
+/// Ends the session of a connection whose socket is gone.
+fn end_socketless(session: MqttSession, held: Held) {
+    session
+        .outbound()
+        .abort(1011, "the connection's socket was lost");
+    actix_rt::spawn(async move {
+        Box::pin(session.end()).await;
+        drop(held);
+    });
 }
 
 /// Brings the loop's timer forward to [`WRITER_LINGER`] from now, when
@@ -448,9 +637,7 @@ mod tests {
     /// 128-aligned), one byte more and it is 640.
     #[test]
     fn an_mqtt_tcp_connection_s_loop_fits_a_512_byte_task() {
-        type Rd = tokio::io::ReadHalf<tokio::net::TcpStream>;
-        type Wr = tokio::io::WriteHalf<tokio::net::TcpStream>;
-        let run: fn(_, _) -> _ = run::<Rd, Wr>;
+        let run: fn(_, _) -> _ = run::<tokio::net::TcpStream>;
         let size = output_size(run);
         assert!(size <= 408, "the connection's future is {size} B");
     }

@@ -154,6 +154,12 @@ impl<R: AsyncRead + Unpin> ByteSource<R, ()> {
     pub(crate) fn bare(rd: R) -> Self {
         ByteSource { rd, around: () }
     }
+
+    /// The reader back (it holds nothing between reads): to park the
+    /// connection.
+    pub(crate) fn into_inner(self) -> R {
+        self.rd
+    }
 }
 
 impl<R: AsyncRead + Unpin, A: Around> ByteSource<R, A> {
@@ -339,10 +345,21 @@ pub(crate) struct Handed {
     idle: tokio::sync::Notify,
     /// Set by the graceful stop ([`Handed::shut`]): no more enter.
     shut: std::sync::atomic::AtomicBool,
+    /// How long a quiet connection runs before it is parked, if its kind
+    /// parks (MQTT over plain TCP, `[mqtt] park_after_ms`).
+    park_after: Option<Duration>,
 }
 
 /// One handed-over connection's place in [`Handed`], given back on drop.
 pub(crate) struct Held(Arc<Handed>);
+
+impl Held {
+    /// How long the connection may be quiet before it is parked, if at
+    /// all ([`Handed::park_after`]).
+    pub(crate) fn park_after(&self) -> Option<Duration> {
+        self.0.park_after
+    }
+}
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -360,7 +377,18 @@ impl Handed {
             max,
             idle: tokio::sync::Notify::new(),
             shut: std::sync::atomic::AtomicBool::new(false),
+            park_after: None,
         })
+    }
+
+    /// A count of none, of at most `max`, whose quiet connections are
+    /// parked after `park_after` (never if `None`).
+    pub(crate) fn parking(max: usize, park_after: Option<Duration>) -> Arc<Self> {
+        let mut handed = Handed::new(max);
+        if let Some(h) = Arc::get_mut(&mut handed) {
+            h.park_after = park_after;
+        }
+        handed
     }
 
     /// A place for one more connection, if there is room and the server

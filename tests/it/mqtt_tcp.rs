@@ -179,6 +179,90 @@ fn a_quiet_connection_s_writer_retires_and_comes_back_for_what_it_is_sent() {
     assert_eq!(quiet.recv(), None, "closed after DISCONNECT");
 }
 
+/// A connection quiet for `[mqtt] park_after_ms` is parked (out of any
+/// task), and each way back brings it back: a delivery, its own packet,
+/// its keep-alive deadline (closed for silence, its will published to a
+/// parked watcher) and a takeover. A parked connection still counts
+/// against `max_connections`, and the broker's stop closes it.
+#[test]
+fn a_parked_connection_comes_back_for_each_way_it_is_wanted() {
+    let b = TestBroker::start_tcp(|c| {
+        c.mqtt.park_after_ms = 100;
+        c.server.max_connections = 3;
+    });
+    let addr = b.mqtt_addr.unwrap();
+    let parked = || common::metric(&b, "wharf_connections_parked");
+    let parked_are = |n: f64| common::wait_until(Duration::from_secs(10), || parked() == n);
+    let (mut quiet, _) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
+    quiet.send(&Packet::subscribe(1, vec![("quiet/#".into(), 1)]));
+    assert!(matches!(quiet.recv(), Some(Packet::SubAck(_))));
+    assert!(parked_are(1.0), "{} parked", parked());
+    // A delivery.
+    let (mut loud, _) = Raw::connect(addr, hello("loud"));
+    loud.send(&publish("quiet/t", b"wake", 1, Some(1)));
+    assert_eq!(loud.recv(), Some(Packet::puback(1)));
+    match quiet.recv() {
+        Some(Packet::Publish(p)) => {
+            assert_eq!(&p.payload[..], b"wake");
+            quiet.send(&Packet::puback(p.pid.unwrap()));
+        }
+        other => panic!("expected the delivery, got {other:?}"),
+    }
+    // Its own packet.
+    assert!(parked_are(2.0), "{} parked", parked());
+    quiet.send(&Packet::PingReq);
+    assert_eq!(quiet.recv(), Some(Packet::PingResp));
+    // Its keep-alive deadline: a silent client with a will on a topic the
+    // (parked) quiet one reads.
+    assert!(parked_are(2.0), "{} parked", parked());
+    let silent = Connect {
+        keep_alive: 1,
+        will: Some(Will {
+            topic: "quiet/will".into(),
+            payload: Bytes::from_static(b"gone"),
+            qos: 0,
+            retain: false,
+            props: Default::default(),
+        }),
+        ..hello("silent")
+    };
+    let (mut silent, _) = Raw::connect(addr, silent);
+    assert!(parked_are(3.0), "{} parked", parked());
+    // Parked connections are counted: a fourth is refused.
+    let mut refused = Raw::open(addr);
+    refused.send(&Packet::Connect(Box::new(hello("fourth"))));
+    assert_eq!(refused.recv(), None, "closed without a CONNACK");
+    assert_eq!(silent.recv(), None, "closed for silence");
+    match quiet.recv() {
+        Some(Packet::Publish(p)) => assert_eq!(p.topic, "quiet/will"),
+        other => panic!("expected the will, got {other:?}"),
+    }
+    // A takeover.
+    assert!(parked_are(2.0), "{} parked", parked());
+    let (again, code) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
+    assert_eq!(code, 0);
+    match quiet.recv() {
+        Some(Packet::Disconnect(d)) => assert_eq!(d.reason, 0x8E, "session taken over"),
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+    assert_eq!(quiet.recv(), None, "closed after DISCONNECT");
+    // The stop: both parked connections are closed and the stop ends.
+    assert!(parked_are(2.0), "{} parked", parked());
+    let started = Instant::now();
+    b.stop().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the stop took {:?}",
+        started.elapsed()
+    );
+    let mut again = again;
+    match again.recv() {
+        Some(Packet::Disconnect(d)) => assert_eq!(d.reason, 0x8B, "server shutting down"),
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+    assert_eq!(loud.recv(), None, "closed by the stop");
+}
+
 /// MQTT connections run in tasks of their own, counted by the server:
 /// past `[server] max_connections` one is closed at once, the ones open
 /// are served, and once one closes there is room again.
