@@ -62,8 +62,9 @@ struct Shared {
     task: AtomicWaker,
 }
 
-/// One place in the lot. The generation tells a stale wake-up or deadline
-/// (of an item that has left the slot since) from a live one.
+/// One place in the lot. The generation (the lot's count of parks when
+/// the item came) tells a stale wake-up or deadline, of an item that has
+/// left the slot since, from a live one.
 struct Slot<T> {
     generation: u32,
     item: Option<Box<T>>,
@@ -72,8 +73,15 @@ struct Slot<T> {
 struct Inner<T> {
     /// The epoll set's registry (the set itself is the task's).
     registry: mio::Registry,
+    /// Every place, the vacant ones at the end dropped (and the room
+    /// given back once most of it is unused: after a close storm the lot
+    /// keeps nothing of its size).
     slots: Vec<Slot<T>>,
-    free: Vec<u32>,
+    /// Vacant places below the end, lowest first (so that the end empties
+    /// as the lot does); some may lie past the end since, and are skipped.
+    free: BinaryHeap<Reverse<u32>>,
+    /// Parks so far: the next item's generation.
+    parks: u32,
     /// Each parked item's deadline, and those of items that left since
     /// (dropped when they come, or when they outnumber the live ones).
     deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
@@ -102,6 +110,10 @@ impl Wake for WantedBack {
 
 /// Most readiness events taken from the epoll set at once.
 const EVENTS: usize = 256;
+/// Items handed back in one pass of the lot's task (a pass may take up to
+/// [`EVENTS`] more, from one read of the set); the rest wait for its next
+/// pass, after those handed back have run.
+const BATCH: usize = 256;
 
 impl<T: Parkable> Lot<T> {
     /// A new lot, its task spawned on this thread's arbiter.
@@ -119,7 +131,8 @@ impl<T: Parkable> Lot<T> {
         let inner = Rc::new(RefCell::new(Inner {
             registry,
             slots: Vec::new(),
-            free: Vec::new(),
+            free: BinaryHeap::new(),
+            parks: 0,
             deadlines: BinaryHeap::new(),
             parked: 0,
             armed: None,
@@ -153,7 +166,7 @@ impl<T: Parkable> Lot<T> {
             return Err(item);
         };
         let mut g = inner.borrow_mut();
-        let slot = match g.free.pop() {
+        let slot = match g.vacant() {
             Some(slot) => slot,
             None => match u32::try_from(g.slots.len()) {
                 Ok(slot) => {
@@ -172,10 +185,13 @@ impl<T: Parkable> Lot<T> {
                 .register(&mut SourceFd(&fd), Token(slot as usize), Interest::READABLE)
         {
             tracing::debug!("a quiet connection stays unparked: {e}");
-            g.free.push(slot);
+            g.free.push(Reverse(slot));
+            g.trim();
             return Err(item);
         }
-        let generation = g.slots[slot as usize].generation;
+        g.parks = g.parks.wrapping_add(1);
+        let generation = g.parks;
+        g.slots[slot as usize].generation = generation;
         let deadline = item.deadline();
         let waker = Waker::from(Arc::new(WantedBack {
             shared: self.shared.clone(),
@@ -186,9 +202,7 @@ impl<T: Parkable> Lot<T> {
         g.slots[slot as usize].item = Some(item);
         g.parked += 1;
         g.deadlines.push(Reverse((deadline, slot, generation)));
-        if g.deadlines.len() > 2 * g.parked + 64 {
-            g.forget_stale_deadlines();
-        }
+        g.trim();
         let sooner = g.armed.is_none_or(|at| deadline < at);
         drop(g);
         if wanted {
@@ -210,23 +224,57 @@ impl<T: Parkable> Inner<T> {
             return None;
         }
         let item = s.item.take()?;
-        s.generation = s.generation.wrapping_add(1);
         // Ignored: a socket the set no longer has needs no unwatching (and
         // it is registered with tokio again next).
         let _ = self.registry.deregister(&mut SourceFd(&item.fd()));
-        self.free.push(slot);
+        self.free.push(Reverse(slot));
         self.parked -= 1;
         Some(item)
     }
 
-    /// Keeps only the deadlines of items still parked.
-    fn forget_stale_deadlines(&mut self) {
-        let slots = &self.slots;
-        self.deadlines.retain(|Reverse((_, slot, generation))| {
-            slots
-                .get(*slot as usize)
-                .is_some_and(|s| s.generation == *generation && s.item.is_some())
-        });
+    /// The lowest vacant place below the end, if any.
+    fn vacant(&mut self) -> Option<u32> {
+        while let Some(Reverse(slot)) = self.free.pop() {
+            if (slot as usize) < self.slots.len() {
+                return Some(slot);
+            }
+        }
+        None
+    }
+
+    /// Drops the vacant places at the end and the deadlines of items no
+    /// longer parked, and gives back room mostly unused: what the lot
+    /// holds follows what is parked now, not the most ever parked.
+    fn trim(&mut self) {
+        while self.slots.last().is_some_and(|s| s.item.is_none()) {
+            self.slots.pop();
+        }
+        if self.deadlines.len() > 2 * self.parked + 64 {
+            let slots = &self.slots;
+            self.deadlines.retain(|Reverse((_, slot, generation))| {
+                slots
+                    .get(*slot as usize)
+                    .is_some_and(|s| s.generation == *generation && s.item.is_some())
+            });
+        }
+        let end = self.slots.len();
+        if self.free.len() > end / 2 + 64 {
+            self.free.retain(|Reverse(slot)| (*slot as usize) < end);
+        }
+        shrink(&mut self.slots);
+        if self.free.capacity() > 64 && self.free.len() < self.free.capacity() / 4 {
+            self.free.shrink_to(self.free.len() * 2);
+        }
+        if self.deadlines.capacity() > 64 && self.deadlines.len() < self.deadlines.capacity() / 4 {
+            self.deadlines.shrink_to(self.deadlines.len() * 2);
+        }
+    }
+}
+
+/// Gives back most of a vector's room once a quarter of it is used.
+fn shrink<X>(v: &mut Vec<X>) {
+    if v.capacity() > 64 && v.len() < v.capacity() / 4 {
+        v.shrink_to(v.len() * 2);
     }
 }
 
@@ -243,44 +291,69 @@ async fn watch<T: Parkable>(
     let mut due: Vec<Box<T>> = Vec::new();
     poll_fn(|cx: &mut Context<'_>| -> Poll<()> {
         shared.task.register(cx.waker());
+        // Whether the timer came (it must be set anew, even for the same
+        // deadline).
+        let mut fired = false;
         loop {
-            {
+            let more = {
                 let mut g = inner.borrow_mut();
                 readable(&mut set, &mut events, &mut g, &mut due, cx);
-                let woken = std::mem::take(&mut *shared.woken.lock());
-                for (slot, generation) in woken {
-                    due.extend(g.take(slot, Some(generation)));
+                if due.len() < BATCH {
+                    let mut woken = std::mem::take(&mut *shared.woken.lock());
+                    while due.len() < BATCH {
+                        let Some((slot, generation)) = woken.pop() else {
+                            break;
+                        };
+                        due.extend(g.take(slot, Some(generation)));
+                    }
+                    if !woken.is_empty() {
+                        shared.woken.lock().append(&mut woken);
+                    }
                 }
                 let now = Instant::now();
-                while let Some(&Reverse((at, slot, generation))) = g.deadlines.peek() {
+                while due.len() < BATCH {
+                    let Some(&Reverse((at, slot, generation))) = g.deadlines.peek() else {
+                        break;
+                    };
                     if at > now {
                         break;
                     }
                     g.deadlines.pop();
                     due.extend(g.take(slot, Some(generation)));
                 }
+                if !due.is_empty() {
+                    g.trim();
+                }
                 let next = g.deadlines.peek().map(|Reverse((at, _, _))| *at);
-                if next != g.armed {
+                if fired || next != g.armed {
                     g.armed = next;
                     let at = next.unwrap_or(now + Duration::from_secs(86_400));
                     timer.as_mut().reset(at.into());
                 }
-            }
+                due.len() >= BATCH
+            };
             // Outside the borrow: a resumed item may park again at once.
             for item in due.drain(..) {
                 item.resume();
             }
+            if more {
+                // A storm (a mass disconnect, a broadcast to every parked
+                // connection): let the resumed run before more are, and
+                // keep the thread's run queue short.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            // A deadline came meanwhile: look again (the timer is set anew).
-            inner.borrow_mut().armed = None;
+            fired = true;
         }
     })
     .await;
 }
 
-/// Takes every readable socket's item out of the set into `due`.
+/// Takes the items of readable sockets out of the set into `due`, until
+/// it holds a [`BATCH`].
 fn readable<T: Parkable>(
     set: &mut AsyncFd<mio::Poll>,
     events: &mut mio::Events,
@@ -297,6 +370,10 @@ fn readable<T: Parkable>(
             }
             Poll::Pending => return,
         };
+        if due.len() >= BATCH {
+            // Left ready: the next pass takes the rest.
+            return;
+        }
         events.clear();
         match guard.get_inner_mut().poll(events, Some(Duration::ZERO)) {
             Ok(()) if events.is_empty() => guard.clear_ready(),
@@ -400,8 +477,17 @@ mod tests {
         let w = wants[1].lock().take().unwrap();
         w.wake_by_ref();
         until(&counts[1], 1).await;
-        // A stale wake-up for slot 1 (freed last, so taken first) must not
-        // take what parks there next.
+        // A stale wake-up for slot 1 must not take what parks there next:
+        // the lot is empty again, and takes its lowest places first, so a
+        // filler takes slot 0 and the next item slot 1.
+        let (_e, f) = pair();
+        let filler = Item {
+            sock: f,
+            deadline: far,
+            want: Arc::new(parking_lot::Mutex::new(None)),
+            resumed: Arc::new(AtomicUsize::new(0)),
+        };
+        assert!(lot.park(Box::new(filler)).is_ok());
         let (a, b) = pair();
         let again = Arc::new(AtomicUsize::new(0));
         let item = Item {
