@@ -45,7 +45,9 @@
 //! tcp_bind` and `tls_bind` (the `[server.tls]` certificate, no ALPN); the
 //! reader hands whatever arrived to `MqttSession::data`, the outbound queue
 //! writes raw bytes (`Outbound::set_raw`), and one timer per connection
-//! serves the keep-alive and the credential's expiry.
+//! serves the keep-alive and the credential's expiry. A plain-TCP
+//! connection quiet for `[mqtt] park_after_ms` is parked (`park.rs`): out
+//! of any task, its socket in its worker's lot, until it is wanted.
 //!
 //! ## Lean WebSockets
 //! A WebSocket served the actix-web way keeps actix-http's read and write
