@@ -297,11 +297,13 @@ pub struct MqttConfig {
     /// Longest a publisher is held back for one message (`slow_subscriber
     /// = "hold"`) before the subscribers still behind are disconnected.
     pub hold_timeout_ms: u64,
-    /// How long an MQTT/TCP connection (not TLS) may be quiet (nothing read
-    /// or sent) before it is parked: held out of any task, its socket out
-    /// of tokio's hands, until it reads, is sent something or reaches its
-    /// keep-alive deadline. About 0.9 KiB less per idle connection; the
-    /// first packet after a park costs a task spawn. 0 = never.
+    /// How long an MQTT/TCP connection (not TLS) stays quiet after its
+    /// writer retired (about a second after its last traffic) before it is
+    /// parked: held out of any task, its socket out of tokio's hands,
+    /// until it reads, is sent something or reaches its keep-alive
+    /// deadline or credential expiry. About 0.3-0.5 KiB less per idle
+    /// connection; the first packet after a park costs a task spawn. 0 =
+    /// never, else 100 to 86,400,000.
     pub park_after_ms: u64,
 }
 
@@ -613,10 +615,10 @@ impl Config {
                 "must be between 1 and 3600000",
             ));
         }
-        if self.mqtt.park_after_ms > 86_400_000 {
+        if self.mqtt.park_after_ms != 0 && !(100..=86_400_000).contains(&self.mqtt.park_after_ms) {
             return Err(invalid(
                 "mqtt.park_after_ms",
-                "must be at most 86400000 (0: never)",
+                "must be between 100 and 86400000 (0: never)",
             ));
         }
         if self.topics.max_topics == 0 {
@@ -840,6 +842,7 @@ mod tests {
             ("[mqtt]\nmax_inflight = 65536\n", "mqtt.max_inflight"),
             ("[mqtt]\nhold_timeout_ms = 0\n", "mqtt.hold_timeout_ms"),
             ("[mqtt]\npark_after_ms = 86400001\n", "mqtt.park_after_ms"),
+            ("[mqtt]\npark_after_ms = 99\n", "mqtt.park_after_ms"),
         ] {
             let e = Config::from_toml(bad)
                 .and_then(|c| c.validate())

@@ -219,9 +219,10 @@ struct Conn<S> {
 impl<S: Socket> Conn<S> {
     /// What comes first: the timer (so that a client that never stops
     /// sending is still held to its credential's expiry), frames for a
-    /// retired writer, or a read.
-    fn poll_wait(&mut self, timer: Pin<&mut Sleep>, cx: &mut Context<'_>) -> Poll<Woke> {
-        if timer.poll(cx).is_ready() {
+    /// retired writer, or a read. A writer that retires starts the park's
+    /// clock: the timer is brought forward to `park_after` from then.
+    fn poll_wait(&mut self, mut timer: Pin<&mut Sleep>, cx: &mut Context<'_>) -> Poll<Woke> {
+        if timer.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Woke::Timer);
         }
         if let Writer::Retiring(h) = &mut self.writer {
@@ -231,6 +232,15 @@ impl<S: Socket> Conn<S> {
                         Ok(Some(wr)) => Writer::Idle(wr),
                         _ => Writer::Gone,
                     };
+                    if let (Writer::Idle(_), Some(after)) = (&self.writer, self.park_after()) {
+                        let at = Instant::now() + after;
+                        if at < timer.deadline().into_std() {
+                            timer.as_mut().reset(at.into());
+                            if timer.as_mut().poll(cx).is_ready() {
+                                return Poll::Ready(Woke::Timer);
+                            }
+                        }
+                    }
                 }
                 // Ended, but tokio's budget holds its result back until the
                 // loop is polled again (it is woken for that): nothing is
@@ -344,16 +354,16 @@ fn run<S: Socket>(mut conn: Conn<S>, mut rate: RateLimiter) -> impl Future<Outpu
                             );
                             break false;
                         }
-                        // Quiet since the last tick: its writer retired.
-                        if matches!(conn.writer, Writer::Idle(_)) && conn.park_after().is_some() {
+                        // Quiet since its writer retired (which set the
+                        // timer for this tick), or since it was resumed.
+                        if matches!(conn.writer, Writer::Idle(_))
+                            && conn.park_after().is_some()
+                            && lot_ready()
+                        {
                             break true;
                         }
                         conn.writer.ask_to_retire(conn.session.outbound());
-                        let next = deadline(&conn.session);
-                        let next = conn
-                            .park_after()
-                            .map_or(next, |after| next.min(now + after));
-                        timer.as_mut().reset(next.into());
+                        timer.as_mut().reset(deadline(&conn.session).into());
                         continue;
                     }
                 };
@@ -392,11 +402,16 @@ fn run<S: Socket>(mut conn: Conn<S>, mut rate: RateLimiter) -> impl Future<Outpu
 
 /// A quiet plain-TCP connection out of its task: its session, its rate,
 /// its place in the server's count and its socket, out of tokio's epoll
-/// set (~384 B where its task, its timer and tokio's registration of its
+/// set (320 B where its task, its timer and tokio's registration of its
 /// socket were ~860 B).
 pub(crate) struct Parked {
     session: MqttSession,
-    rate: RateLimiter,
+    /// The rate limiter's tokens and time ([`RateLimiter::parked`]; its
+    /// rate and burst are the session's config): 20 B where the limiter
+    /// is 40, which keeps the whole in a 320 B allocation (two fields, not
+    /// a tuple, so that the tokens share the socket's padding).
+    tokens: f32,
+    rated_at: Instant,
     held: Held,
     socket: std::net::TcpStream,
 }
@@ -405,6 +420,22 @@ thread_local! {
     /// This worker's lot of parked connections, started at the first
     /// park on the thread (and again if its runtime stopped since).
     static LOT: std::cell::RefCell<Option<Lot<Parked>>> = const { std::cell::RefCell::new(None) };
+    /// Until when this thread starts no lot, after one could not be (out
+    /// of file descriptors, say): its quiet connections stay unparked
+    /// meanwhile, rather than each try and fail at every tick.
+    static NO_LOT_UNTIL: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// How long a thread that could not start a lot waits to try again.
+const NO_LOT_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Whether a quiet connection on this thread can be parked: its lot runs,
+/// or one may be started.
+fn lot_ready() -> bool {
+    LOT.with_borrow(|lot| lot.as_ref().is_some_and(Lot::is_open))
+        || NO_LOT_UNTIL
+            .get()
+            .is_none_or(|until| Instant::now() >= until)
 }
 
 /// Parks a quiet connection in its thread's lot (its writer has retired,
@@ -438,9 +469,11 @@ fn park_quiet<S: Socket>(conn: Conn<S>, rate: RateLimiter) {
             return end_socketless(session, held);
         }
     };
+    let (tokens, rated_at) = rate.parked();
     let parked = Box::new(Parked {
         session,
-        rate,
+        tokens,
+        rated_at,
         held,
         socket,
     });
@@ -452,7 +485,12 @@ fn park_quiet<S: Socket>(conn: Conn<S>, rate: RateLimiter) {
     let refused = LOT.with_borrow_mut(|lot| {
         if !lot.as_ref().is_some_and(Lot::is_open) {
             *lot = Lot::start()
-                .inspect_err(|e| tracing::warn!("no lot for quiet MQTT connections: {e}"))
+                .inspect_err(|e| {
+                    NO_LOT_UNTIL.set(Some(Instant::now() + NO_LOT_BACKOFF));
+                    tracing::warn!(
+                        "quiet MQTT connections on this thread stay unparked for {NO_LOT_BACKOFF:?}: {e}"
+                    );
+                })
                 .ok();
         }
         match lot {
@@ -480,14 +518,26 @@ impl Parkable for Parked {
         self.session.outbound().poll_wanted(&mut cx).is_ready()
     }
 
+    fn abandon(self: Box<Self>) {
+        // As the task of a connection not parked is dropped with the
+        // runtime: the session is not ended.
+        self.session
+            .metrics()
+            .parked
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+
     fn resume(self: Box<Self>) {
         let Parked {
             session,
-            rate,
+            tokens,
+            rated_at,
             held,
             socket,
         } = *self;
         session.metrics().parked.fetch_sub(1, Ordering::Relaxed);
+        let cfg = session.config();
+        let rate = RateLimiter::resumed(cfg.rate_per_s, cfg.rate_burst, (tokens, rated_at));
         match tokio::net::TcpStream::from_std(socket) {
             Ok(stream) => run_again(session, rate, held, stream),
             Err(e) => {
@@ -640,5 +690,13 @@ mod tests {
         let run: fn(_, _) -> _ = run::<tokio::net::TcpStream>;
         let size = output_size(run);
         assert!(size <= 408, "the connection's future is {size} B");
+    }
+
+    /// Every parked connection is one `Parked` box: at 320 B or less it
+    /// is a 320 B allocation, one byte more and it is 384.
+    #[test]
+    fn a_parked_connection_fits_a_320_byte_allocation() {
+        let size = std::mem::size_of::<Parked>();
+        assert!(size <= 320, "a parked connection is {size} B");
     }
 }

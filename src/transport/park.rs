@@ -44,6 +44,9 @@ pub(crate) trait Parkable: 'static {
     /// Gives the item a task again. Called on the lot's thread, in its
     /// task.
     fn resume(self: Box<Self>);
+    /// Drops the item with the lot, whose task ended with its thread's
+    /// runtime.
+    fn abandon(self: Box<Self>);
 }
 
 /// A lot of parked items on one thread: [`Lot::park`] hands one in, its
@@ -70,12 +73,13 @@ struct Slot<T> {
     item: Option<Box<T>>,
 }
 
-struct Inner<T> {
+struct Inner<T: Parkable> {
     /// The epoll set's registry (the set itself is the task's).
     registry: mio::Registry,
     /// Every place, the vacant ones at the end dropped (and the room
-    /// given back once most of it is unused: after a close storm the lot
-    /// keeps nothing of its size).
+    /// given back once most of it is unused: once a storm's places have
+    /// emptied from the top, the lot keeps nothing of its size; a place
+    /// still held high up keeps those below it).
     slots: Vec<Slot<T>>,
     /// Vacant places below the end, lowest first (so that the end empties
     /// as the lot does); some may lie past the end since, and are skipped.
@@ -215,6 +219,16 @@ impl<T: Parkable> Lot<T> {
     }
 }
 
+impl<T: Parkable> Drop for Inner<T> {
+    fn drop(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(item) = slot.item.take() {
+                item.abandon();
+            }
+        }
+    }
+}
+
 impl<T: Parkable> Inner<T> {
     /// Takes the item out of `slot` (if `generation` is still its own):
     /// unwatched, its slot free for another.
@@ -257,8 +271,10 @@ impl<T: Parkable> Inner<T> {
                     .is_some_and(|s| s.generation == *generation && s.item.is_some())
             });
         }
+        // Every vacant place below the end is in `free` once; the rest of
+        // it lies past the end.
         let end = self.slots.len();
-        if self.free.len() > end / 2 + 64 {
+        if self.free.len() > 2 * (end - self.parked) + 64 {
             self.free.retain(|Reverse(slot)| (*slot as usize) < end);
         }
         shrink(&mut self.slots);
@@ -424,6 +440,7 @@ mod tests {
         fn resume(self: Box<Self>) {
             self.resumed.fetch_add(1, Ordering::SeqCst);
         }
+        fn abandon(self: Box<Self>) {}
     }
 
     fn pair() -> (std::net::TcpStream, std::net::TcpStream) {

@@ -294,6 +294,12 @@ impl MqttSession {
         std::mem::take(&mut self.charged)
     }
 
+    /// The `[session]` settings it runs under: a parked connection's rate
+    /// limiter is made again from them.
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
     /// The connection's outbound queue.
     pub fn outbound(&self) -> &Arc<Outbound> {
         &self.sink.out
