@@ -120,6 +120,22 @@ fn keep_alive_closes_a_silent_client_and_publishes_its_will() {
     }
 }
 
+/// A new client, `loud`, publishes `wake` at QoS 1 to `quiet/t`, which
+/// `quiet` reads and must get (and acknowledges); `loud` is returned.
+fn wake(addr: std::net::SocketAddr, quiet: &mut Raw) -> Raw {
+    let (mut loud, _) = Raw::connect(addr, hello("loud"));
+    loud.send(&publish("quiet/t", b"wake", 1, Some(1)));
+    assert_eq!(loud.recv(), Some(Packet::puback(1)));
+    match quiet.recv() {
+        Some(Packet::Publish(p)) => {
+            assert_eq!(&p.payload[..], b"wake");
+            quiet.send(&Packet::puback(p.pid.unwrap()));
+        }
+        other => panic!("expected the delivery, got {other:?}"),
+    }
+    loud
+}
+
 /// A connection quiet for a second retires its writer task (an idle
 /// connection holds none), and whatever is queued for it afterwards (a
 /// delivery, a PINGRESP, the DISCONNECT of a takeover) starts one again.
@@ -135,16 +151,7 @@ fn a_quiet_connection_s_writer_retires_and_comes_back_for_what_it_is_sent() {
     assert!(writers() >= 1.0, "a connection just served has its writer");
     assert!(all_retired(), "{} writers still run", writers());
     // A delivery.
-    let (mut loud, _) = Raw::connect(addr, hello("loud"));
-    loud.send(&publish("quiet/t", b"wake", 1, Some(1)));
-    assert_eq!(loud.recv(), Some(Packet::puback(1)));
-    match quiet.recv() {
-        Some(Packet::Publish(p)) => {
-            assert_eq!(&p.payload[..], b"wake");
-            quiet.send(&Packet::puback(p.pid.unwrap()));
-        }
-        other => panic!("expected the delivery, got {other:?}"),
-    }
+    let _loud = wake(addr, &mut quiet);
     // An answer of its own.
     assert!(all_retired(), "{} writers still run", writers());
     quiet.send(&Packet::PingReq);
@@ -198,16 +205,7 @@ fn a_parked_connection_comes_back_for_each_way_it_is_wanted() {
     assert!(matches!(quiet.recv(), Some(Packet::SubAck(_))));
     assert!(parked_are(1.0), "{} parked", parked());
     // A delivery.
-    let (mut loud, _) = Raw::connect(addr, hello("loud"));
-    loud.send(&publish("quiet/t", b"wake", 1, Some(1)));
-    assert_eq!(loud.recv(), Some(Packet::puback(1)));
-    match quiet.recv() {
-        Some(Packet::Publish(p)) => {
-            assert_eq!(&p.payload[..], b"wake");
-            quiet.send(&Packet::puback(p.pid.unwrap()));
-        }
-        other => panic!("expected the delivery, got {other:?}"),
-    }
+    let mut loud = wake(addr, &mut quiet);
     // Its own packet.
     assert!(parked_are(2.0), "{} parked", parked());
     quiet.send(&Packet::PingReq);
