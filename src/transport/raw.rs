@@ -372,23 +372,19 @@ impl Drop for Held {
 impl Handed {
     /// A count of none, of at most `max`.
     pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Handed {
-            live: AtomicUsize::new(0),
-            max,
-            idle: tokio::sync::Notify::new(),
-            shut: std::sync::atomic::AtomicBool::new(false),
-            park_after: None,
-        })
+        Handed::parking(max, None)
     }
 
     /// A count of none, of at most `max`, whose quiet connections are
     /// parked after `park_after` (never if `None`).
     pub(crate) fn parking(max: usize, park_after: Option<Duration>) -> Arc<Self> {
-        let mut handed = Handed::new(max);
-        if let Some(h) = Arc::get_mut(&mut handed) {
-            h.park_after = park_after;
-        }
-        handed
+        Arc::new(Handed {
+            live: AtomicUsize::new(0),
+            max,
+            idle: tokio::sync::Notify::new(),
+            shut: std::sync::atomic::AtomicBool::new(false),
+            park_after,
+        })
     }
 
     /// A place for one more connection, if there is room and the server

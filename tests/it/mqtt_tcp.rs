@@ -136,6 +136,19 @@ fn wake(addr: std::net::SocketAddr, quiet: &mut Raw) -> Raw {
     loud
 }
 
+/// A new MQTT 5 client takes `quiet`'s session over: `quiet` must get
+/// DISCONNECT 0x8E and be closed; the new client is returned.
+fn take_over(addr: std::net::SocketAddr, quiet: &mut Raw) -> Raw {
+    let (again, code) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
+    assert_eq!(code, 0);
+    match quiet.recv() {
+        Some(Packet::Disconnect(d)) => assert_eq!(d.reason, 0x8E, "session taken over"),
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+    assert_eq!(quiet.recv(), None, "closed after DISCONNECT");
+    again
+}
+
 /// A connection quiet for a second retires its writer task (an idle
 /// connection holds none), and whatever is queued for it afterwards (a
 /// delivery, a PINGRESP, the DISCONNECT of a takeover) starts one again.
@@ -177,13 +190,7 @@ fn a_quiet_connection_s_writer_retires_and_comes_back_for_what_it_is_sent() {
     assert_eq!(talker.recv(), Some(Packet::PingResp));
     // A close asked for by another connection: the session taken over.
     assert!(all_retired(), "{} writers still run", writers());
-    let (_again, code) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
-    assert_eq!(code, 0);
-    match quiet.recv() {
-        Some(Packet::Disconnect(d)) => assert_eq!(d.reason, 0x8E, "session taken over"),
-        other => panic!("expected DISCONNECT, got {other:?}"),
-    }
-    assert_eq!(quiet.recv(), None, "closed after DISCONNECT");
+    let _again = take_over(addr, &mut quiet);
 }
 
 /// A connection quiet for `[mqtt] park_after_ms` is parked (out of any
@@ -237,13 +244,7 @@ fn a_parked_connection_comes_back_for_each_way_it_is_wanted() {
     }
     // A takeover.
     assert!(parked_are(2.0), "{} parked", parked());
-    let (again, code) = Raw::connect(addr, raw_mqtt::hello_at(5, "quiet"));
-    assert_eq!(code, 0);
-    match quiet.recv() {
-        Some(Packet::Disconnect(d)) => assert_eq!(d.reason, 0x8E, "session taken over"),
-        other => panic!("expected DISCONNECT, got {other:?}"),
-    }
-    assert_eq!(quiet.recv(), None, "closed after DISCONNECT");
+    let again = take_over(addr, &mut quiet);
     // The stop: both parked connections are closed and the stop ends.
     assert!(parked_are(2.0), "{} parked", parked());
     let started = Instant::now();
