@@ -150,10 +150,17 @@ impl Subscription {
         tag: SubTag,
         encoding: Option<EncodingSlot>,
     ) -> Self {
+        let filter: Arc<str> = filter.into();
+        // An MQTT subscription is named by its filter: one string for both.
+        let id = if id == &*filter {
+            filter.clone()
+        } else {
+            id.into()
+        };
         Subscription {
             sink,
-            id: id.into(),
-            filter: filter.into(),
+            id,
+            filter,
             tag,
             encoding,
             cancelled: Arc::new(AtomicBool::new(false)),

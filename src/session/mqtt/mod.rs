@@ -445,7 +445,7 @@ impl MqttSession {
             }
             Packet::PubComp(a) => {
                 let mut st = self.sink.state.lock();
-                if matches!(st.pending.get(&a.pid), Some(Pending::Released)) {
+                if matches!(st.pending.get(a.pid), Some(Pending::Released)) {
                     st.remove(a.pid);
                 }
                 drop(st);

@@ -63,9 +63,49 @@ pub(super) struct OutState {
     /// Notified when `crowded` changes or the connection ends, for held
     /// publishers; made when the first one waits.
     room: Option<Arc<Notify>>,
-    pub(super) pending: HashMap<u16, Pending>,
+    pub(super) pending: InFlight,
     /// What an MQTT 5 connection agreed at CONNECT (`None` below level 5).
     pub(super) v5: Option<Box<V5Out>>,
+}
+
+/// The deliveries in flight, by packet id. The map is boxed and made at
+/// the first one: a connection that is never sent a QoS 1 or 2 delivery
+/// holds 8 B here rather than a map's 48, which keeps its [`MqttSink`]
+/// at 104 B, in mimalloc's 112 B class rather than its 160 B one.
+#[derive(Default)]
+pub(super) struct InFlight(Option<Box<HashMap<u16, Pending>>>);
+
+impl InFlight {
+    /// How many packet ids are in use.
+    pub(super) fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |m| m.len())
+    }
+
+    /// Whether no packet id is in use.
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What packet id `pid` waits for, if it is in use.
+    pub(super) fn get(&self, pid: u16) -> Option<&Pending> {
+        self.0.as_ref()?.get(&pid)
+    }
+
+    /// Whether packet id `pid` is in use.
+    pub(super) fn contains(&self, pid: u16) -> bool {
+        self.get(pid).is_some()
+    }
+
+    /// Puts `pid` in use for `what` (replacing what it held).
+    pub(super) fn insert(&mut self, pid: u16, what: Pending) {
+        self.0.get_or_insert_default().insert(pid, what);
+    }
+
+    /// Frees `pid`; what it held, if it was in use.
+    pub(super) fn remove(&mut self, pid: u16) -> Option<Pending> {
+        self.0.as_mut()?.remove(&pid)
+    }
 }
 
 /// QoS 1/2 topic deliveries an MQTT 5 connection may have waiting for room
@@ -163,7 +203,7 @@ impl OutState {
             topics: 0,
             bytes: 0,
             room: None,
-            pending: HashMap::new(),
+            pending: InFlight::default(),
             v5: None,
         };
         st.set_flow(flow);
@@ -186,7 +226,7 @@ impl OutState {
         }
         loop {
             self.next_pid = self.next_pid.wrapping_add(1).max(1);
-            if !self.pending.contains_key(&self.next_pid) {
+            if !self.pending.contains(self.next_pid) {
                 self.pending.insert(self.next_pid, what);
                 return Some(self.next_pid);
             }
@@ -195,7 +235,7 @@ impl OutState {
 
     /// Frees packet id `pid`; what it was waiting for, if it was in use.
     pub(super) fn remove(&mut self, pid: u16) -> Option<Pending> {
-        let p = self.pending.remove(&pid)?;
+        let p = self.pending.remove(pid)?;
         if let Pending::Topic(n) = p {
             self.topics -= 1;
             self.bytes -= n as usize;
