@@ -113,6 +113,7 @@
 //! (`take_over_elsewhere`).
 
 mod connect;
+mod inflight;
 
 pub use connect::take_over_elsewhere;
 mod publish;

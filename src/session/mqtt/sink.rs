@@ -27,20 +27,7 @@ use crate::protocol::frame::Priority;
 use crate::protocol::mqtt::{self, Packet};
 use crate::session::{OutFrame, Outbound, PushError};
 
-/// A packet id in use, and what its acknowledgement settles.
-pub(super) enum Pending {
-    /// A topic delivery (QoS 1 or 2) of this many payload bytes waiting
-    /// for PUBACK / PUBREC.
-    Topic(u32),
-    /// A durable subscription's delivery waiting for PUBACK / PUBREC.
-    Queue {
-        queue: Arc<str>,
-        sub: Arc<str>,
-        delivery: u64,
-    },
-    /// PUBREL sent, waiting for PUBCOMP.
-    Released,
-}
+pub(super) use super::inflight::{InFlight, Pending};
 
 /// The packet ids of deliveries in flight, and whether their number
 /// crowds the subscriber ([`Flow`]).
@@ -66,46 +53,6 @@ pub(super) struct OutState {
     pub(super) pending: InFlight,
     /// What an MQTT 5 connection agreed at CONNECT (`None` below level 5).
     pub(super) v5: Option<Box<V5Out>>,
-}
-
-/// The deliveries in flight, by packet id. The map is boxed and made at
-/// the first one: a connection that is never sent a QoS 1 or 2 delivery
-/// holds 8 B here rather than a map's 48, which keeps its [`MqttSink`]
-/// at 104 B, in mimalloc's 112 B class rather than its 160 B one.
-#[derive(Default)]
-pub(super) struct InFlight(Option<Box<HashMap<u16, Pending>>>);
-
-impl InFlight {
-    /// How many packet ids are in use.
-    pub(super) fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |m| m.len())
-    }
-
-    /// Whether no packet id is in use.
-    #[cfg(test)]
-    pub(super) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// What packet id `pid` waits for, if it is in use.
-    pub(super) fn get(&self, pid: u16) -> Option<&Pending> {
-        self.0.as_ref()?.get(&pid)
-    }
-
-    /// Whether packet id `pid` is in use.
-    pub(super) fn contains(&self, pid: u16) -> bool {
-        self.get(pid).is_some()
-    }
-
-    /// Puts `pid` in use for `what` (replacing what it held).
-    pub(super) fn insert(&mut self, pid: u16, what: Pending) {
-        self.0.get_or_insert_default().insert(pid, what);
-    }
-
-    /// Frees `pid`; what it held, if it was in use.
-    pub(super) fn remove(&mut self, pid: u16) -> Option<Pending> {
-        self.0.as_mut()?.remove(&pid)
-    }
 }
 
 /// QoS 1/2 topic deliveries an MQTT 5 connection may have waiting for room
