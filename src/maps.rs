@@ -8,21 +8,72 @@
 //! subscribers, a filter's, a connection's subscriptions) use
 //! [`push_snug`], so that each idle one holds one slot, not four.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, Hash};
 
 /// Tables this small are kept whatever their use.
 const KEEP: usize = 1024;
 
-/// Shrinks `map` to twice its length once it is three-quarters empty (and
-/// holds room for more than [`KEEP`] entries). A shrink rehashes what is
-/// left, and the next one needs the map to lose three-quarters again, so
-/// removals stay amortised O(1).
-pub(crate) fn shrink_if_sparse<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
-    if map.capacity() > KEEP && map.len() < map.capacity() / 4 {
-        let len = map.len();
-        map.shrink_to(len * 2);
+/// A collection that can give back room: what [`shrink_sparse`] works on.
+pub(crate) trait Room {
+    /// Entries held.
+    fn len(&self) -> usize;
+    /// Entries there is room for.
+    fn capacity(&self) -> usize;
+    /// Gives back room down to `room` entries (at least its length).
+    fn shrink_to(&mut self, room: usize);
+}
+
+impl<T> Room for Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
     }
+    fn capacity(&self) -> usize {
+        Vec::capacity(self)
+    }
+    fn shrink_to(&mut self, room: usize) {
+        Vec::shrink_to(self, room);
+    }
+}
+
+impl<T: Ord> Room for BinaryHeap<T> {
+    fn len(&self) -> usize {
+        BinaryHeap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        BinaryHeap::capacity(self)
+    }
+    fn shrink_to(&mut self, room: usize) {
+        BinaryHeap::shrink_to(self, room);
+    }
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher> Room for HashMap<K, V, S> {
+    fn len(&self) -> usize {
+        HashMap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        HashMap::capacity(self)
+    }
+    fn shrink_to(&mut self, room: usize) {
+        HashMap::shrink_to(self, room);
+    }
+}
+
+/// Shrinks `c` to twice its length once it is three-quarters empty (and
+/// holds room for more than `keep` entries). The next shrink needs it to
+/// lose three-quarters again, so removals stay amortised O(1).
+pub(crate) fn shrink_sparse(c: &mut impl Room, keep: usize) {
+    if c.capacity() > keep && c.len() < c.capacity() / 4 {
+        let len = c.len();
+        c.shrink_to(len * 2);
+    }
+}
+
+/// [`shrink_sparse`] for the registries' tables, which are kept up to
+/// [`KEEP`] entries' room (a shrink rehashes what is left).
+pub(crate) fn shrink_if_sparse<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
+    shrink_sparse(map, KEEP);
 }
 
 /// Pushes `value`, making room for exactly one if `list` has none (later

@@ -30,6 +30,8 @@ use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use tokio::io::unix::AsyncFd;
 
+use crate::maps::shrink_sparse;
+
 /// What a lot holds: a quiet connection, taken out of its task.
 pub(crate) trait Parkable: 'static {
     /// The socket watched while parked: a read (or the peer's hang-up)
@@ -277,22 +279,14 @@ impl<T: Parkable> Inner<T> {
         if self.free.len() > 2 * (end - self.parked) + 64 {
             self.free.retain(|Reverse(slot)| (*slot as usize) < end);
         }
-        shrink(&mut self.slots);
-        if self.free.capacity() > 64 && self.free.len() < self.free.capacity() / 4 {
-            self.free.shrink_to(self.free.len() * 2);
-        }
-        if self.deadlines.capacity() > 64 && self.deadlines.len() < self.deadlines.capacity() / 4 {
-            self.deadlines.shrink_to(self.deadlines.len() * 2);
-        }
+        shrink_sparse(&mut self.slots, KEEP);
+        shrink_sparse(&mut self.free, KEEP);
+        shrink_sparse(&mut self.deadlines, KEEP);
     }
 }
 
-/// Gives back most of a vector's room once a quarter of it is used.
-fn shrink<X>(v: &mut Vec<X>) {
-    if v.capacity() > 64 && v.len() < v.capacity() / 4 {
-        v.shrink_to(v.len() * 2);
-    }
-}
+/// Room the lot's lists keep whatever their use.
+const KEEP: usize = 64;
 
 /// The lot's task: hands back what its sockets, wakers and deadlines
 /// ask for; never ends on its own (it is dropped with its thread's
