@@ -58,6 +58,24 @@ fn shorten_purge_delay() {
     }
 }
 
+#[cfg(wharf_alloc_trim)]
+unsafe extern "C" {
+    /// src/alloc_trim.c: trims the calling thread's pages, returns the
+    /// bytes given back.
+    fn wharf_mi_trim_pages() -> usize;
+}
+
+/// Gives back the free tail of each of this thread's pages past its last
+/// live block (src/alloc_trim.c), once a whole OS page.
+fn trim_pages() {
+    #[cfg(wharf_alloc_trim)]
+    // SAFETY: it works on the calling thread's own heap, which allocates
+    // nothing while it runs (this thread is in the call).
+    unsafe {
+        wharf_mi_trim_pages();
+    }
+}
+
 /// The running purge thread; dropping it stops the thread and waits for
 /// it.
 pub(crate) struct AllocTidy {
@@ -73,7 +91,8 @@ pub(crate) fn start() -> AllocTidy {
     wharf::set_worker_tidy(|| {
         // SAFETY: mi_collect takes no pointers and may run on any thread
         // at any time; it collects the calling thread's heap.
-        unsafe { libmimalloc_sys::mi_collect(false) }
+        unsafe { libmimalloc_sys::mi_collect(false) };
+        trim_pages();
     });
     let (stop, stopped) = mpsc::channel::<()>();
     let thread = std::thread::Builder::new()
@@ -127,5 +146,95 @@ mod tests {
             unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) },
             PURGE_DELAY_MS
         );
+    }
+
+    /// Fills a block with a pattern its owner can check.
+    #[cfg(wharf_alloc_trim)]
+    fn block(len: usize, seed: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(len);
+        v.extend((0..len).map(|i| (i ^ seed) as u8));
+        v
+    }
+
+    #[cfg(wharf_alloc_trim)]
+    fn intact(v: &[u8], seed: usize) -> bool {
+        v.iter().enumerate().all(|(i, b)| *b == (i ^ seed) as u8)
+    }
+
+    /// A burst extends a page that a few live blocks keep; the trim gives
+    /// its free tail back, and the page serves (and extends) again after.
+    #[cfg(wharf_alloc_trim)]
+    #[test]
+    fn a_burst_page_kept_by_a_few_blocks_gives_its_tail_back() {
+        // A thread of its own: its heap holds only what this test makes.
+        std::thread::spawn(|| {
+            let kept: Vec<Vec<u8>> = (0..8).map(|i| block(48, i)).collect();
+            let burst: Vec<Vec<u8>> = (0..20_000).map(|i| block(48, i)).collect();
+            drop(burst);
+            // SAFETY: this thread's own heap; it allocates nothing meanwhile.
+            let given = unsafe { wharf_mi_trim_pages() };
+            assert!(given >= 32 * 1024, "gave back {given} bytes");
+            // SAFETY: as above; nothing is left to give back.
+            assert_eq!(unsafe { wharf_mi_trim_pages() }, 0);
+            let again: Vec<Vec<u8>> = (0..20_000).map(|i| block(48, i + 7)).collect();
+            assert!(again.iter().enumerate().all(|(i, v)| intact(v, i + 7)));
+            assert!(kept.iter().enumerate().all(|(i, v)| intact(v, i)));
+        })
+        .join()
+        .expect("the trim thread");
+    }
+
+    /// Trims racing with frees from other threads and with the pages'
+    /// reuse never hand out a block twice or lose one that is alive: every
+    /// block keeps its pattern to the end.
+    #[cfg(wharf_alloc_trim)]
+    #[test]
+    fn trims_among_cross_thread_frees_keep_every_live_block() {
+        use std::sync::mpsc;
+        const THREADS: usize = 3;
+        const ROUNDS: usize = 40;
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS)
+            .map(|_| mpsc::channel::<(Vec<u8>, usize)>())
+            .unzip();
+        let mut workers = Vec::new();
+        for (t, inbox) in receivers.into_iter().enumerate() {
+            let next = senders[(t + 1) % THREADS].clone();
+            workers.push(std::thread::spawn(move || {
+                let mut kept = Vec::new();
+                for round in 0..ROUNDS {
+                    let mut burst = Vec::new();
+                    for i in 0..3_000 {
+                        let seed = t * 1_000_000 + round * 10_000 + i;
+                        let v = block(1 + (i * 37) % 700, seed);
+                        match i % 3 {
+                            0 => {
+                                let _ = next.send((v, seed));
+                            }
+                            1 if i % 300 == 1 => kept.push((v, seed)),
+                            _ => burst.push((v, seed)),
+                        }
+                    }
+                    // Free from the middle out, then take in what the
+                    // neighbour freed here, checking each.
+                    while let Some((v, seed)) = burst.pop() {
+                        assert!(intact(&v, seed), "a burst block was overwritten");
+                    }
+                    while let Ok((v, seed)) = inbox.try_recv() {
+                        assert!(intact(&v, seed), "a sent block was overwritten");
+                    }
+                    // SAFETY: this thread's own heap, between its own uses.
+                    unsafe { wharf_mi_trim_pages() };
+                    assert!(
+                        kept.iter().all(|(v, s)| intact(v, *s)),
+                        "a kept block was overwritten"
+                    );
+                }
+                kept.len()
+            }));
+        }
+        drop(senders);
+        for w in workers {
+            assert!(w.join().expect("a worker") > 0);
+        }
     }
 }
