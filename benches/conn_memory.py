@@ -10,8 +10,10 @@ reads VmRSS again, closes them all and reads it 2 s and 10 s later
 (compared with the broker after one connection came and went: that
 pages in the code that serves one, which stays, as the binary's own
 pages do); the
-last column is the anonymous memory (heap, stacks: not the binary's own
-pages, which serving touches once and keeps) idle and 10 s after.
+last two columns are the anonymous memory (heap, stacks: not the binary's
+own pages, which serving touches once and keeps) idle and 10 s after, and
+what the open connections added to it, per connection (all open minus
+after one connection: the closest to what one more connection costs).
 Connections come from several loopback source addresses (127.0.0.x), so
 more than one address's port range can be used. No dependencies: raw
 sockets, WebSocket and MQTT frames written by hand (this tool is a client
@@ -267,6 +269,7 @@ def measure(exe, protocol, n, sources):
         s.close()
         time.sleep(2)
         warm = rss_kib(broker.proc.pid)
+        warm_anon = anon_kib(broker.proc.pid)
         socks = []
         for i in range(n):
             s = socket.socket()
@@ -278,6 +281,7 @@ def measure(exe, protocol, n, sources):
             socks.append(s)
         time.sleep(SETTLE)
         full = rss_kib(broker.proc.pid)
+        full_anon = anon_kib(broker.proc.pid)
         for s in socks:
             s.close()
         socks = []
@@ -285,7 +289,8 @@ def measure(exe, protocol, n, sources):
         after2 = rss_kib(broker.proc.pid)
         time.sleep(8)
         after10 = rss_kib(broker.proc.pid)
-        return idle, warm, full, after2, after10, (idle_anon, anon_kib(broker.proc.pid))
+        anon = (idle_anon, anon_kib(broker.proc.pid), full_anon - warm_anon)
+        return idle, warm, full, after2, after10, anon
     finally:
         broker.stop()
 
@@ -321,8 +326,8 @@ def main():
                  "raise the hard limit (ulimit -Hn, as root) and run again")
     print("| binary | protocol | subscribes to | connections | idle broker | after one connection "
           "| all open | per connection | 2 s after close | 10 s after close (vs after one) "
-          "| anonymous: idle, 10 s after close |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| anonymous: idle, 10 s after close | anonymous per connection (all open minus after one) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for _ in range(args.rounds):
         for protocol in args.protocols.split(","):
             for exe in args.binaries:
@@ -331,7 +336,7 @@ def main():
                 print(f"| {exe} | {protocol} | {args.subscribe} | {args.n:,} | {mib(idle)} | {mib(warm)} "
                       f"| {mib(full)} | {(full - idle) / args.n:.1f} KiB | {mib(a2)} "
                       f"| {mib(a10)} ({(a10 - warm) / warm * 100:+.0f}%) "
-                      f"| {mib(anon[0])}, {mib(anon[1])} |", flush=True)
+                      f"| {mib(anon[0])}, {mib(anon[1])} | {anon[2] * 1024 / args.n:,.0f} B |", flush=True)
 
 
 if __name__ == "__main__":

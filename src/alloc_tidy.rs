@@ -18,6 +18,18 @@
 //! which a worker's connections would wait out, a thread of its own
 //! makes that call four times a second, so the purge happens there, off
 //! the workers.
+//!
+//! mimalloc frees a page only once every block in it is free, and it
+//! extends a page's free list a few KiB at a time, never taking the
+//! extension back. A burst of connections extends the pages that the
+//! broker's long-lived objects keep to their full 64 KiB, and after the
+//! burst each such page holds a few live blocks at its start and ~60 KiB
+//! of free ones, resident for good: ~0.6 MiB in all, most of what a
+//! broker kept after 5,000 connections closed (+4-5%). So the workers'
+//! tidy also trims their pages (`src/alloc_trim.c`, [`trim_pages`]): the
+//! free blocks past a page's last live one leave its free list and its
+//! capacity, and their memory goes back with `madvise`; the page extends
+//! again when it is next used. `WHARF_ALLOC_TRIM=0` turns it off.
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -65,9 +77,16 @@ unsafe extern "C" {
     fn wharf_mi_trim_pages() -> usize;
 }
 
+/// Whether the workers' tidy trims pages: unless `WHARF_ALLOC_TRIM=0`
+/// (a way back, should the trim ever be suspected).
+static TRIM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Gives back the free tail of each of this thread's pages past its last
 /// live block (src/alloc_trim.c), once a whole OS page.
 fn trim_pages() {
+    if !TRIM.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     #[cfg(wharf_alloc_trim)]
     // SAFETY: it works on the calling thread's own heap, which allocates
     // nothing while it runs (this thread is in the call).
@@ -88,6 +107,9 @@ pub(crate) struct AllocTidy {
 /// with its next traffic).
 pub(crate) fn start() -> AllocTidy {
     shorten_purge_delay();
+    if std::env::var_os("WHARF_ALLOC_TRIM").is_some_and(|v| v == "0") {
+        TRIM.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
     wharf::set_worker_tidy(|| {
         // SAFETY: mi_collect takes no pointers and may run on any thread
         // at any time; it collects the calling thread's heap.
