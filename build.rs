@@ -7,6 +7,7 @@
 fn main() {
     println!("cargo:rerun-if-changed=src/alloc_trim.c");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=DEP_MIMALLOC_INCLUDE_DIR");
     println!("cargo::rustc-check-cfg=cfg(wharf_alloc_trim)");
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;

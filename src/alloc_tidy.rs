@@ -75,11 +75,29 @@ unsafe extern "C" {
     /// src/alloc_trim.c: trims the calling thread's pages, returns the
     /// bytes given back.
     fn wharf_mi_trim_pages() -> usize;
+    /// src/alloc_trim.c: whether the linked library lays its pages out as
+    /// the trim reads them.
+    fn wharf_mi_trim_check() -> bool;
 }
 
 /// Whether the workers' tidy trims pages: unless `WHARF_ALLOC_TRIM=0`
 /// (a way back, should the trim ever be suspected).
 static TRIM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether the trim may run: the library the binary links lays its pages
+/// out as src/alloc_trim.c reads them (a check of one allocation's page).
+fn trim_fits() -> bool {
+    #[cfg(wharf_alloc_trim)]
+    {
+        // SAFETY: allocates and frees one block on this thread, and reads
+        // the page and heap it came from.
+        if unsafe { wharf_mi_trim_check() } {
+            return true;
+        }
+        tracing::warn!("mimalloc's pages are not laid out as the page trim reads them: no trim");
+    }
+    false
+}
 
 /// Gives back the free tail of each of this thread's pages past its last
 /// live block (src/alloc_trim.c), once a whole OS page.
@@ -107,7 +125,7 @@ pub(crate) struct AllocTidy {
 /// with its next traffic).
 pub(crate) fn start() -> AllocTidy {
     shorten_purge_delay();
-    if std::env::var_os("WHARF_ALLOC_TRIM").is_some_and(|v| v == "0") {
+    if std::env::var_os("WHARF_ALLOC_TRIM").is_some_and(|v| v == "0") || !trim_fits() {
         TRIM.store(false, std::sync::atomic::Ordering::Relaxed);
     }
     wharf::set_worker_tidy(|| {
@@ -181,6 +199,13 @@ mod tests {
     #[cfg(wharf_alloc_trim)]
     fn intact(v: &[u8], seed: usize) -> bool {
         v.iter().enumerate().all(|(i, b)| *b == (i ^ seed) as u8)
+    }
+
+    /// The library the binary links is the one the trim reads.
+    #[cfg(wharf_alloc_trim)]
+    #[test]
+    fn the_linked_mimalloc_is_laid_out_as_the_trim_reads_it() {
+        assert!(trim_fits());
     }
 
     /// A burst extends a page that a few live blocks keep; the trim gives

@@ -28,6 +28,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* The page and heap layout read here is v3.3.2's (libmimalloc-sys
+ * 0.1.49, pinned in Cargo.toml); another version is refused at build
+ * time, and wharf_mi_trim_check() refuses a library built with other
+ * layout-changing options. */
+#if MI_MALLOC_VERSION != 30302
+#error "src/alloc_trim.c reads mimalloc v3.3.2's pages: check it against this version first"
+#endif
+
 /* A page has at most 2^16 blocks (its counts are 16-bit): 8 KiB of marks,
  * on the caller's stack. */
 #define TRIM_MAX_BLOCKS 65536
@@ -39,6 +47,9 @@ static size_t trim_page(mi_page_t* page, uintptr_t os_page, uint64_t* marks) {
   const size_t bsize = mi_page_block_size(page);
   const size_t cap = page->capacity;
   if (page->reserved <= 1 || cap <= 1 || bsize == 0) return 0;
+  /* Large OS pages cannot be given back in part (mimalloc never resets
+   * them either). */
+  if (page->memid.is_pinned) return 0;
   uint8_t* const start = mi_page_start(page);
   /* Nothing to give back unless a whole OS page lies past the start's one. */
   if (trim_align_up((uintptr_t)start + cap * bsize, os_page) - trim_align_up((uintptr_t)start + bsize, os_page) < os_page) return 0;
@@ -49,10 +60,13 @@ static size_t trim_page(mi_page_t* page, uintptr_t os_page, uint64_t* marks) {
   if (page->used == 0 || page->free == NULL) return 0; /* all free: mimalloc frees it */
   const size_t words = (cap + 63) / 64;
   memset(marks, 0, words * sizeof(uint64_t));
+  size_t seen = 0;
   for (mi_block_t* b = page->free; b != NULL; b = mi_block_next(page, b)) {
     const uintptr_t off = (uintptr_t)b - (uintptr_t)start;
     const size_t idx = off / bsize;
-    if ((uintptr_t)b < (uintptr_t)start || idx >= cap || off % bsize != 0) return 0; /* not a list we understand */
+    /* Not a list we understand (outside the page, misaligned, or longer
+     * than the page's capacity: a cycle): leave the page as it is. */
+    if ((uintptr_t)b < (uintptr_t)start || idx >= cap || off % bsize != 0 || ++seen > cap) return 0;
     marks[idx / 64] |= (uint64_t)1 << (idx % 64);
   }
   size_t hi = cap; /* blocks up to and including the last one in use */
@@ -90,7 +104,8 @@ static size_t trim_page(mi_page_t* page, uintptr_t os_page, uint64_t* marks) {
 size_t wharf_mi_trim_pages(void) {
   mi_theap_t* theap = _mi_theap_default();
   if (theap == NULL || !mi_theap_is_initialized(theap)) return 0;
-  const uintptr_t os_page = 4096;
+  const uintptr_t os_page = _mi_os_page_size();
+  if (os_page == 0 || (os_page & (os_page - 1)) != 0) return 0;
   uint64_t marks[TRIM_MAX_BLOCKS / 64];
   size_t given = 0;
   for (size_t bin = 0; bin < MI_BIN_FULL; bin++) {
@@ -99,4 +114,32 @@ size_t wharf_mi_trim_pages(void) {
     }
   }
   return given;
+}
+
+/* Whether the library the binary links lays its pages and heaps out as
+ * this file reads them: a block just allocated must lie in a page that
+ * names this thread's heap, whose block size is the block's usable size
+ * (no padding, no encoded keys shifting the fields), and which sits in
+ * the heap's queue for that size (no guarded-page fields moving the
+ * queues). Run once at start; the trim stays off if it fails. */
+bool wharf_mi_trim_check(void) {
+  void* p = mi_malloc(8);
+  if (p == NULL) return false;
+  mi_theap_t* theap = _mi_theap_default();
+  mi_page_t* page = _mi_ptr_page(p);
+  bool ok = theap != NULL && mi_theap_is_initialized(theap) && page != NULL && page->theap == theap &&
+            mi_usable_size(p) == mi_page_block_size(page) && page->capacity <= page->reserved &&
+            page->used >= 1 && page->used <= page->capacity;
+  if (ok) {
+    ok = false;
+    const size_t bin = _mi_bin(mi_page_block_size(page));
+    for (size_t b = 0; b <= MI_BIN_FULL && !ok; b++) {
+      for (mi_page_t* q = theap->pages[b].first; q != NULL; q = q->next) {
+        /* (a page just filled may already sit in the full queue) */
+        if (q == page) { ok = (b == bin || b == MI_BIN_FULL); break; }
+      }
+    }
+  }
+  mi_free(p);
+  return ok;
 }
