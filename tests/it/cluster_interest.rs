@@ -298,7 +298,15 @@ fn publishes_at_400_a_second_across_a_nats_kill_all_reach_the_other_node_in_orde
         }
         let want: Vec<String> = (0..4_000).map(|i| i.to_string()).collect();
         let lost = want.len() - got.len();
-        assert_eq!(got, want, "b got {} of 4,000 ({lost} lost)", got.len());
+        let missing: Vec<&String> = want.iter().filter(|w| !got.contains(w)).take(5).collect();
+        assert_eq!(
+            got,
+            want,
+            "b got {} of 4,000 ({lost} lost: {missing:?}); a: {}; b: {}",
+            got.len(),
+            status(&a),
+            status(&b)
+        );
         let s = status(&a);
         assert_eq!(
             (s["dropped"].as_u64(), s["failed"].as_u64()),
