@@ -40,9 +40,6 @@
  * on the caller's stack. */
 #define TRIM_MAX_BLOCKS 65536
 
-static inline uintptr_t trim_align_up(uintptr_t x, uintptr_t a) { return (x + a - 1) & ~(a - 1); }
-static inline uintptr_t trim_align_down(uintptr_t x, uintptr_t a) { return x & ~(a - 1); }
-
 static size_t trim_page(mi_page_t* page, uintptr_t os_page, uint64_t* marks) {
   const size_t bsize = mi_page_block_size(page);
   const size_t cap = page->capacity;
@@ -52,7 +49,7 @@ static size_t trim_page(mi_page_t* page, uintptr_t os_page, uint64_t* marks) {
   if (page->memid.is_pinned) return 0;
   uint8_t* const start = mi_page_start(page);
   /* Nothing to give back unless a whole OS page lies past the start's one. */
-  if (trim_align_up((uintptr_t)start + cap * bsize, os_page) - trim_align_up((uintptr_t)start + bsize, os_page) < os_page) return 0;
+  if (_mi_align_up((uintptr_t)start + cap * bsize, os_page) - _mi_align_up((uintptr_t)start + bsize, os_page) < os_page) return 0;
   /* A page at least half in use rarely has a free tail worth a walk of
    * its list (mi_collect, just before, made `used` exact). */
   if ((size_t)page->used * 2 > cap) return 0;
@@ -72,9 +69,9 @@ static size_t trim_page(mi_page_t* page, uintptr_t os_page, uint64_t* marks) {
   size_t hi = cap; /* blocks up to and including the last one in use */
   while (hi > 0 && (marks[(hi - 1) / 64] >> ((hi - 1) % 64) & 1)) hi--;
   if (hi == 0) return 0;
-  const uintptr_t from = trim_align_up((uintptr_t)start + hi * bsize, os_page);
-  uintptr_t to = trim_align_up((uintptr_t)start + cap * bsize, os_page);
-  const uintptr_t area_end = trim_align_down((uintptr_t)start + (size_t)page->reserved * bsize, os_page);
+  const uintptr_t from = _mi_align_up((uintptr_t)start + hi * bsize, os_page);
+  uintptr_t to = _mi_align_up((uintptr_t)start + cap * bsize, os_page);
+  const uintptr_t area_end = _mi_align_down((uintptr_t)start + (size_t)page->reserved * bsize, os_page);
   if (to > area_end) to = area_end;
   if (to <= from) return 0;
   const size_t new_cap = (from - (uintptr_t)start) / bsize; /* blocks wholly before `from` */
