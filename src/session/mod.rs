@@ -63,6 +63,7 @@ pub mod mqtt;
 mod ops;
 mod outbound;
 mod rate;
+mod stamp;
 mod sublist;
 #[cfg(test)]
 mod tests;
@@ -82,6 +83,7 @@ pub use outbound::{
     encoding_slot,
 };
 pub use rate::{RateLimiter, Verdict};
+pub use stamp::Stamp;
 
 // `Sink` for `Outbound::id`.
 use crate::broker::{Broker, BrokerError, Sink as _, Subscription};

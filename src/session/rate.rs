@@ -9,6 +9,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::Stamp;
+
 /// Refills `rate` tokens per second up to `burst`; each frame takes one.
 #[derive(Debug)]
 pub struct RateLimiter {
@@ -33,20 +35,10 @@ pub enum Verdict {
     Close,
 }
 
-/// The clock a parked bucket's time is kept on ([`RateLimiter::parked`]):
-/// nanoseconds since the first bucket was made, in 8 B where an `Instant`
-/// takes 16.
-fn epoch() -> Instant {
-    static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
-    *EPOCH
-}
-
 impl RateLimiter {
     /// A full bucket.
     pub fn new(rate_per_s: u32, burst: u32) -> Self {
         let burst = burst.max(1);
-        // Before the bucket's own time, so that it is never earlier.
-        epoch();
         RateLimiter {
             rate: rate_per_s.max(1),
             burst,
@@ -79,24 +71,23 @@ impl RateLimiter {
 
     /// The bucket's state without its rate and burst, which its owner
     /// gives again to [`RateLimiter::resumed`]: what a parked MQTT
-    /// connection keeps (tokens, and their time on a clock of its own:
-    /// 12 B rather than 40).
-    pub fn parked(&self) -> (f32, u64) {
+    /// connection keeps (tokens, and their time as a [`Stamp`]: 12 B
+    /// rather than 40).
+    pub fn parked(&self) -> (f32, Stamp) {
         // Tokens are at most the burst and at least a second's rate below
         // zero: f32 keeps them to within a token up to 16 million, and to
         // one part in ten million past that.
         #[allow(clippy::cast_possible_truncation)]
         let tokens = self.tokens as f32;
-        let at = self.last.saturating_duration_since(epoch()).as_nanos();
-        (tokens, u64::try_from(at).unwrap_or(u64::MAX))
+        (tokens, Stamp::of(self.last))
     }
 
     /// A bucket of `rate_per_s` and `burst` as [`RateLimiter::parked`]
     /// left it.
-    pub fn resumed(rate_per_s: u32, burst: u32, (tokens, at): (f32, u64)) -> Self {
+    pub fn resumed(rate_per_s: u32, burst: u32, (tokens, at): (f32, Stamp)) -> Self {
         let mut r = RateLimiter::new(rate_per_s, burst);
         r.tokens = f64::from(tokens).min(f64::from(r.burst));
-        r.last = epoch() + Duration::from_nanos(at);
+        r.last = at.instant();
         r
     }
 

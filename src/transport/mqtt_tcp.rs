@@ -402,16 +402,16 @@ fn run<S: Socket>(mut conn: Conn<S>, mut rate: RateLimiter) -> impl Future<Outpu
 
 /// A quiet plain-TCP connection out of its task: its session, its rate,
 /// its place in the server's count and its socket, out of tokio's epoll
-/// set (312 B where its task, its timer and tokio's registration of its
+/// set (240 B where its task, its timer and tokio's registration of its
 /// socket were ~860 B).
 pub(crate) struct Parked {
     session: MqttSession,
     /// The rate limiter's tokens and time ([`RateLimiter::parked`]; its
     /// rate and burst are the session's config): 12 B where the limiter
-    /// is 40, which keeps the whole in a 320 B allocation (two fields, not
-    /// a tuple, so that the tokens share the socket's padding).
+    /// is 40 (two fields, not a tuple, so that the tokens share the
+    /// socket's padding).
     tokens: f32,
-    rated_at: u64,
+    rated_at: crate::session::Stamp,
     held: Held,
     socket: std::net::TcpStream,
 }
@@ -692,12 +692,12 @@ mod tests {
         assert!(size <= 408, "the connection's future is {size} B");
     }
 
-    /// Every parked connection is one `Parked` box: at 312 B or less it
-    /// is a 320 B allocation; from 316 B mimalloc serves it from its 384 B
+    /// Every parked connection is one `Parked` box: at 256 B or less it
+    /// is a 256 B allocation; from 257 B mimalloc serves it from its 320 B
     /// class (measured: benches/README.md, "mimalloc's classes").
     #[test]
-    fn a_parked_connection_fits_a_320_byte_allocation() {
+    fn a_parked_connection_fits_a_256_byte_allocation() {
         let size = std::mem::size_of::<Parked>();
-        assert!(size <= 312, "a parked connection is {size} B");
+        assert!(size <= 256, "a parked connection is {size} B");
     }
 }

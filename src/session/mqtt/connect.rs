@@ -210,7 +210,7 @@ impl MqttSession {
                 self.auth
                     .authenticate(
                         Credential::Password { user, password },
-                        self.peer,
+                        self.before_connect.as_ref().and_then(|b| b.peer),
                         crate::auth::Way::Mqtt,
                     )
                     .await
@@ -254,9 +254,9 @@ impl MqttSession {
                 );
             }
         }
-        self.expires_at = principal.expires_at();
+        self.expires_at = principal.expires_at().map(Stamp::of);
         // Authenticated: no longer counted against its address.
-        self.unproven = None;
+        self.before_connect = None;
         let assigned = c.client_id.is_empty();
         let client_id = if assigned {
             format!("anon-{}", self.id.simple())
@@ -307,8 +307,8 @@ impl MqttSession {
         let persistent = expiry.map_or(!c.clean_session, |e| e > 0);
         let existing = self.broker.durable().durable_subscriptions(&durable_client);
         let conn = Connected {
-            client_id: client_id.clone(),
-            durable_client: durable_client.clone(),
+            client_id: client_id.as_str().into(),
+            durable_client: durable_client.as_str().into(),
             clean: !persistent,
             keep_alive: c.keep_alive,
             // Its own payload: kept for the connection's life, it would
@@ -588,7 +588,9 @@ impl MqttSession {
     /// Holds `unproven` (the connection counted against its address)
     /// until CONNECT authenticates it or the connection ends.
     pub fn holding(mut self, unproven: Option<crate::auth::Unproven>) -> Self {
-        self.unproven = unproven.map(Box::new);
+        if unproven.is_some() {
+            self.before_connect.get_or_insert_default().unproven = unproven;
+        }
         self
     }
 
@@ -618,9 +620,9 @@ impl MqttSession {
 /// What a session knows once CONNECT is accepted.
 pub(super) struct Connected {
     /// The client id (assigned when the client sent none), for rules.
-    pub(super) client_id: String,
+    pub(super) client_id: Box<str>,
     /// The client id as durable subscription names carry it.
-    pub(super) durable_client: String,
+    pub(super) durable_client: Box<str>,
     pub(super) clean: bool,
     pub(super) keep_alive: u16,
     /// Boxed, as the rarer maps below are B-trees: what a connection

@@ -138,7 +138,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use super::{Outbound, Sessions};
+use super::{Outbound, Sessions, Stamp};
 use crate::auth::{Auth, AuthError, Credential, Principal, Right};
 use crate::broker::{
     Broker, MqttSubOptions, Publish, PublishOutcome, Settlement, Sink, Subscription, next_sink_id,
@@ -182,6 +182,16 @@ fn violation_v5(code: u8, why: impl Into<String>) -> MqttClose {
     }
 }
 
+/// What a session keeps only until CONNECT: see
+/// [`MqttSession::before_connect`].
+#[derive(Default)]
+struct BeforeConnect {
+    /// The client's address, for counting failed authentications.
+    peer: Option<IpAddr>,
+    /// Counted against its address until CONNECT authenticates it.
+    unproven: Option<crate::auth::Unproven>,
+}
+
 /// One MQTT connection's state.
 pub struct MqttSession {
     id: Uuid,
@@ -189,29 +199,31 @@ pub struct MqttSession {
     sessions: Sessions,
     sink: Arc<MqttSink>,
     cfg: Arc<SessionConfig>,
-    buf: BytesMut,
+    /// A packet cut at the end of a read, waiting for the rest: boxed,
+    /// and dropped once empty, so that a quiet connection holds 8 B here
+    /// rather than a buffer's 32 and whatever room it last grew to.
+    partial: Option<Box<BytesMut>>,
     connected: Option<Connected>,
     /// Set by DISCONNECT: no will.
     graceful: bool,
     /// When the last MQTT packet arrived (keep-alive counts packets, not
     /// WebSocket pongs).
-    last_packet: std::time::Instant,
+    last_packet: Stamp,
     /// How CONNECT's credentials are checked.
     auth: Auth,
     /// Who the upgrade's credentials proved, if any; after CONNECT, who
     /// the session acts as.
     principal: Option<Principal>,
-    /// The client's address, for counting failed authentications.
-    peer: Option<IpAddr>,
     /// Publish permission by topic (see the native session's).
     may_publish: crate::auth::PublishVerdicts,
     /// When the principal's credential expires.
-    expires_at: Option<std::time::Instant>,
+    expires_at: Option<Stamp>,
     /// The key reloads seen (as the native session's).
     auth_seen: u32,
-    /// Counted against its address until CONNECT authenticates it
-    /// (boxed: most connections hold none for long).
-    unproven: Option<Box<crate::auth::Unproven>>,
+    /// What only CONNECT reads (the client's address, and its place in
+    /// the count of connections waiting to authenticate), boxed and
+    /// dropped there: 8 B in a connected session, not 25.
+    before_connect: Option<Box<BeforeConnect>>,
     /// Packets read since the transport last asked
     /// ([`MqttSession::take_charged`]) that count against the rate: all
     /// but the client's acknowledgements of the broker's deliveries.
@@ -242,17 +254,16 @@ impl MqttSession {
             sessions,
             sink,
             cfg: cfg.into(),
-            buf: BytesMut::new(),
+            partial: None,
             connected: None,
             graceful: false,
-            last_packet: std::time::Instant::now(),
+            last_packet: Stamp::now(),
             auth: Auth::open(),
             principal: None,
-            peer: None,
             may_publish: crate::auth::PublishVerdicts::default(),
             expires_at: None,
             auth_seen: 0,
-            unproven: None,
+            before_connect: None,
             charged: 0,
             hold_ms: Flow::default().hold_ms(),
         }
@@ -270,14 +281,16 @@ impl MqttSession {
         self.auth_seen = auth.generation();
         self.auth = auth;
         self.principal = principal;
-        self.peer = peer;
+        if peer.is_some() {
+            self.before_connect.get_or_insert_default().peer = peer;
+        }
         self
     }
 
     /// When the session's credential expires: the connection is closed
     /// then (and the will published).
     pub fn expires_at(&self) -> Option<std::time::Instant> {
-        self.expires_at
+        self.expires_at.map(Stamp::instant)
     }
 
     /// Whether the session's principal may publish to `topic` (cached).
@@ -328,7 +341,7 @@ impl MqttSession {
     /// [`MqttSession::idle_timeout`]: the connection is closed (and its
     /// will published) then.
     pub fn idle_deadline(&self) -> std::time::Instant {
-        self.last_packet + self.idle_timeout()
+        self.last_packet.instant() + self.idle_timeout()
     }
 
     /// The connection is being closed for silence: one that never sent
@@ -361,27 +374,36 @@ impl MqttSession {
     /// (their payloads are views of `whole`, not copies); only a packet
     /// cut at the end is copied, to wait for the rest.
     async fn read(&mut self, mut whole: Bytes, now: std::time::Instant) -> Result<(), MqttClose> {
-        if self.buf.len() + whole.len() > self.cfg.max_frame.saturating_mul(2) {
+        let waiting = self.partial.as_ref().map_or(0, |p| p.len());
+        if waiting + whole.len() > self.cfg.max_frame.saturating_mul(2) {
             return Err(MqttClose {
                 code: 1009,
                 reason: "MQTT packet larger than max_frame".into(),
                 mqtt: None,
             });
         }
-        if !self.buf.is_empty() {
-            self.buf.extend_from_slice(&std::mem::take(&mut whole));
+        if let Some(partial) = &mut self.partial {
+            partial.extend_from_slice(&std::mem::take(&mut whole));
         }
+        // Once per read, not per packet.
+        let now = Stamp::of(now);
         loop {
             let (max, level) = (self.cfg.max_frame, self.sink.level());
-            let decoded = if self.buf.is_empty() {
-                mqtt::decode(&mut whole, max, level)
-            } else {
-                mqtt::decode(&mut self.buf, max, level)
+            let decoded = match self.partial.as_deref_mut() {
+                Some(partial) => mqtt::decode(partial, max, level),
+                None => mqtt::decode(&mut whole, max, level),
             };
             let packet = match decoded {
                 Ok(Some(p)) => p,
                 Ok(None) => {
-                    self.buf.extend_from_slice(&whole);
+                    // What is left is the start of a packet (in `partial`
+                    // already, or the end of `whole`), or nothing.
+                    match &self.partial {
+                        Some(partial) if partial.is_empty() => self.partial = None,
+                        Some(_) => {}
+                        None if whole.is_empty() => {}
+                        None => self.partial = Some(Box::new(BytesMut::from(&whole[..]))),
+                    }
                     return Ok(());
                 }
                 Err(MqttError::TooLarge(n)) => {
@@ -666,7 +688,7 @@ impl MqttSession {
         if self.broker.subscribe(sub.clone()).await.is_err() {
             return reason::UNSPECIFIED_ERROR;
         }
-        let client = self.connected.as_ref().map_or("", |c| c.client_id.as_str());
+        let client = self.connected.as_ref().map_or("", |c| &*c.client_id);
         crate::session::ops::presence::join_as(&self.broker, &sub, client, self.principal.as_ref())
             .await;
         if let Some(c) = self.connected.as_mut() {

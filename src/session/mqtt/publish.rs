@@ -146,7 +146,7 @@ impl MqttSession {
         self.broker.metrics().mqtt_publishes_held.add(1);
         let timeout = std::time::Duration::from_millis(u64::from(self.hold_ms));
         Box::pin(hold.wait(&*self.sink, timeout)).await;
-        self.last_packet = std::time::Instant::now();
+        self.last_packet = super::Stamp::now();
     }
 
     /// MQTT 5 topic aliases from the client: an alias with a topic sets
@@ -202,7 +202,7 @@ impl MqttSession {
         };
         let source = crate::broker::Source {
             ingress: crate::broker::Ingress::Mqtt,
-            client_id: self.connected.as_ref().map(|c| c.client_id.as_str()),
+            client_id: self.connected.as_ref().map(|c| &*c.client_id),
             principal: self.principal.as_ref().map(|p| p.name()),
         };
         self.broker.publish_from(msg, &source).await.map_err(|e| {

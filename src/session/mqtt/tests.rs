@@ -204,3 +204,51 @@ fn an_mqtt_sink_fits_a_112_byte_allocation() {
     let size = std::mem::size_of::<sink::MqttSink>();
     assert!(size <= 88, "the MQTT sink is {size} B");
 }
+
+/// Packets cut anywhere across reads (one byte at a time, or a read that
+/// ends one packet and starts the next) are handled as if they came
+/// whole, and a session holds no buffer once nothing is left over.
+#[test]
+fn packets_cut_across_reads_are_handled_whole_and_leave_no_buffer() {
+    let mut wire = BytesMut::new();
+    for p in [
+        connect("c1"),
+        Packet::subscribe(1, vec![("a/+".to_owned(), 1)]),
+        publish("a/b", 1, Some(9), b"hello, cut"),
+    ] {
+        mqtt::encode(&p, &mut wire, mqtt::LEVEL_3_1_1);
+    }
+    let wire = wire.freeze();
+    let whole = {
+        let (_scheduler, mut s) = session();
+        run(s.data(wire.clone(), std::time::Instant::now())).expect("whole");
+        sent(&s)
+    };
+    assert_eq!(
+        whole.len(),
+        4,
+        "CONNACK, SUBACK, the delivery, PUBACK: {whole:?}"
+    );
+    for step in [1, 2, 3, 5, 7, 11, 16] {
+        let (_scheduler, mut s) = session();
+        run(async {
+            for chunk in wire.chunks(step) {
+                s.data(Bytes::copy_from_slice(chunk), std::time::Instant::now())
+                    .await
+                    .expect("a cut packet is no violation");
+            }
+        });
+        assert_eq!(sent(&s), whole, "in reads of {step} bytes");
+        assert!(s.partial.is_none(), "a buffer kept after reads of {step}");
+    }
+    // A read that leaves part of a packet keeps just that part.
+    let mut last = BytesMut::new();
+    mqtt::encode(
+        &publish("a/b", 1, Some(9), b"hello, cut"),
+        &mut last,
+        mqtt::LEVEL_3_1_1,
+    );
+    let (_scheduler, mut s) = session();
+    run(s.data(wire.slice(..wire.len() - 3), std::time::Instant::now())).expect("part");
+    assert_eq!(s.partial.as_ref().map(|p| p.len()), Some(last.len() - 3));
+}
