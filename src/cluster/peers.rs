@@ -274,17 +274,26 @@ pub(super) async fn hold_until_heard(
         "cluster: NATS is away; publishes for other nodes are held (up to [cluster] buffer) \
          until it is back and they listen again"
     );
-    // The client's events say when it is back; its state is asked too,
-    // every 100 ms, should an event and the state have crossed.
-    loop {
-        match tokio::time::timeout(Duration::from_millis(100), online.wait_for(|up| *up)).await {
-            Ok(Ok(_)) => break,
-            Ok(Err(_)) => return,
-            Err(_) if super::connected(&shared.client) => break,
-            Err(_) => {}
+    if until_connected(|| super::connected(&shared.client), online).await {
+        until_listening(shared, &alive, lost).await;
+    }
+}
+
+/// Waits until `connected` says the client is back; false if the client
+/// is gone (`online`'s sender dropped). The client's state is the truth:
+/// the flag its events set lags it (the events go through a channel of
+/// their own), so a flag still up from before the loss would end the
+/// wait at once, and the wait for the others to listen would start at
+/// the loss, not at the reconnect. A change of the flag only wakes the
+/// check early; otherwise the state is asked every 100 ms.
+async fn until_connected(connected: impl Fn() -> bool, online: &mut watch::Receiver<bool>) -> bool {
+    while !connected() {
+        if let Ok(Err(_)) = tokio::time::timeout(Duration::from_millis(100), online.changed()).await
+        {
+            return false;
         }
     }
-    until_listening(shared, &alive, lost).await;
+    true
 }
 
 /// Called by the publish pump when NATS is back after it was lost at
@@ -327,6 +336,49 @@ pub(super) async fn until_listening(shared: &Shared, alive: &[String], lost: Ins
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flag still up from before the loss does not end the wait: only
+    /// the client's own state does (or the client going away).
+    #[test]
+    fn the_wait_for_nats_ends_when_the_client_is_back_not_on_a_stale_flag() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // Paused time: the sleeps below advance the clock at once.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (tx, mut online) = watch::channel(true);
+            let back = Arc::new(AtomicBool::new(false));
+            let waiter = {
+                let back = back.clone();
+                tokio::spawn(async move {
+                    let ok = until_connected(|| back.load(Ordering::SeqCst), &mut online).await;
+                    (ok, back.load(Ordering::SeqCst))
+                })
+            };
+            // The flag says up, and changes, while the client is away.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            tx.send_replace(true);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            assert!(
+                !waiter.is_finished(),
+                "the wait ended while the client was away"
+            );
+            back.store(true, Ordering::SeqCst);
+            let (ok, was_back) = tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("the wait ends within a poll of the client coming back")
+                .unwrap();
+            assert!(ok && was_back);
+
+            // The client gone: the wait ends, saying so.
+            let (tx, mut online) = watch::channel(false);
+            drop(tx);
+            assert!(!until_connected(|| false, &mut online).await);
+        });
+    }
 
     #[test]
     fn a_hello_is_json_or_a_bare_name() {
