@@ -119,7 +119,9 @@ pub struct MqttSubOptions {
     pub skip_retained: bool,
 }
 
-/// One subscription as topics hold it.
+/// One subscription as topics hold it: a copy per matching topic (and one
+/// in the subscriber's own list), each 56 B, sharing what the sink
+/// attached in one allocation ([`Subscription::tag`]).
 #[derive(Clone)]
 pub struct Subscription {
     /// The receiver.
@@ -128,17 +130,27 @@ pub struct Subscription {
     pub id: Arc<str>,
     /// The filter subscribed to.
     pub filter: Arc<str>,
+    /// What every copy shares: the tag, the encoding slot and the cancel
+    /// flag. A delivery reads the flag anyway, so the tag and slot cost no
+    /// look elsewhere, and each copy is 48 B smaller than with them
+    /// inline (an MQTT/TCP connection holds two copies: the 112 B class
+    /// became the 64 B one; benches/README.md, "mimalloc's classes").
+    shared: Arc<Shared>,
+}
+
+/// What a subscription's copies share.
+struct Shared {
+    /// Once set, no topic delivers to the subscription and each drops it
+    /// on its next publish, so ending a subscription takes effect at once
+    /// even if a topic is too busy to take the unsubscribe task.
+    cancelled: AtomicBool,
+    /// Which of a message's cached encodings ([`Published::encoded`]) the
+    /// subscription uses, so each wire format is encoded once per
+    /// publish; `None` for sinks that take messages unencoded (actors,
+    /// queues).
+    encoding: Option<EncodingSlot>,
     /// What the sink attached at subscribe time for its own use.
-    pub tag: SubTag,
-    /// Which of a message's cached encodings ([`Published::encoded`]) this
-    /// subscription uses, so each wire format is encoded once per publish;
-    /// `None` for sinks that take messages unencoded (actors, queues).
-    pub encoding: Option<EncodingSlot>,
-    /// Shared by every copy (one per matching topic): once set, no topic
-    /// delivers to it and each drops it on its next publish, so ending a
-    /// subscription takes effect at once even if a topic is too busy to
-    /// take the unsubscribe task.
-    cancelled: Arc<AtomicBool>,
+    tag: SubTag,
 }
 
 impl Subscription {
@@ -161,20 +173,33 @@ impl Subscription {
             sink,
             id,
             filter,
-            tag,
-            encoding,
-            cancelled: Arc::new(AtomicBool::new(false)),
+            shared: Arc::new(Shared {
+                cancelled: AtomicBool::new(false),
+                encoding,
+                tag,
+            }),
         }
+    }
+
+    /// What the sink attached at subscribe time for its own use.
+    pub fn tag(&self) -> &SubTag {
+        &self.shared.tag
+    }
+
+    /// Which of a message's cached encodings this subscription uses
+    /// (`None` for sinks that take messages unencoded).
+    pub fn encoding(&self) -> Option<EncodingSlot> {
+        self.shared.encoding
     }
 
     /// Ends the subscription everywhere at once.
     pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Release);
+        self.shared.cancelled.store(true, Ordering::Release);
     }
 
     /// Whether [`Subscription::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
+        self.shared.cancelled.load(Ordering::Acquire)
     }
 
     fn key(&self) -> (u64, &str) {
@@ -197,5 +222,24 @@ impl std::fmt::Debug for Subscription {
             .field("id", &self.id)
             .field("filter", &self.filter)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each copy of a subscription is 56 B (a 64 B allocation in the
+    /// exact-size lists topics and sessions keep), and what the copies
+    /// share fits a 64 B allocation too (benches/README.md, "mimalloc's
+    /// classes").
+    #[test]
+    fn a_subscription_and_what_its_copies_share_fit_64_byte_allocations() {
+        let copy = std::mem::size_of::<super::Subscription>();
+        assert!(copy <= 56, "a subscription is {copy} B");
+        // Two counts, then the shared part.
+        let shared = 16 + std::mem::size_of::<super::Shared>();
+        assert!(
+            shared <= 64,
+            "what a subscription's copies share is {shared} B"
+        );
     }
 }

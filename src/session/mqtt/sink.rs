@@ -528,8 +528,8 @@ fn lost(e: PushError) -> DeliveryOutcome {
 
 /// The options an MQTT subscription was made with.
 fn options(sub: &Subscription) -> MqttSubOptions {
-    match sub.tag {
-        SubTag::Mqtt(o) => o,
+    match sub.tag() {
+        SubTag::Mqtt(o) => *o,
         _ => MqttSubOptions::default(),
     }
 }

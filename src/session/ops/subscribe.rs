@@ -195,7 +195,7 @@ pub(in crate::session) async fn unsubscribe(session: &mut Session, format: Forma
 /// subscription) needs and `p` lacks, if any: what `permit` checks when
 /// it is made, checked again after a `refresh`.
 fn lacking<'a>(p: &Principal, sub: &'a Subscription, consumer: bool) -> Option<Right<'a>> {
-    let needs: &[Right<'a>] = match (&sub.tag, consumer) {
+    let needs: &[Right<'a>] = match (sub.tag(), consumer) {
         (SubTag::Durable(filter), _) => &[Right::Subscribe(filter), Right::ConsumeFilter(filter)],
         (_, true) => &[Right::Consume(&sub.filter)],
         (_, false) => &[Right::Subscribe(&sub.filter)],

@@ -702,11 +702,11 @@ impl Sink for Outbound {
     }
 
     fn deliver(&self, sub: &Subscription, msg: &Arc<Published>) -> DeliveryOutcome {
-        let format = slot_format(sub.encoding);
+        let format = slot_format(sub.encoding());
         let body = msg.encoded(encoding_slot(format), |m| {
             codec::message_body(format, &m.topic, m.seq, &m.payload, &m.headers, m.retained)
         });
-        let prefix = match &sub.tag {
+        let prefix = match sub.tag() {
             SubTag::Prefix(p) => p.clone(),
             _ => Bytes::new(),
         };
@@ -719,7 +719,7 @@ impl Sink for Outbound {
     }
 
     fn deliver_queued(&self, sub: &Subscription, d: &QueuedDelivery<'_>) -> DeliveryOutcome {
-        let format = slot_format(sub.encoding);
+        let format = slot_format(sub.encoding());
         let m = d.message;
         // One encode per delivery, from borrowed fields (each delivery goes
         // to one consumer, so there is nothing to share).
