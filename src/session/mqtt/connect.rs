@@ -307,8 +307,11 @@ impl MqttSession {
         let persistent = expiry.map_or(!c.clean_session, |e| e > 0);
         let existing = self.broker.durable().durable_subscriptions(&durable_client);
         let conn = Connected {
-            client_id: client_id.as_str().into(),
-            durable_client: durable_client.as_str().into(),
+            ids: format!("{client_id}{durable_client}").into_boxed_str(),
+            // An MQTT string is at most 65,535 bytes.
+            ids_split: u32::try_from(client_id.len()).unwrap_or(u32::MAX),
+            expiry_s: expiry.unwrap_or(0),
+            v5: expiry.is_some(),
             clean: !persistent,
             keep_alive: c.keep_alive,
             // Its own payload: kept for the connection's life, it would
@@ -318,7 +321,6 @@ impl MqttSession {
                 Box::new(w)
             }),
             subs: Default::default(),
-            expiry,
             rare: None,
         };
         let session_present = !c.clean_session && (!existing.is_empty() || pending > 0);
@@ -461,11 +463,11 @@ impl MqttSession {
     pub async fn end(mut self) {
         // Publishers held for this subscriber go on now.
         self.sink.relieve_all();
-        let Some(conn) = self.connected.take() else {
+        let Some(mut conn) = self.connected.take() else {
             return;
         };
         let later = self.sessions.later().clone();
-        let key = conn.durable_client.clone();
+        let key = conn.durable_client().to_owned();
         // Taken over by a new connection of the same principal (this
         // connection's close says so): the session goes on there, so it
         // neither expires nor sends a delayed will from here; unless the
@@ -481,7 +483,7 @@ impl MqttSession {
         let clean_takeover = marked == Some(true) || why.as_deref() == Some(TAKEN_OVER_CLEAN);
         // The session ends at once (expiry 0), never (`u32::MAX`, and
         // 3.1.1's persistent sessions), or after the interval.
-        let ends_in = match conn.expiry {
+        let ends_in = match conn.expiry() {
             _ if clean_takeover => Some(Duration::ZERO),
             _ if taken_over => None,
             Some(0) => Some(Duration::ZERO),
@@ -493,14 +495,14 @@ impl MqttSession {
         let delete_in =
             ends_in.filter(|d| !taken_over && (!d.is_zero() || !conn.rare().durable.is_empty()));
         if !self.graceful {
-            if let Some(w) = conn.will {
+            if let Some(w) = conn.will.take() {
                 let delay =
                     Duration::from_secs(u64::from(w.props.will_delay_interval.unwrap_or(0)));
                 let delay = ends_in.map_or(delay, |e| delay.min(e));
                 let broker = self.broker.clone();
                 let origin = self.sink.id;
                 let (client, principal) = (
-                    conn.client_id.clone(),
+                    conn.client_id().to_owned(),
                     self.principal.as_ref().map(|p| p.name().to_owned()),
                 );
                 let publish = async move {
@@ -617,22 +619,28 @@ impl MqttSession {
     }
 }
 
-/// What a session knows once CONNECT is accepted.
+/// What a session knows once CONNECT is accepted. Its every byte counts
+/// times an idle broker's thousands of connections, and a parked one
+/// holds it: the two ids share a string, and the small fields pack into
+/// 8 B (see `a_parked_connection_fits_a_224_byte_allocation`).
 pub(super) struct Connected {
-    /// The client id (assigned when the client sent none), for rules.
-    pub(super) client_id: Box<str>,
-    /// The client id as durable subscription names carry it.
-    pub(super) durable_client: Box<str>,
-    pub(super) clean: bool,
+    /// The client id, then the id as durable subscription names carry
+    /// it, split at `ids_split` ([`Connected::client_id`],
+    /// [`Connected::durable_client`]).
+    ids: Box<str>,
+    ids_split: u32,
+    /// MQTT 5's session expiry interval in seconds, when `v5`
+    /// ([`Connected::expiry`]).
+    expiry_s: u32,
     pub(super) keep_alive: u16,
+    pub(super) clean: bool,
+    v5: bool,
     /// Boxed, as the rarer maps below are B-trees: what a connection
     /// that uses none of them holds is kept small (an idle connection's
     /// every byte counts, times its thousands).
     pub(super) will: Option<Box<mqtt::Will>>,
     /// Clean-session subscriptions.
     pub(super) subs: SubList<ByFilter>,
-    /// MQTT 5: the session expiry interval in seconds (`None` below 5).
-    pub(super) expiry: Option<u32>,
     /// What most connections never use, boxed together at its first use
     /// ([`Connected::rare_mut`]): four empty maps inline were 96 B of
     /// every idle connection's task.
@@ -662,6 +670,27 @@ static NO_RARE: Rare = Rare {
 };
 
 impl Connected {
+    /// The client id (assigned when the client sent none), for rules.
+    pub(super) fn client_id(&self) -> &str {
+        self.ids.get(..self.ids_split as usize).unwrap_or("")
+    }
+
+    /// The client id as durable subscription names carry it (the
+    /// principal's namespace, the id escaped: [`durable_client`]).
+    pub(super) fn durable_client(&self) -> &str {
+        self.ids.get(self.ids_split as usize..).unwrap_or("")
+    }
+
+    /// MQTT 5: the session expiry interval in seconds (`None` below 5).
+    pub(super) fn expiry(&self) -> Option<u32> {
+        self.v5.then_some(self.expiry_s)
+    }
+
+    /// Sets the session expiry interval (MQTT 5's DISCONNECT may).
+    pub(super) fn set_expiry(&mut self, seconds: u32) {
+        self.expiry_s = seconds;
+    }
+
     /// The rarer state: durable and shared subscriptions, QoS 2 ids
     /// waiting for PUBREL, topic aliases (empty when never used).
     pub(super) fn rare(&self) -> &Rare {

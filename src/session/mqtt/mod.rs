@@ -526,14 +526,14 @@ impl MqttSession {
             Packet::Disconnect(d) => {
                 // MQTT 5: "disconnect with will message" still sends it;
                 // the session expiry may change, but not from 0.
-                if let (Some(new), Some(old)) = (d.props.session_expiry_interval, conn.expiry) {
+                if let (Some(new), Some(old)) = (d.props.session_expiry_interval, conn.expiry()) {
                     if old == 0 && new != 0 {
                         return Err(violation_v5(
                             reason::PROTOCOL_ERROR,
                             "DISCONNECT set a session expiry where CONNECT had 0",
                         ));
                     }
-                    conn.expiry = Some(new);
+                    conn.set_expiry(new);
                 }
                 self.graceful = d.reason != reason::DISCONNECT_WITH_WILL;
                 // The client closes: no DISCONNECT back.
@@ -688,7 +688,7 @@ impl MqttSession {
         if self.broker.subscribe(sub.clone()).await.is_err() {
             return reason::UNSPECIFIED_ERROR;
         }
-        let client = self.connected.as_ref().map_or("", |c| &*c.client_id);
+        let client = self.connected.as_ref().map_or("", |c| c.client_id());
         crate::session::ops::presence::join_as(&self.broker, &sub, client, self.principal.as_ref())
             .await;
         if let Some(c) = self.connected.as_mut() {
@@ -704,7 +704,7 @@ impl MqttSession {
         let Some(conn) = self.connected.as_ref() else {
             return reason::UNSPECIFIED_ERROR;
         };
-        let client = conn.durable_client.clone();
+        let client = conn.durable_client().to_owned();
         let id = durable_id(&filter, opts);
         let existing = conn.rare().durable.get(&filter).map(|(_, c)| c.clone());
         let entry = match existing {
@@ -799,7 +799,7 @@ impl MqttSession {
         if let Some((_, consumer)) = conn.rare_if_used().and_then(|r| r.durable.remove(filter)) {
             existed = true;
             consumer.cancel();
-            let client = conn.durable_client.clone();
+            let client = conn.durable_client().to_owned();
             let _ = self
                 .broker
                 .durable()

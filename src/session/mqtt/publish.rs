@@ -202,7 +202,7 @@ impl MqttSession {
         };
         let source = crate::broker::Source {
             ingress: crate::broker::Ingress::Mqtt,
-            client_id: self.connected.as_ref().map(|c| &*c.client_id),
+            client_id: self.connected.as_ref().map(|c| c.client_id()),
             principal: self.principal.as_ref().map(|p| p.name()),
         };
         self.broker.publish_from(msg, &source).await.map_err(|e| {
