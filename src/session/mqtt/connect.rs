@@ -619,6 +619,16 @@ impl MqttSession {
     }
 }
 
+/// What a session keeps only until CONNECT: see
+/// [`MqttSession::before_connect`].
+#[derive(Default)]
+pub(super) struct BeforeConnect {
+    /// The client's address, for counting failed authentications.
+    pub(super) peer: Option<IpAddr>,
+    /// Counted against its address until CONNECT authenticates it.
+    pub(super) unproven: Option<crate::auth::Unproven>,
+}
+
 /// What a session knows once CONNECT is accepted. Its every byte counts
 /// times an idle broker's thousands of connections, and a parked one
 /// holds it: the two ids share a string, and the small fields pack into

@@ -149,7 +149,7 @@ use crate::protocol::mqtt::{
     self, Connect, MqttError, Packet, SubOptions, connack, reason, suback_to_v3,
 };
 use crate::session::sublist::{ByFilter, SubList};
-use connect::{Connected, durable_id, may_hold_durable, options_of};
+use connect::{BeforeConnect, Connected, durable_id, may_hold_durable, options_of};
 use publish::ack_with;
 pub use sink::Flow;
 use sink::{OutState, Pending};
@@ -180,16 +180,6 @@ fn violation_v5(code: u8, why: impl Into<String>) -> MqttClose {
         mqtt: Some(code),
         ..violation(why)
     }
-}
-
-/// What a session keeps only until CONNECT: see
-/// [`MqttSession::before_connect`].
-#[derive(Default)]
-struct BeforeConnect {
-    /// The client's address, for counting failed authentications.
-    peer: Option<IpAddr>,
-    /// Counted against its address until CONNECT authenticates it.
-    unproven: Option<crate::auth::Unproven>,
 }
 
 /// One MQTT connection's state.
