@@ -184,6 +184,7 @@ async fn run(
         on_connect: std::sync::OnceLock::new(),
         remotes: super::remote::Remotes::new(),
         peers: Default::default(),
+        returned: Default::default(),
         instance: instance.clone(),
         members: config.members.clone(),
         conflicts: Default::default(),
@@ -728,6 +729,7 @@ async fn serve(
                         // this): say so, and ask the others to.
                         let up = *online.borrow_and_update();
                         if up {
+                            super::peers::returned(shared);
                             // What was said meanwhile may be lost, both ways.
                             for node in shared.interest.reconnected() {
                                 super::tell::ask(shared, &node).await;

@@ -191,6 +191,11 @@ struct Shared {
     remotes: remote::Remotes,
     /// Other nodes by name, with when they were last heard.
     peers: Mutex<BTreeMap<String, Instant>>,
+    /// When the link last handled NATS coming back (and asked the others
+    /// to say hello), with the client's count of connections then: a
+    /// hello handled after it came over that connection or a later one
+    /// ([`peers::until_listening`]).
+    returned: Mutex<Option<(u64, Instant)>>,
     /// This process's random id, in its hellos.
     instance: String,
     /// `[cluster] members`, in its hellos (a node listing others is

@@ -10,7 +10,9 @@
 //! hello at once (a node sends it when it comes back to NATS, to learn
 //! without waiting who listens again).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -213,7 +215,7 @@ pub(super) struct Conflicts {
     /// Instances of other processes heard using this node's name.
     pub same_name: std::collections::BTreeSet<String>,
     /// Peers whose members differ, with theirs.
-    pub members: std::collections::BTreeMap<String, Vec<String>>,
+    pub members: BTreeMap<String, Vec<String>>,
     /// The process each peer was last heard as.
     pub instances: std::collections::HashMap<String, String>,
 }
@@ -262,20 +264,17 @@ pub(super) fn tidy(shared: &std::sync::Arc<Shared>) {
     }
 }
 
-/// Called by the publish pump when NATS is away (lost at `lost`): waits
-/// until it is back and the nodes listen again ([`until_listening`]).
-pub(super) async fn hold_until_heard(
-    shared: &Shared,
-    online: &mut watch::Receiver<bool>,
-    lost: Instant,
-) {
+/// Called by the publish pump when NATS is away: waits until it is back
+/// and the nodes listen again ([`until_listening`]).
+pub(super) async fn hold_until_heard(shared: &Shared, online: &mut watch::Receiver<bool>) {
     let alive = shared.up();
     tracing::warn!(
         "cluster: NATS is away; publishes for other nodes are held (up to [cluster] buffer) \
          until it is back and they listen again"
     );
     if until_connected(|| super::connected(&shared.client), online).await {
-        until_listening(shared, &alive, lost).await;
+        let connects = shared.client.statistics().connects.load(Ordering::Relaxed);
+        until_listening(shared, &alive, connects).await;
     }
 }
 
@@ -296,24 +295,21 @@ async fn until_connected(connected: impl Fn() -> bool, online: &mut watch::Recei
     true
 }
 
-/// Called by the publish pump when NATS is back after it was lost at
-/// `lost`: waits until each of the `alive` nodes (those heard within
-/// [`LOST_AFTER`] before) has said hello since (so its subscriptions are
-/// in place again: a node can only be heard once this one is back, and
-/// its client subscribes again before it says anything), at most
+/// Called by the publish pump when NATS is back (its client's
+/// `connects`-th connection): waits until each of the `alive` nodes
+/// (those heard within [`LOST_AFTER`] before) has said hello over that
+/// connection or a later one ([`still_deaf`]: so its subscriptions are in
+/// place again: a node can only be heard once this one is back, and its
+/// client subscribes again before it says anything), at most
 /// [`RESUME_WAIT`]. Core NATS keeps nothing for a node that is not
 /// subscribed: sending what was held before the others listen again
 /// would lose it for them.
-pub(super) async fn until_listening(shared: &Shared, alive: &[String], lost: Instant) {
+pub(super) async fn until_listening(shared: &Shared, alive: &[String], connects: u64) {
     let back = Instant::now();
     loop {
-        let missing: Vec<String> = {
-            let peers = shared.peers.lock();
-            alive
-                .iter()
-                .filter(|n| peers.get(*n).is_none_or(|seen| *seen <= lost))
-                .cloned()
-                .collect()
+        let missing = {
+            let returned = *shared.returned.lock();
+            still_deaf(alive, &shared.peers.lock(), connects, returned)
         };
         if missing.is_empty() {
             tracing::info!(
@@ -333,9 +329,67 @@ pub(super) async fn until_listening(shared: &Shared, alive: &[String], lost: Ins
     }
 }
 
+/// Called by the link as it handles NATS's return: every hello read
+/// before was handled before (its loop takes hellos first), so one
+/// handled from now came over the client's current connection
+/// ([`still_deaf`]).
+pub(super) fn returned(shared: &Shared) {
+    let connects = shared.client.statistics().connects.load(Ordering::Relaxed);
+    *shared.returned.lock() = Some((connects, Instant::now()));
+}
+
+/// Which of the `alive` nodes (by `peers`, when each was last heard) have
+/// not yet said hello over the client's `connects`-th connection or a
+/// later one: all of them until the link has handled that connection's
+/// start (`returned`: the client's count of connections then, and when),
+/// then those not heard since. A hello handled before that may have been
+/// read over the old connection before it was lost, and proves nothing.
+/// Every hello read before the return is handled before it (the link's
+/// loop takes hellos first), so one handled after it came over the new
+/// connection.
+fn still_deaf(
+    alive: &[String],
+    peers: &BTreeMap<String, Instant>,
+    connects: u64,
+    returned: Option<(u64, Instant)>,
+) -> Vec<String> {
+    let Some((_, at)) = returned.filter(|(n, _)| *n >= connects) else {
+        return alive.to_vec();
+    };
+    alive
+        .iter()
+        .filter(|n| peers.get(*n).is_none_or(|seen| *seen <= at))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node counts as listening again only once heard after the link
+    /// handled NATS's return: a hello handled before may have come over
+    /// the old connection.
+    #[test]
+    fn only_a_hello_after_the_return_says_a_node_listens_again() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let alive = vec!["b".to_owned(), "c".to_owned()];
+        // b heard after the loss (a hello read before it, handled late),
+        // c before it.
+        let mut peers = BTreeMap::from([("b".to_owned(), at(150)), ("c".to_owned(), at(50))]);
+        // The client's second connection: its start not handled yet, or
+        // only the first one's.
+        assert_eq!(still_deaf(&alive, &peers, 2, None), alive);
+        assert_eq!(still_deaf(&alive, &peers, 2, Some((1, at(20)))), alive);
+        // Handled at 200: b's hello at 150 does not count.
+        assert_eq!(still_deaf(&alive, &peers, 2, Some((2, at(200)))), alive);
+        peers.insert("b".to_owned(), at(250));
+        assert_eq!(still_deaf(&alive, &peers, 2, Some((2, at(200)))), ["c"]);
+        // A later connection's start counts too.
+        peers.insert("c".to_owned(), at(260));
+        assert!(still_deaf(&alive, &peers, 2, Some((3, at(200)))).is_empty());
+    }
 
     /// A flag still up from before the loss does not end the wait: only
     /// the client's own state does (or the client going away).

@@ -106,8 +106,7 @@ pub(super) async fn pump(
                 if !up {
                     p.lost.get_or_insert_with(Instant::now);
                 } else if p.reconnected(&stats) {
-                    let since = p.lost.unwrap_or_else(Instant::now);
-                    super::peers::until_listening(&shared, &shared.up(), since).await;
+                    super::peers::until_listening(&shared, &shared.up(), p.connects).await;
                     p.send_again().await;
                 }
                 continue;
@@ -127,14 +126,13 @@ pub(super) async fn pump(
             // until it is back and the other nodes listen again.
             let mut held = false;
             if !finished && !super::connected(&shared.client) {
-                let since = *p.lost.get_or_insert_with(Instant::now);
-                super::peers::hold_until_heard(&shared, &mut online, since).await;
+                p.lost.get_or_insert_with(Instant::now);
+                super::peers::hold_until_heard(&shared, &mut online).await;
                 held = true;
             }
             if p.reconnected(&stats) {
                 if !held && !finished {
-                    let since = p.lost.unwrap_or_else(Instant::now);
-                    super::peers::until_listening(&shared, &shared.up(), since).await;
+                    super::peers::until_listening(&shared, &shared.up(), p.connects).await;
                 }
                 p.send_again().await;
             }

@@ -631,8 +631,9 @@ pub(super) struct BeforeConnect {
 
 /// What a session knows once CONNECT is accepted. Its every byte counts
 /// times an idle broker's thousands of connections, and a parked one
-/// holds it: the two ids share a string, and the small fields pack into
-/// 8 B (see `a_parked_connection_fits_a_224_byte_allocation`).
+/// holds it: the two ids share a string (and a 4 B split), and the
+/// expiry, keep-alive and flags pack into 8 B (72 B in all; see
+/// `a_parked_connection_fits_a_224_byte_allocation`).
 pub(super) struct Connected {
     /// The client id, then the id as durable subscription names carry
     /// it, split at `ids_split` ([`Connected::client_id`],

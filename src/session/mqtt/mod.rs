@@ -31,8 +31,8 @@
 //! 3.1.1's, and the acks' reason codes are simply not written at 3.1.1.
 //!
 //! ## Packets in
-//! `data` appends the bytes to a buffer (packets may span messages and
-//! reads) and handles each whole packet in order, inline in the read loop:
+//! `data` decodes packets in place, buffering only one cut at a read's
+//! end, and handles each whole packet in order, inline in the read loop:
 //! a QoS 1 PUBLISH awaits its publish before the next packet is read.
 //! CONNECT checks the level, the client id and the credentials, closes an
 //! older connection of the same client id and principal (connections are
