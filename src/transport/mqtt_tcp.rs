@@ -697,8 +697,9 @@ mod tests {
     /// queues (200 B). Not the 256 B class: that one's pages hold the
     /// writers' tasks and tokio's socket registrations, which a
     /// connection frees as it parks, and a box there kept them from
-    /// going back in some runs (+180 B a connection at 5,000; the 320 B
-    /// class cost 64 B more in every run). benches/README.md,
+    /// going back in three runs of eight (~1,700 B a connection at 5,000
+    /// against ~1,510; in the 320 B class, 1,556-1,565 in every run,
+    /// against 1,457-1,468 here). benches/README.md,
     /// "mimalloc's classes" and "A parked connection in the 224 B class".
     #[test]
     fn a_parked_connection_fits_a_224_byte_allocation() {
