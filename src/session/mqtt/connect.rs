@@ -697,9 +697,13 @@ impl Connected {
         self.v5.then_some(self.expiry_s)
     }
 
-    /// Sets the session expiry interval (MQTT 5's DISCONNECT may).
+    /// Sets an MQTT 5 session's expiry interval (its DISCONNECT may
+    /// change it). A 3.1.1 session has none and keeps none: its expiry is
+    /// its clean-session flag.
     pub(super) fn set_expiry(&mut self, seconds: u32) {
-        self.expiry_s = seconds;
+        if self.v5 {
+            self.expiry_s = seconds;
+        }
     }
 
     /// The rarer state: durable and shared subscriptions, QoS 2 ids
